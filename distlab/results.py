@@ -1,0 +1,264 @@
+"""What an experiment returns: named quantities with units, tables, figures and claims.
+
+A claim is the unit of trust on the site: a measured or simulated value beside what a formula
+predicts, with the tolerance it must meet. A failing claim fails the build.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from dataclasses import asdict, dataclass, field
+
+# Unit prefixes for auto-scaled display. Bytes use powers of 1000 (GB = 1e9 B) throughout the site,
+# matching datasheets; the site's conventions page says so.
+_SCALED_UNITS = {"B", "B/s", "FLOP", "FLOP/s", "bit/s"}
+_PREFIXES = [(1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")]
+_BYTE_PREFIXES = [(1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "K")]
+
+
+def format_number(value: float, sig: int = 4) -> str:
+    """Integers with thousands separators, other numbers with `sig` significant digits."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int) or (isinstance(value, float) and value.is_integer() and abs(value) < 1e15):
+        return f"{int(value):,}"
+    if value == 0 or not math.isfinite(value):
+        return str(value)
+    if abs(value) >= 1e6 or abs(value) < 1e-3:
+        return f"{value:.{sig - 1}e}"
+    text = f"{value:.{sig}g}"
+    return text
+
+
+def format_quantity(value: float, unit: str = "", spec: str = "") -> str:
+    """Render a value with its unit: 16 B/param, 112 GB, 41.3 TFLOP/s, 2.5 ms, 37.5 %.
+
+    `spec` overrides: a unit to express the value in ("GB", "GiB", "TFLOP/s", "%", "ms"),
+    "value" for the bare number, or a Python format spec (".2f").
+    """
+    if spec == "value":
+        return format_number(value)
+    if spec:
+        fixed = _fixed_unit(spec)
+        if fixed is not None:
+            factor, label = fixed
+            return f"{format_number(round_sig(value / factor, 4))} {label}".strip()
+        return format(value, spec) + (f" {unit}" if unit else "")
+    if unit == "fraction":
+        return f"{format_number(round_sig(100 * value, 3))} %"
+    if unit == "s" and value != 0 and abs(value) < 1:
+        if abs(value) >= 1e-3:
+            return f"{format_number(round_sig(value * 1e3, 3))} ms"
+        return f"{format_number(round_sig(value * 1e6, 3))} µs"
+    if unit in _SCALED_UNITS and abs(value) >= 1e3:
+        prefixes = _BYTE_PREFIXES if unit.startswith("B") else _PREFIXES
+        for factor, prefix in prefixes:
+            if abs(value) >= factor:
+                return f"{format_number(round_sig(value / factor, 3))} {prefix}{unit}"
+    return f"{format_number(value if isinstance(value, int) else round_sig(value, 4))} {unit}".strip()
+
+
+def _fixed_unit(spec: str) -> tuple[float, str] | None:
+    binary = {"KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
+    if spec in binary:
+        return binary[spec], spec
+    if spec == "%":
+        return 0.01, "%"
+    if spec in ("ms", "µs", "us"):
+        return (1e-3, "ms") if spec == "ms" else (1e-6, "µs")
+    for factor, prefix in _PREFIXES + [(1e3, "K"), (1.0, "")]:
+        for base in ("B", "B/s", "FLOP", "FLOP/s"):
+            if spec == prefix + base:
+                return factor, spec
+    return None
+
+
+def round_sig(value: float, sig: int) -> float:
+    if value == 0 or not math.isfinite(value) or isinstance(value, int):
+        return value
+    return round(value, sig - 1 - int(math.floor(math.log10(abs(value)))))
+
+
+@dataclass(frozen=True)
+class Quantity:
+    """A named number with its unit and a one-line meaning."""
+
+    value: float
+    unit: str = ""
+    description: str = ""
+
+    def __str__(self) -> str:
+        return format_quantity(self.value, self.unit)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """`measured <relation> expected` within max(abs_tol, rel_tol * |expected|).
+
+    relation "==" is a two-sided check; "<=" and ">=" are bounds (a ceiling, a floor), for which the
+    tolerance is slack in the bound's favour.
+    """
+
+    name: str
+    measured: float
+    expected: float
+    relation: str = "=="
+    rel_tol: float = 0.0
+    abs_tol: float = 0.0
+    unit: str = ""
+    formula: str = ""
+
+    def __post_init__(self) -> None:
+        if self.relation not in ("==", "<=", ">="):
+            raise ValueError(f"claim {self.name!r}: relation must be ==, <= or >=, not {self.relation!r}")
+        if self.rel_tol < 0 or self.abs_tol < 0:
+            raise ValueError(f"claim {self.name!r}: tolerances must be >= 0")
+
+    @property
+    def slack(self) -> float:
+        return max(self.abs_tol, self.rel_tol * abs(self.expected))
+
+    @property
+    def passed(self) -> bool:
+        m, e = float(self.measured), float(self.expected)
+        if not (math.isfinite(m) and math.isfinite(e)):
+            return False
+        if self.relation == "==":
+            return abs(m - e) <= self.slack
+        if self.relation == "<=":
+            return m <= e + self.slack
+        return m >= e - self.slack
+
+    def tolerance_text(self) -> str:
+        if self.rel_tol == 0 and self.abs_tol == 0:
+            return "exact"
+        parts = []
+        if self.rel_tol:
+            parts.append(f"{self.rel_tol:.3g} relative")
+        if self.abs_tol:
+            parts.append(f"{format_quantity(self.abs_tol, self.unit)} absolute")
+        return "±" + " or ".join(parts)
+
+    def describe(self) -> str:
+        m = format_quantity(_plain(self.measured), self.unit)
+        e = format_quantity(_plain(self.expected), self.unit)
+        word = {"==": "expected", "<=": "at most", ">=": "at least"}[self.relation]
+        return f"measured {m}, {word} {e} (tolerance {self.tolerance_text()})"
+
+
+def _plain(value):
+    """Exact display for claim values: full precision, so a failure message shows the real numbers."""
+    if isinstance(value, float) and not value.is_integer():
+        return float(f"{value:.6g}")
+    return value
+
+
+@dataclass
+class Table:
+    columns: list[str]
+    rows: list[list]
+    caption: str = ""
+
+    def to_markdown(self) -> str:
+        def cell(v) -> str:
+            if isinstance(v, Quantity):
+                return str(v)
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                return format_number(v)
+            return str(v)
+
+        lines = ["| " + " | ".join(self.columns) + " |", "|" + "---|" * len(self.columns)]
+        lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in self.rows]
+        if self.caption:
+            lines += ["", f"*{self.caption}*"]
+        return "\n".join(lines)
+
+
+@dataclass
+class Figure:
+    png: bytes
+    caption: str
+
+
+@dataclass
+class Result:
+    """Everything one experiment produced. `kind` says how: measured, simulated or computed."""
+
+    name: str
+    kind: str = "measured"
+    quantities: dict[str, Quantity] = field(default_factory=dict)
+    tables: dict[str, Table] = field(default_factory=dict)
+    figures: dict[str, Figure] = field(default_factory=dict)
+    claims: list[Claim] = field(default_factory=list)
+    data: dict = field(default_factory=dict)
+    provenance: dict = field(default_factory=dict)
+
+    def add(self, name: str, value: float, unit: str = "", description: str = "") -> float:
+        self.quantities[name] = Quantity(_to_builtin(value), unit, description)
+        return value
+
+    def claim(self, name: str, measured, expected, **kwargs) -> Claim:
+        c = Claim(name, _to_builtin(measured), _to_builtin(expected), **kwargs)
+        self.claims.append(c)
+        return c
+
+    def table(self, name: str, columns: list[str], rows: list[list], caption: str = "") -> Table:
+        rows = [[_to_builtin(v) if not isinstance(v, (str, Quantity)) else v for v in row] for row in rows]
+        self.tables[name] = Table(columns, rows, caption)
+        return self.tables[name]
+
+    def figure(self, name: str, fig, caption: str) -> None:
+        """Store a matplotlib figure as PNG bytes with no timestamp, so rebuilds are byte-stable."""
+        import matplotlib.pyplot as plt
+
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=110, bbox_inches="tight", metadata={"Software": None})
+        plt.close(fig)
+        self.figures[name] = Figure(buf.getvalue(), caption)
+
+    @property
+    def failed_claims(self) -> list[Claim]:
+        return [c for c in self.claims if not c.passed]
+
+    def to_json(self) -> dict:
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "quantities": {k: asdict(q) for k, q in self.quantities.items()},
+            "tables": {k: asdict(t) for k, t in self.tables.items()},
+            "figures": {k: f.caption for k, f in self.figures.items()},
+            "claims": [asdict(c) | {"passed": c.passed} for c in self.claims],
+            "data": self.data,
+            "provenance": self.provenance,
+        }
+
+    @classmethod
+    def from_json(cls, obj: dict, figures: dict[str, bytes]) -> Result:
+        def quantity(q):
+            return Quantity(**q) if isinstance(q, dict) and set(q) == {"value", "unit", "description"} else q
+
+        tables = {}
+        for k, t in obj["tables"].items():
+            rows = [[quantity(v) for v in row] for row in t["rows"]]
+            tables[k] = Table(t["columns"], rows, t.get("caption", ""))
+        return cls(
+            name=obj["name"],
+            kind=obj["kind"],
+            quantities={k: Quantity(**q) for k, q in obj["quantities"].items()},
+            tables=tables,
+            figures={k: Figure(figures[k], cap) for k, cap in obj["figures"].items()},
+            claims=[Claim(**{k: v for k, v in c.items() if k != "passed"}) for c in obj["claims"]],
+            data=obj.get("data", {}),
+            provenance=obj.get("provenance", {}),
+        )
+
+
+def _to_builtin(value):
+    """numpy / torch scalars to plain Python numbers so results serialise to JSON."""
+    if hasattr(value, "item") and not isinstance(value, (list, dict)):
+        try:
+            return value.item()
+        except (ValueError, RuntimeError):
+            pass
+    return value

@@ -1,0 +1,220 @@
+"""Build-time glue for gen/ scripts: run a page's experiments, fill its placeholders, list its claims.
+
+A page's prose lives in docs/; its gen script does
+
+    with Page("01-where-the-bytes-go.md") as page:
+        page.run("adamw-bytes")
+
+and the prose refers to computed values by name:
+
+    {{ adamw-bytes.mixed_bytes_per_param }}     value with unit (or `| GB`, `| value`, `| .2f`)
+    {{ table adamw-bytes.categories }}          a markdown table
+    {{ figure adamw-bytes.share }}              a figure with its caption and provenance
+    {{ fact gpus.H100-SXM.hbm_gb }}             an outside fact, with a footnote naming its source
+    {{ stored roofline }}                       stored GPU measurements of an experiment, stale ones marked
+    {{ claims }}                                where the "Checked on this page" box goes (default: end)
+
+An unknown name, a failed claim or an experiment error stops the build with one message that names
+the page. Only this module imports mkdocs; the library itself does not.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from pathlib import Path
+
+from distlab import experiments
+from distlab.facts import fact
+from distlab.results import Result, format_quantity
+
+PLACEHOLDER = re.compile(r"\{\{\s*(.+?)\s*\}\}")
+_PROCESSED: set[str] = set()
+
+
+class BuildError(Exception):
+    """A page cannot be built truthfully. Raised as mkdocs' PluginError during a build."""
+
+
+def _fail(message: str):
+    try:
+        from mkdocs.exceptions import PluginError
+    except ImportError:  # outside mkdocs (tests calling render directly)
+        raise BuildError(message) from None
+    raise PluginError(message)
+
+
+def _log(message: str) -> None:
+    print(f"distlab: {message}", file=sys.stderr, flush=True)
+
+
+class Page:
+    def __init__(self, path: str):
+        self.path = path
+        self.results: dict[str, Result] = {}
+        self.stored: dict[str, list[tuple[Result, bool]]] = {}
+        self.footnotes: dict[str, str] = {}
+
+    def __enter__(self) -> Page:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.write()
+
+    # ------------------------------------------------------------ experiments
+    def run(self, name: str, device: str = "cpu") -> Result:
+        start = time.perf_counter()
+        try:
+            result, cached = experiments.run(name, device)
+        except Exception as exc:  # noqa: BLE001 - any failure must name the page and experiment
+            _fail(f"page {self.path}: experiment {name!r} failed: {type(exc).__name__}: {exc}")
+        _log(f"{name:<28} {'cached' if cached else f'ran in {time.perf_counter() - start:.1f} s'}")
+        for claim in result.failed_claims:
+            _fail(f"page {self.path}: claim {claim.name!r} of experiment {name!r} failed: {claim.describe()}")
+        self.results[name] = result
+        self.stored[name] = experiments.stored(name)
+        return result
+
+    # ------------------------------------------------------------ rendering
+    def render(self, source: str) -> str:
+        body = PLACEHOLDER.sub(lambda m: self._expand(m.group(1)), source)
+        claims = self.claims_markdown()
+        body = body.replace("\x00CLAIMS\x00", claims) if "\x00CLAIMS\x00" in body else body + "\n" + claims
+        if self.footnotes:
+            body += "\n\n" + "\n".join(f"[^{k}]: {v}" for k, v in self.footnotes.items()) + "\n"
+        return body
+
+    def _expand(self, text: str) -> str:
+        word, _, rest = text.partition(" ")
+        try:
+            if text == "claims":
+                return "\x00CLAIMS\x00"
+            if word == "table":
+                exp, name = self._split(rest)
+                return "\n" + self._result(exp).tables[name].to_markdown() + "\n"
+            if word == "figure":
+                return self._figure(*self._split(rest))
+            if word == "fact":
+                return self._fact(rest)
+            if word == "stored":
+                return self.stored_markdown(rest.strip())
+            ref, _, spec = (s.strip() for s in text.partition("|"))
+            exp, name = self._split(ref)
+            q = self._result(exp).quantities[name]
+            return format_quantity(q.value, q.unit, spec)
+        except KeyError as exc:
+            _fail(f"page {self.path}: unknown placeholder {{{{ {text} }}}}: {exc.args[0]}")
+
+    def _split(self, ref: str) -> tuple[str, str]:
+        exp, dot, name = ref.strip().partition(".")
+        if not dot:
+            raise KeyError(f"{ref!r} is not experiment.name")
+        return exp, name
+
+    def _result(self, exp: str) -> Result:
+        if exp not in self.results:
+            raise KeyError(f"experiment {exp!r} is not run by this page's gen script "
+                           f"(runs: {', '.join(self.results) or 'none'})")
+        return _Lookup(self.results[exp])
+
+    def _figure(self, exp: str, name: str) -> str:
+        result = self._result(exp)
+        fig = result.figures[name]
+        target = f"figures/{exp}--{name}.png"
+        _write_bytes(target, fig.png)
+        href = "../" * self.path.count("/") + target
+        return f"![{fig.caption}]({href})\n\n*{fig.caption}* {self._where(result.provenance, result.kind)}"
+
+    def _fact(self, path: str) -> str:
+        f = fact(path.strip())
+        key = f"{f.source.key}"
+        self.footnotes[key] = f.source.citation()
+        return f"{format_quantity(f.value, f.unit)}[^{key}]"
+
+    @staticmethod
+    def _where(prov: dict, kind: str = "measured") -> str:
+        if kind != "measured":
+            return f"({kind}; code {prov.get('code_version', '?')})"
+        return (f"(measured on {prov.get('hardware', '?')}, torch {prov.get('torch', '?')}, "
+                f"code {prov.get('code_version', '?')}, {prov.get('date', '?')})")
+
+    def stored_markdown(self, exp: str) -> str:
+        if exp not in self.stored:
+            raise KeyError(f"experiment {exp!r} is not run by this page's gen script")
+        rows = self.stored[exp]
+        if not rows:
+            return (f"!!! note \"No stored GPU results for `{exp}`\"\n    None exist yet. On a machine with a "
+                    f"GPU, `distlab run {exp} --device cuda --store` measures them and writes "
+                    f"`results/<gpu>/{exp}.json`.\n")
+        out = []
+        for result, stale in rows:
+            p = result.provenance
+            flag = " — **stale: the experiment's code changed since**" if stale else ""
+            out.append(f"**{p.get('hardware')}**, torch {p.get('torch')}, code {p.get('code_version')}, "
+                       f"{p.get('date')}{flag}\n")
+            for name, q in result.quantities.items():
+                out.append(f"- {q.description or name}: {format_quantity(q.value, q.unit)}")
+            out.append("")
+        return "\n".join(out)
+
+    def claims_markdown(self) -> str:
+        lines = []
+        for result in self.results.values():
+            for c in result.claims:
+                lines.append(f"    - ✅ **{c.name}** — {c.describe()}" + (f"; {c.formula}" if c.formula else ""))
+        if not lines:
+            return ""
+        where = "\n".join(f"    - `{exp}`: {self._where(r.provenance, r.kind)}" for exp, r in self.results.items())
+        return (f"\n??? success \"Checked on this page: {len(lines)} claims, all passed at build time\"\n"
+                + "\n".join(lines) + "\n\n    Experiments:\n\n" + where + "\n")
+
+    def write(self) -> None:
+        import mkdocs_gen_files
+
+        _PROCESSED.add(self.path)
+        src = Path(mkdocs_gen_files.config["docs_dir"]) / self.path
+        with mkdocs_gen_files.open(self.path, "w") as f:
+            f.write(self.render(src.read_text(encoding="utf-8")))
+        mkdocs_gen_files.set_edit_path(self.path, self.path)
+
+
+class _Lookup:
+    """A result whose missing keys raise KeyError messages that list what exists."""
+
+    def __init__(self, result: Result):
+        self._r = result
+        self.provenance, self.kind = result.provenance, result.kind
+        self.quantities = _Named(result.quantities, f"{result.name} quantity")
+        self.tables = _Named(result.tables, f"{result.name} table")
+        self.figures = _Named(result.figures, f"{result.name} figure")
+
+
+class _Named(dict):
+    def __init__(self, d: dict, what: str):
+        super().__init__(d)
+        self.what = what
+
+    def __missing__(self, key):
+        raise KeyError(f"no {self.what} {key!r}; known: {', '.join(sorted(self)) or 'none'}")
+
+
+def _write_bytes(target: str, data: bytes) -> None:
+    import mkdocs_gen_files
+
+    with mkdocs_gen_files.open(target, "wb") as f:
+        f.write(data)
+
+
+def check_unprocessed_pages() -> None:
+    """Fail the build when a page that no gen script processed still holds a placeholder."""
+    import mkdocs_gen_files
+
+    docs = Path(mkdocs_gen_files.config["docs_dir"])
+    for md in sorted(docs.rglob("*.md")):
+        rel = md.relative_to(docs).as_posix()
+        if rel not in _PROCESSED:
+            m = PLACEHOLDER.search(md.read_text(encoding="utf-8"))
+            if m:
+                _fail(f"page {rel}: placeholder {m.group(0)} but no gen script processes this page")
