@@ -20,6 +20,7 @@ the page. Only this module imports mkdocs; the library itself does not.
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 import time
@@ -30,6 +31,7 @@ from distlab.facts import fact
 from distlab.results import Result, format_quantity
 
 PLACEHOLDER = re.compile(r"\{\{\s*(.+?)\s*\}\}")
+ONLY_ENV = "DISTLAB_ONLY"  # comma-separated page paths: build just these (others become a short notice)
 _PROCESSED: set[str] = set()
 
 
@@ -64,7 +66,14 @@ class Page:
             self.write()
 
     # ------------------------------------------------------------ experiments
-    def run(self, name: str, device: str = "cpu") -> Result:
+    @property
+    def skipped(self) -> bool:
+        only = os.environ.get(ONLY_ENV, "")
+        return bool(only) and self.path not in only.split(",")
+
+    def run(self, name: str, device: str = "cpu") -> Result | None:
+        if self.skipped:
+            return None
         start = time.perf_counter()
         try:
             result, cached = experiments.run(name, device)
@@ -175,8 +184,14 @@ class Page:
 
         _PROCESSED.add(self.path)
         src = Path(mkdocs_gen_files.config["docs_dir"]) / self.path
+        text = src.read_text(encoding="utf-8")
+        if self.skipped:
+            title = text.splitlines()[0] if text.startswith("# ") else "# (page)"
+            text = f"{title}\n\nNot built: {ONLY_ENV} names other pages.\n"
+        else:
+            text = self.render(text)
         with mkdocs_gen_files.open(self.path, "w") as f:
-            f.write(self.render(src.read_text(encoding="utf-8")))
+            f.write(text)
         mkdocs_gen_files.set_edit_path(self.path, self.path)
 
 
