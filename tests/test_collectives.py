@@ -137,3 +137,27 @@ def test_bad_input_is_a_value_error():
     with pytest.raises(ValueError, match="nodes"):
         c.hierarchical_allreduce_seconds(1e6, 8, 0)
     assert math.isfinite(c.hierarchical_allreduce_seconds(0, 8, 2))
+
+
+def test_flat_ring_is_limited_by_what_a_node_can_push_out():
+    """A ring over 2 nodes with 4 of its GPUs per node: min(450, 4 x 50) = 200 GB/s per rank, network alpha.
+    Would catch a flat ring credited with NVLink bandwidth because most of its hops are NVLink."""
+    from distlab.placement import flat_ring_link
+
+    lk = flat_ring_link(4, nodes=2)
+    assert lk.bandwidth_bytes_per_s == 200e9 and lk.alpha_s == pytest.approx(2.7e-6)
+    assert flat_ring_link(8, nodes=4).bandwidth_bytes_per_s == 400e9
+    assert flat_ring_link(8, nodes=1).bandwidth_bytes_per_s == 450e9
+
+
+def test_tp_worked_example_by_hand():
+    """Llama 2 70B, TP=8 in one node: 4 x 80 all-reduces of 4096 x 8192 x 2 bytes, each 14 x 0.6 us +
+    1.75 x 67,108,864 / 450e9 s. Would catch a TP count of 2 per layer (forward only) or fp32 activations."""
+    from distlab.placement import tp_step_seconds
+
+    t = tp_step_seconds("70B", 8, 8)
+    assert t["message_bytes"] == 67_108_864 and t["allreduces"] == 320
+    per = 14 * 0.6e-6 + 1.75 * 67_108_864 / 450e9
+    assert t["comm_s"] == pytest.approx(320 * per, rel=1e-12)
+    with pytest.raises(ValueError, match="multiple"):
+        tp_step_seconds("70B", 8, 3)
