@@ -183,10 +183,3 @@ def peak_bytes(fn, device: str) -> int:
         live += nbytes
         peak = max(peak, live)
     return peak
-
-
-def fitted_exponent(xs, ys) -> float:
-    """Least-squares slope of log y against log x: y ~ x^slope."""
-    lx, ly = [math.log(x) for x in xs], [math.log(y) for y in ys]
-    mx, my = sum(lx) / len(lx), sum(ly) / len(ly)
-    return sum((a - mx) * (b - my) for a, b in zip(lx, ly)) / sum((a - mx) ** 2 for a in lx)
