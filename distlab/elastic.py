@@ -39,7 +39,7 @@ def simulate(nodes: int, preempt_per_hour: float, replace_hours: float, *, elast
     change = rng.exponential(HOUR / preempt_per_hour, nodes)  # next up/down flip of each node
     t, committed, paid_node_s, all_up_s, up_node_s = 0.0, 0.0, 0.0, 0.0, 0.0
     run_start, rate = 0.0, 1.0  # the job starts at once on all nodes
-    restarts = 0
+    restarts = preemptions = 0
 
     def commit(until: float) -> float:
         if run_start is None or until <= run_start:
@@ -59,6 +59,7 @@ def simulate(nodes: int, preempt_per_hour: float, replace_hours: float, *, elast
             committed += commit(horizon)
             break
         up[i] = not up[i]
+        preemptions += not up[i]
         change[i] = t + rng.exponential(HOUR / preempt_per_hour if up[i] else replace_hours * HOUR)
         k_new = int(up.sum())
         runnable = k_new >= min_nodes if elastic else k_new == nodes
@@ -67,7 +68,8 @@ def simulate(nodes: int, preempt_per_hour: float, replace_hours: float, *, elast
             restarts += runnable
             run_start, rate = (t + restart_s, k_new / nodes if elastic else 1.0) if runnable else (None, rate)
     return {"work_hours": committed, "paid_node_hours": paid_node_s / HOUR, "all_up": all_up_s / horizon,
-            "node_up": up_node_s / (nodes * horizon), "restarts": restarts, "horizon_hours": horizon_hours}
+            "node_up": up_node_s / (nodes * horizon), "restarts": restarts, "preemptions": preemptions,
+            "horizon_hours": horizon_hours}
 
 
 # A scenario, not a fact: 16 nodes, each preempted once per 20 hours on average, replacements after
