@@ -16,9 +16,13 @@ for naive attention and as N for the tiled one).
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
+
+from distlab.experiments import experiment
+from distlab.results import Quantity, Result
 
 IMPLS = ("triton", "tiled", "naive")
 
@@ -183,3 +187,154 @@ def peak_bytes(fn, device: str) -> int:
         live += nbytes
         peak = max(peak, live)
     return peak
+
+
+@contextlib.contextmanager
+def _threads(n: int):
+    """CPU measurements on a crowded machine: one intra-op thread avoids oversubscription stalls."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
+
+# ---------------------------------------------------------------- experiment: exactness
+def online_softmax_trace(scores, block: int):
+    """The running (max, sum) of one row's softmax, block by block, as the kernel keeps them."""
+    m, l, rows = float("-inf"), 0.0, []  # noqa: E741 - the paper's symbols
+    for j0 in range(0, len(scores), block):
+        s = scores[j0:j0 + block]
+        m_new = max(m, max(s))
+        alpha = math.exp(m - m_new)
+        l = l * alpha + sum(math.exp(x - m_new) for x in s)  # noqa: E741
+        rows.append((j0 // block + 1, max(s), m_new, alpha, l))
+        m = m_new
+    return rows
+
+
+def max_errors(outputs, reference) -> float:
+    """Largest |x - ref| over O, dQ, dK and dV."""
+    return max((a.double() - b.double()).abs().max().item() for a, b in zip(outputs, reference))
+
+
+def rounding_atol(reference, dtype) -> float:
+    """The FlashAttention repository's slack: twice the rounding error of `dtype` at the reference's
+    magnitudes, measured as |(x + 0.3) - 0.3 - x| in that dtype."""
+    worst = 0.0
+    for ref in reference:
+        x = ref.to(dtype)
+        worst = max(worst, ((x + 0.3) - 0.3 - x).abs().max().item())
+    return 2 * worst
+
+
+@experiment("flash-attention-exact", "online softmax and the Triton kernel against float64 attention")
+def flash_attention_exact(device: str) -> Result:
+    r = Result("flash-attention-exact")
+    g = torch.Generator().manual_seed(0)
+    row = (torch.randn(32, generator=g, dtype=torch.float64) * 3).tolist()
+    trace = online_softmax_trace(row, 8)
+    exact = sum(math.exp(x - max(row)) for x in row)
+    r.table("trace", ["block", "block max", "running max m", "rescale exp(m_old - m)", "running sum l"],
+            [[b, f"{bm:.4f}", f"{m:.4f}", f"{a:.4g}", f"{s:.6f}"] for b, bm, m, a, s in trace],
+            caption="One row of 32 scores in blocks of 8: the state the kernel carries between key blocks.")
+    r.claim("online softmax: final running sum = softmax denominator (float64)", trace[-1][4], exact,
+            rel_tol=1e-14, formula="sum_j exp(s_j - max s)")
+    b, h, n, d = (2, 4, 4096, 128) if device == "cuda" else (1, 2, 1000, 64)
+    with _threads(1 if device == "cpu" else torch.get_num_threads()):
+        for causal in (False, True):
+            q, k, v, do = random_qkv(b, h, n, d, torch.float64, device)
+            naive, tiled = (forward_backward(i, q, k, v, do, causal) for i in ("naive", "tiled"))
+            err = max_errors(tiled, naive)
+            tag = "causal" if causal else "full"
+            r.add(f"tiled_err_{tag}", err, "", f"tiled vs naive, float64, N={n}, {tag}: max |diff| of O, dQ, dK, dV")
+            r.claim(f"tiled = naive in float64 up to rounding (N={n}, d={d}, {tag})", err, 0, abs_tol=1e-12)
+        rows = []
+        n_kernel = 4096 if device == "cuda" else 257
+        for dtype, name in ((torch.float32, "fp32"), (torch.bfloat16, "bf16"), (torch.float16, "fp16")):
+            q, k, v, do = random_qkv(b, h, n_kernel, d, torch.float64, device, seed=1)
+            ref = forward_backward("naive", q, k, v, do, True)
+            low = [t.to(dtype) for t in (q, k, v, do)]
+            ours = max_errors(forward_backward("triton", *low, True), ref)
+            torch_err = max_errors(forward_backward("naive", *low, True), ref)
+            atol = rounding_atol(ref, dtype)
+            rows.append([name, f"{ours:.3g}", f"{torch_err:.3g}", f"{ours / torch_err:.2f}", f"{atol:.3g}"])
+            r.add(f"kernel_err_{name}", ours, "", f"Triton kernel, {name}: max error vs float64 (O and gradients)")
+            r.add(f"torch_err_{name}", torch_err, "", f"PyTorch naive attention in {name}: max error vs float64")
+            r.claim(f"Triton kernel {name}: error <= 2 x PyTorch's {name} error + rounding slack (N={n_kernel}, "
+                    f"d={d}, causal)", ours, 2 * torch_err + atol, relation="<=",
+                    formula="the FlashAttention repository's test rule")
+    r.table("kernel", ["dtype", "kernel error", "PyTorch same-dtype error", "ratio", "slack"], rows,
+            caption=f"Max |error| over O, dQ, dK, dV against float64 naive attention; B={b}, H={h}, N={n_kernel}, "
+                    f"d={d}, causal ({'compiled' if device == 'cuda' else 'Triton interpreter'}).")
+    r.add("n_tiled", n, "", "sequence length of the float64 comparison")
+    r.add("n_kernel", n_kernel, "", "sequence length of the kernel comparison")
+    return r
+
+
+# ---------------------------------------------------------------- experiment: memory
+@experiment("flash-attention-memory", "peak memory of naive vs tiled attention (forward + backward) as N grows")
+def flash_attention_memory(device: str) -> Result:
+    r = Result("flash-attention-memory")
+    sizes = [1024, 2048, 4096, 8192, 16384] if device == "cuda" else [1024, 2048, 4096]
+    impls = ("naive", "tiled", "triton") if device == "cuda" else ("naive", "tiled")
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    heads, d, block = (4, 128, 128) if device == "cuda" else (1, 128, 128)
+    peaks = {impl: [] for impl in impls}
+    with _threads(1 if device == "cpu" else torch.get_num_threads()):
+        for n in sizes:
+            q, k, v, do = random_qkv(1, heads, n, d, dtype, device)
+            for impl in impls:
+                def step(impl=impl, q=q, k=k, v=v, do=do):
+                    if impl == "tiled":  # explicit blocks: 128 x 128 tiles
+                        o = TiledAttention.apply(q, k, v, False, None, block, block)
+                    else:
+                        o = attention(q, k, v, False, impl)
+                    o.backward(do)
+                for t in (q, k, v):
+                    t.grad = None
+                peaks[impl].append(peak_bytes(step, device))
+    from distlab.flash_attention_io import fitted_exponent
+
+    elem = torch.finfo(dtype).bits // 8
+    score_bytes = [heads * n * n * elem for n in sizes]  # one N x N matrix for all heads
+    slopes = {impl: fitted_exponent(sizes, peaks[impl]) for impl in impls}
+    r.claim("naive attention: peak memory ~ N^2 (fitted exponent)", slopes["naive"], 2, abs_tol=0.15)
+    r.claim("tiled attention: peak memory ~ N (fitted exponent)", slopes["tiled"], 1, abs_tol=0.15)
+    r.claim(f"naive holds at least two N x N matrices (S and P) at N={sizes[-1]}", peaks["naive"][-1],
+            2 * score_bytes[-1], relation=">=", unit="B")
+    r.claim(f"tiled holds less than one N x N matrix at N={sizes[-1]}", peaks["tiled"][-1], score_bytes[-1],
+            relation="<=", unit="B")
+    if "triton" in impls:
+        r.claim("Triton kernel: peak memory ~ N (fitted exponent)", slopes["triton"], 1, abs_tol=0.15)
+    for impl in impls:
+        r.add(f"slope_{impl}", slopes[impl], "", f"fitted exponent of peak memory vs N, {impl}")
+        r.add(f"peak_{impl}", peaks[impl][-1], "B", f"peak memory at N={sizes[-1]}, {impl}")
+    r.add("n_max", sizes[-1], "", "largest N measured")
+    r.add("ratio", peaks["naive"][-1] / peaks["tiled"][-1], "", f"naive / tiled peak at N={sizes[-1]}")
+    r.table("peaks", ["N"] + [f"{impl} peak" for impl in impls] + ["one N x N matrix"],
+            [[n] + [Quantity(peaks[impl][i], "B") for impl in impls] + [Quantity(score_bytes[i], "B")]
+             for i, n in enumerate(sizes)],
+            caption=f"Peak bytes above the inputs during forward + backward, B=1, H={heads}, d={d}, "
+                    f"{str(dtype).split('.')[-1]}; {'max_memory_allocated' if device == 'cuda' else 'CPU allocator'}"
+                    f" events (tiled: {block} x {block} tiles).")
+    _memory_figure(r, sizes, peaks, score_bytes, device)
+    return r
+
+
+def _memory_figure(r, sizes, peaks, score_bytes, device) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.8))
+    for impl, marker in (("naive", "o"), ("tiled", "s"), ("triton", "^")):
+        if impl in peaks:
+            ax.loglog(sizes, [p / 1e6 for p in peaks[impl]], marker + "-", label=impl)
+    ax.loglog(sizes, [s / 1e6 for s in score_bytes], "k:", label="one N x N score matrix")
+    ax.set(xlabel="sequence length N", ylabel="peak MB above inputs (fwd + bwd)")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3, which="both")
+    r.figure("peaks", fig, f"Peak memory of naive and tiled attention as N grows ({device})")
