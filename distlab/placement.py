@@ -31,6 +31,7 @@ from distlab.results import Quantity, Result
 BF16_BYTES = 2
 ASSUMED_MFU = 0.4  # a typical large-scale MFU (chapter 12 measures what is reachable); only scales compute time
 TP_ALLREDUCES_PER_LAYER = 4  # 2 forward (attention output, MLP output) + 2 backward (their conjugates)
+DDP_BUCKET_BYTES = 25 * 2**20  # DistributedDataParallel(bucket_cap_mb=25), PyTorch's default bucket
 
 
 def flat_ring_link(gpus_per_node: int, intra: str | Link = "NVLink4-H100", inter: str | Link = "InfiniBand-NDR",
@@ -72,6 +73,7 @@ def placement(device: str) -> Result:
     _time_vs_size(r)
     _tp_worked(r)
     _dp_hierarchical(r)
+    _overlap(r)
     return r
 
 
@@ -179,3 +181,28 @@ def _dp_hierarchical(r: Result) -> None:
     r.table("dp", ["message", "bytes", "flat ring, 8 NICs/node", "flat ring, 1 NIC/node",
                    "hierarchical (phases summed)", "hierarchical (phases pipelined: largest)"], rows,
             caption="All-reduce over 4 DGX H100 nodes x 8 GPUs (NVLink 4 inside, NDR between), ring model")
+
+
+def _overlap(r: Result) -> None:
+    """DP gradient all-reduce overlapped with backward (DDP buckets): the exposed part is what is left
+    when backward ends, at least the last bucket (it is ready only then). 7B on 4 nodes x 8 H100."""
+    m = preset("7B")
+    grad_bytes = BF16_BYTES * m.params()
+    lk = flat_ring_link(8, nodes=4)
+    comm = link_time_seconds("all-reduce", grad_bytes, 32, lk)
+    last = link_time_seconds("all-reduce", DDP_BUCKET_BYTES, 32, lk)
+    peak = fact("gpus.H100-SXM.bf16_dense_tflops").value * 1e12
+    r.add("overlap_comm_s", comm, "s", "7B gradient all-reduce, 32 GPUs")
+    r.add("overlap_last_bucket_s", last, "s", "the last 25 MiB bucket's all-reduce")
+    r.add("ddp_bucket_bytes", DDP_BUCKET_BYTES, "B", "DDP's default bucket")
+    rows = []
+    for tokens in (256, 1024, 4096):
+        backward = 4 * m.params() * tokens / (peak * ASSUMED_MFU)  # backward is 2/3 of 6·Ψ·tokens
+        exposed = max(comm - backward, 0.0) + last
+        rows.append([tokens, Quantity(backward, "s"), Quantity(comm, "s"), Quantity(exposed, "s"),
+                     f"{100 * exposed / (backward + exposed):.1f} %"])
+        r.add(f"overlap_{tokens}_exposed_s", exposed, "s", f"{tokens} tokens per GPU: exposed communication")
+        r.add(f"overlap_{tokens}_backward_s", backward, "s", f"{tokens} tokens per GPU: backward")
+    r.table("overlap", ["tokens per GPU per step", "backward", "gradient all-reduce", "exposed ≈ max(comm − "
+                        "backward, 0) + last bucket", "exposed share of backward + exposed"], rows,
+            caption=f"{m.name}, 4 nodes x 8 H100 (NVLink 4, NDR), flat ring, backward = 4·Ψ·tokens / (peak · MFU)")
