@@ -387,6 +387,10 @@ def _mistakes(r: Result) -> None:
     r.add("scenario_flops_per_token", right, "FLOP", "7B at s=4096: 6N + 12Lhs")
     r.add("scenario_mfu", correct, "fraction", "scenario MFU")
     r.add("scenario_pad_fraction", s["pad_fraction"], "fraction", "padding share")
+    # the same scenario as `distlab mfu` arguments (bare numbers, for the page's command line)
+    for key, value in (("params", n), ("tokens_total", tps), ("layers", m.layers), ("hidden", m.hidden),
+                       ("seq", m.seq)):
+        r.add(f"cli_{key}", value, "", f"scenario as a CLI argument: {key}")
 
 
 # ---------------------------------------------------------------- the CLI

@@ -173,13 +173,34 @@ def gpu_specs(device: str) -> Result:
         r.add(f"{slug}_bf16_over_fp32", g.peak_flops("bf16") / g.peak_flops("fp32"), "",
               f"{g.name} bf16 tensor-core peak / fp32 vector peak")
         r.add(f"{slug}_bytes_per_flop_bf16", 1 / g.ridge("bf16"), "B/FLOP", f"{g.name} HBM bytes per bf16 FLOP")
+        # a square bf16 GEMM has intensity 2n / (3 x 2 B): it reaches the ridge at n = 3 x ridge
+        r.add(f"{slug}_square_gemm_n_at_ridge", 3 * g.ridge("bf16"), "", f"{g.name}: bf16 n x n GEMM at the ridge")
     h100 = gpu("H100-SXM")
+    _worked_problems(r, h100)
     r.add("h100_smem_per_sm", h100.smem_per_sm_bytes, "B", "H100 shared memory per SM")
     r.add("h100_l2", h100.l2_bytes, "B", "H100 L2")
     r.add("h100_sms", h100.sms, "", "H100 SMs")
     r.add("h100_peak_bf16", h100.peak_flops("bf16"), "FLOP/s", "H100 dense bf16 peak")
     r.add("h100_hbm_bw", h100.hbm_bytes_per_s, "B/s", "H100 HBM bandwidth")
     return r
+
+
+REPORTED_MFU = 0.60  # worked problem: an MFU a team reports with a peak hard-coded for the A100
+
+
+def _worked_problems(r: Result, h100: GPU) -> None:
+    from distlab.model_shapes import preset
+
+    n = preset("7B").params()
+    weights = 2 * n  # bf16
+    r.add("wp_7b_weights", weights, "B", "Llama 2 7B bf16 weights")
+    r.add("wp_7b_decode_s", weights / h100.hbm_bytes_per_s, "s", "batch-1 decode step: weights / HBM bandwidth")
+    r.add("wp_7b_decode_tokens_per_s", h100.hbm_bytes_per_s / weights, "tokens/s", "batch-1 decode ceiling")
+    r.add("wp_7b_decode_mfu", 2 * n * h100.hbm_bytes_per_s / weights / h100.peak_flops("bf16"), "fraction",
+          "batch-1 decode at the memory roof: share of the bf16 peak")
+    r.add("wp_reported_mfu", REPORTED_MFU, "fraction", "reported MFU with the A100 peak")
+    r.add("wp_true_mfu", REPORTED_MFU * gpu("A100-SXM-80GB").peak_flops("bf16") / h100.peak_flops("bf16"),
+          "fraction", "the same run against the H100 peak")
 
 
 def _tf(g: GPU, dtype: str) -> str:
@@ -193,13 +214,14 @@ UNIT_ROUNDOFF = {"fp32": 2.0**-24, "tf32": 2.0**-11, "bf16": 2.0**-8, "fp16": 2.
 MATMUL_N = {"cpu": 1000, "cuda": 8192}
 
 
-def _matmul_variants(a, b, device: str) -> dict:
-    """dtype -> a zero-argument function computing a @ b in that dtype (inputs cast once, outside timing)."""
+def _matmul_variants(a, b, gpu_paths: bool) -> dict:
+    """dtype -> a zero-argument function computing a @ b in that dtype (inputs cast once, outside timing).
+    gpu_paths adds tf32 (a CUDA flag; elsewhere it is plain fp32) and fp8 (torch._scaled_mm, per-tensor scales)."""
     import torch
 
     a16, b16 = a.bfloat16(), b.bfloat16()
     variants = {"fp32": lambda: _with_tf32(False, lambda: a @ b), "bf16": lambda: a16 @ b16}
-    if device == "cuda":
+    if gpu_paths:
         variants["tf32"] = lambda: _with_tf32(True, lambda: a @ b)
         e4m3 = torch.float8_e4m3fn
         scale_a = (a.abs().max() / torch.finfo(e4m3).max).float()  # per-tensor scales: largest |x| -> 448
@@ -254,7 +276,7 @@ def _matmul_dtypes(device: str) -> Result:
     b = torch.randn(n, n, device=device, generator=g)
     ref = a.double() @ b.double()
     flops = gemm_flops(n, n, n)
-    variants, rows, errors, rates, skipped = _matmul_variants(a, b, device), [], {}, {}, []
+    variants, rows, errors, rates, skipped = _matmul_variants(a, b, device == "cuda"), [], {}, {}, []
     kernels = []
     for dt, fn in variants.items():
         try:
@@ -287,7 +309,7 @@ def _matmul_dtypes(device: str) -> Result:
         if peak:
             r.claim(f"{chip.name} {dt}: achieved at most the dense datasheet peak", rates[dt], peak, relation="<=",
                     rel_tol=0.02, unit="FLOP/s")
-    if device == "cuda":
+    if chip:  # a known datacenter chip: tensor cores for bf16 and tf32
         r.claim("bf16 at least 4x fp32 (tensor cores vs vector units)", rates["bf16"], 4 * rates["fp32"],
                 relation=">=", unit="FLOP/s")
         r.claim("tf32 at least 2x fp32", rates["tf32"], 2 * rates["fp32"], relation=">=", unit="FLOP/s")

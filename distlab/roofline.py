@@ -87,6 +87,8 @@ class Kernel:
     flops: int
     bytes: int
     shape: str = ""
+    tensors: tuple = ()
+    """The operands and the result, for checks (the counts above come from them)."""
 
     @property
     def intensity(self) -> float:
@@ -103,17 +105,18 @@ def gemm_kernel(name: str, n: int, dtype, device: str, batch: int = 0) -> Kernel
     a, b, c = _rand(shape, dtype, device), _rand(shape, dtype, device), torch.empty(shape, dtype=dtype, device=device)
     fn = (lambda: torch.bmm(a, b, out=c)) if batch else (lambda: torch.mm(a, b, out=c))
     return Kernel(name, fn, gemm_flops(n, n, n, max(batch, 1)), min_bytes(a, b, c),
-                  f"{batch} x " * bool(batch) + f"{n}x{n} @ {n}x{n}")
+                  f"{batch} x " * bool(batch) + f"{n}x{n} @ {n}x{n}", (a, b, c))
 
 
 def add_kernel(name: str, n: int, dtype, device: str) -> Kernel:
     x, y, z = _rand(n, dtype, device), _rand(n, dtype, device), torch.empty(n, dtype=dtype, device=device)
-    return Kernel(name, lambda: torch.add(x, y, out=z), n, min_bytes(x, y, z), f"{n:,} + {n:,}")
+    return Kernel(name, lambda: torch.add(x, y, out=z), n, min_bytes(x, y, z), f"{n:,} + {n:,}", (x, y, z))
 
 
 def matvec_kernel(name: str, m: int, n: int, dtype, device: str) -> Kernel:
     a, x, y = _rand((m, n), dtype, device), _rand(n, dtype, device), torch.empty(m, dtype=dtype, device=device)
-    return Kernel(name, lambda: torch.mv(a, x, out=y), gemm_flops(m, 1, n), min_bytes(a, x, y), f"{m}x{n} @ {n}")
+    return Kernel(name, lambda: torch.mv(a, x, out=y), gemm_flops(m, 1, n), min_bytes(a, x, y), f"{m}x{n} @ {n}",
+                  (a, x, y))
 
 
 def stream_kernels(n: int, dtype, device: str) -> list[Kernel]:
@@ -277,7 +280,7 @@ def _roofline(device: str) -> Result:
 
     panel = _panel_gpu(device, r, points, b)
     if device == "cuda":
-        _check_against_datasheet(r, roof, panel)
+        _check_against_datasheet(r, roof, match_device(hardware(device)))
     _figures(r, roof, pts, sweep, panel, device)
     return r
 
@@ -373,7 +376,7 @@ def _figures(r: Result, roof: Ceilings, pts: list[dict], sweep: list, chip, devi
 
 
 def _roof_axes(ax, roof: Ceilings, title: str) -> None:
-    xs = [2.0**k for k in range(-6, 15)]
+    xs = sorted([2.0**k for k in range(-6, 15)] + [roof.ridge])
     ax.loglog(xs, [roof.attainable(x) for x in xs], "k-", lw=1.5)
     ax.axvline(roof.ridge, color="grey", lw=0.6, ls=":")
     ax.annotate(f"ridge {roof.ridge:.3g} FLOP/B", (roof.ridge, roof.peak_flops / 30), fontsize=7, rotation=90)
