@@ -1,5 +1,6 @@
-# Chapter 9: interconnect and the collective cost model.
+# Chapter 9: interconnect data, the alpha-beta cost model fitted to real collectives, and placement.
 from distlab.site import Page
 
 with Page("09-interconnect.md") as page:
-    pass
+    page.run("placement")
+    page.run("collective-fit")
