@@ -7,8 +7,15 @@ STAMP  := $(VENV)/.installed
 PORT   ?= 8000
 export NO_MKDOCS_2_WARNING := 1
 export DISABLE_MKDOCS_2_WARNING := true
+# The site's math is rendered by KaTeX served from the site itself (no CDN): installed from the npm
+# registry into the venv, copied into each build by gen/calculator.py.
+KATEX_VERSION := 0.19.1
+KATEX_DIR     := $(VENV)/share/katex
+KATEX_STAMP   := $(KATEX_DIR)/.katex-$(KATEX_VERSION)
+# The browser tests drive Debian's chromium through Playwright (never a Playwright browser download).
+CHROMIUM      := /usr/bin/chromium
 
-.PHONY: setup site serve test lint experiments gpu-results clean
+.PHONY: setup site serve test browser lint experiments gpu-results clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,7 +25,17 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e ".[dev]"
 	touch $(STAMP)
 
-setup: $(STAMP)
+$(KATEX_STAMP): | $(STAMP)
+	rm -rf $(KATEX_DIR) && mkdir -p $(KATEX_DIR)
+	cd $(KATEX_DIR) && npm pack --silent katex@$(KATEX_VERSION) > /dev/null \
+		&& tar -xzf katex-$(KATEX_VERSION).tgz --strip-components=1 package/dist package/LICENSE \
+		&& mv dist/* . && rmdir dist && rm katex-$(KATEX_VERSION).tgz
+	touch $(KATEX_STAMP)
+
+setup: $(STAMP) $(KATEX_STAMP)
+
+browser:                   ## Debian's chromium for the browser tests; nothing to do when it is installed
+	@test -x $(CHROMIUM) || { apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium; }
 
 site: setup                ## run every experiment (cached) and build the site into site/
 	$(BIN)/mkdocs build --strict
@@ -26,7 +43,7 @@ site: setup                ## run every experiment (cached) and build the site i
 serve: setup               ## build, then serve on http://127.0.0.1:8000 with live reload
 	$(BIN)/mkdocs serve --strict -a 127.0.0.1:$(PORT)
 
-test: setup                ## lint, then the whole suite, including a strict site build
+test: setup browser        ## lint, then the whole suite: a strict site build, browser tests in chromium
 	$(BIN)/ruff check distlab gen tests
 	$(BIN)/python -m pytest
 
