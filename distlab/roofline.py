@@ -331,7 +331,8 @@ def _figures(r: Result, roof: Ceilings, pts: list[dict], sweep: list, chip, devi
 
     markers = {"large GEMM": "s", "elementwise add": "o", "batch-1 matvec": "^"}
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-    _roof_axes(axes[0], roof, f"This machine ({device}): measured ceilings")
+    here = "one core of the build machine" if device == "cpu" else hardware(device)
+    _roof_axes(axes[0], roof, f"{here}: measured ceilings")
     for p in pts:
         axes[0].plot(p["intensity"], p["flops_per_s"], markers[p["name"]], ms=8, label=f"{p['name']} (measured)")
     axes[0].legend(fontsize=7, loc="lower right")
@@ -357,7 +358,7 @@ def _figures(r: Result, roof: Ceilings, pts: list[dict], sweep: list, chip, devi
              "the same shapes in bf16 would sit at best, filled ones stored GPU measurements when there are any")
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-    _roof_axes(axes[0], roof, "Square GEMM sweep on this machine")
+    _roof_axes(axes[0], roof, f"Square GEMM sweep, {here}")
     axes[0].plot([p[2] for p in sweep], [p[3] for p in sweep], "o-", label="batched n x n GEMM (measured)")
     for s, _, i, f in sweep:
         axes[0].annotate(str(s), (i, f), fontsize=7, textcoords="offset points", xytext=(3, -10))

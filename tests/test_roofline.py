@@ -65,7 +65,7 @@ def test_time_kernels_interleaves_rounds():
     assert {k: len(v) for k, v in times.items()} == {"a": 3, "b": 3, "c": 3}
 
 
-def test_experiment_code_path_at_small_sizes(monkeypatch):
+def test_experiment_code_path_at_small_sizes(monkeypatch, tmp_path):
     """The whole experiment (tables, figures, claims) on tiny sizes: the counted-intensity claims are exact
     whatever the timing; the timing claims are not asserted here (tiny arrays live in cache)."""
     small = dict(roofline.CONFIG["cpu"], ceiling_n=128, gemm_n=96, add_n=2**16 + 3, mv=(97, 130), stream_n=2**16,
@@ -81,3 +81,13 @@ def test_experiment_code_path_at_small_sizes(monkeypatch):
     assert all(c.passed for c in datasheet if "GEMM" not in c.name)
     assert not any(c.passed for c in datasheet if "GEMM" in c.name)
     assert torch.get_num_threads() >= 1  # one_core restored the thread count
+
+    # A stored GPU measurement puts its chip's datasheet roofline (and its points) in the right panel.
+    from distlab import experiments
+
+    r.provenance = {"hardware": "NVIDIA H200", "device": "cuda", "code_hash": "old", "date": "2026-01-01"}
+    experiments.save(r, tmp_path / "nvidia-h200", "roofline")
+    monkeypatch.setenv("DISTLAB_RESULTS", str(tmp_path))
+    again = roofline.roofline("cpu")
+    assert again.data["panel_gpu"] == "H200"
+    assert again.quantities["panel_ridge"].value == pytest.approx(989 / 4.8)
