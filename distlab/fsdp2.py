@@ -139,7 +139,7 @@ def fsdp2_equivalence(device: str) -> Result:
     r.add("steps", STEPS, "", "AdamW steps")
     tol = fp32_tolerance(ref, device)  # summation order only (see zero1-emulation)
     r.add("tolerance", tol, "", "tolerance on max |Δparam|")
-    for variant, label in (("ddp", "torch DDP"), ("fp32", "FSDP2 fp32")):
+    for variant, label in (("ddp", "torch DDP (FSDP2's model)"), ("fp32", "FSDP2 fp32")):
         equivalence_claims(r, label, variant, [x[variant]["params"] for x in ranks], ref, tol)
     _bf16(r, ranks, ref, ref_bf16, start)
     _bytes(r, ranks, n, world)
@@ -184,7 +184,7 @@ def _bytes(r: Result, ranks: list, n: int, world: int) -> None:
 def _traffic(r: Result, rank0: dict, n: int, world: int) -> None:
     sent = {v: rank0[v]["sent_per_step"] for v in VARIANTS}
     rows = [[label, ", ".join(f"{op} {s['calls'] // STEPS}x {s['message_bytes'] // STEPS:,} B"
-                              for op, s in rank0[v]["comm"].items() if op != "broadcast"), sent[v]]
+                              for op, s in rank0[v]["comm"].items() if op != "broadcast"), round(sent[v])]
             for v, label in (("ddp", "torch DDP (fp32)"), ("fp32", "FSDP2 fp32"), ("bf16", "FSDP2 bf16"))]
     r.table("traffic", ["run", "collectives per step (calls, message)", "bytes sent per rank per step"], rows,
             caption=f"counted by distlab.comm_counter on rank 0 of {world}")

@@ -242,10 +242,10 @@ def zero1_emulation(device: str) -> Result:
                            ("ddp", "torch DDP")):
         diff = equivalence_claims(r, label, variant, [x[variant]["params"] for x in ranks], ref, tol)
         sent = ranks[0][variant]["sent_per_step"]
-        rows.append([label, _ops(ranks[0][variant]["comm"]), sent, diff])
+        rows.append([label, _ops(ranks[0][variant]["comm"]), round(sent), diff])
         r.add(f"{variant}_sent_bytes", sent, "B", f"{label}: bytes sent per rank per step")
     r.table("variants", ["variant", "collectives per step (calls, message)", "bytes sent per rank per step",
-                         "max |Δparam| vs one process (key biases apart)"], rows,
+                         "max abs Δparam vs one process (key biases apart)"], rows,
             caption=f"{world} ranks, {STEPS} AdamW steps, fp32 gradients (4 bytes per element)")
     _traffic_claims(r, ranks[0], n, world)
     _state_claims(r, ranks, ref["mv_bytes"], n, shard, world)

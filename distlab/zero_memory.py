@@ -128,28 +128,28 @@ def traffic_bytes_per_gpu(params: int, gpus: int, zero: int, bytes_per_elem: int
 
 
 # ---------------------------------------------------------------- other tools' conventions
-def conventions(gpus: int) -> list[tuple[str, str, float, str]]:
-    """(tool, what it counts, bytes per parameter per GPU at `gpus`, formula) for the conventions readers
-    meet, derived from chapter 1's dtype sizes: fp32 gradients cost what chapter 1's fp32 gradients cost."""
+def conventions(gpus: int) -> dict[str, tuple[str, str, float, str]]:
+    """key -> (tool, what it counts, bytes per parameter per GPU at `gpus`, formula) for the conventions
+    readers meet, derived from chapter 1's dtype sizes (an fp32 gradient costs what chapter 1's fp32
+    gradient costs). Sources: Megatron-LM's distributed-optimizer guide, DeepSpeed's memory estimators."""
     mixed = bytes_per_param_by_state("mixed")
     fp32_grad = bytes_per_param_by_state("fp32")["grads"]
-    ours = sum(mixed.values())
     p, g, o = mixed["params"], mixed["grads"], mixed["optimizer"]
-    n = gpus
-    return [
-        ("ZeRO paper, this site (DDP)", "bf16 weights and gradients, fp32 master, m, v", ours,
-         f"{p} + {g} + {o} = {ours}"),
-        ("Megatron-LM, bf16 params + fp32 grads", "gradients accumulated in fp32 (main_grad)",
-         p + fp32_grad + o, f"{p} + {fp32_grad} + {o} = {p + fp32_grad + o}"),
-        ("Megatron-LM distributed optimizer", "ZeRO-1 with fp32 gradients",
-         p + fp32_grad + o / n, f"{p + fp32_grad} + {o}/N"),
-        ("this site, ZeRO-1", "bf16 gradients, optimizer sharded", p + g + o / n, f"{p + g} + {o}/N"),
-        ("DeepSpeed estimator, ZeRO-2", "an fp32 gradient partition beside the optimizer",
-         p + g + (o + fp32_grad) / n, f"{p + g} + {o + fp32_grad}/N"),
-        ("DeepSpeed estimator, ZeRO-3", "the same, all sharded (plus the largest layer, not shown)",
-         (p + fp32_grad + o) / n, f"{p + fp32_grad + o}/N"),
-        ("this site, ZeRO-3", "everything sharded", ours / n, f"{ours}/N"),
-    ]
+    ours, n = p + g + o, gpus
+    return {
+        "zero_paper": ("ZeRO paper, this site (DDP)", "bf16 weights and gradients, fp32 master, m, v", ours,
+                       f"{p} + {g} + {o} = {ours}"),
+        "megatron": ("Megatron-LM, bf16 params + fp32 grads", "gradients accumulated in fp32 (main_grad)",
+                     p + fp32_grad + o, f"{p} + {fp32_grad} + {o} = {p + fp32_grad + o}"),
+        "megatron_distributed": ("Megatron-LM distributed optimizer", "ZeRO-1 with fp32 gradients",
+                                 p + fp32_grad + o / n, f"{p + fp32_grad} + {o}/N"),
+        "zero1": ("this site, ZeRO-1", "bf16 gradients, optimizer sharded", p + g + o / n, f"{p + g} + {o}/N"),
+        "deepspeed_zero2": ("DeepSpeed estimator, ZeRO-2", "an fp32 gradient partition beside the optimizer",
+                            p + g + (o + fp32_grad) / n, f"{p + g} + {o + fp32_grad}/N"),
+        "deepspeed_zero3": ("DeepSpeed estimator, ZeRO-3", "the same, all sharded (plus the largest layer)",
+                            (p + fp32_grad + o) / n, f"{p + fp32_grad + o}/N"),
+        "zero3": ("this site, ZeRO-3", "everything sharded", ours / n, f"{ours}/N"),
+    }
 
 
 # ---------------------------------------------------------------- the `memory` calculator
@@ -225,7 +225,32 @@ def zero_memory(device: str) -> Result:
     _traffic(r, n, gpus)
     _conventions(r, gpus)
     _figure(r, n, hbm)
+    _worked(r, n, gpus, hbm)
     return r
+
+
+def _worked(r: Result, n: int, gpus: int, hbm: float) -> None:
+    """Numbers for the worked problems: 70B on 64 GPUs; 7B's traffic on NVLink vs a 400 Gb/s NIC."""
+    from distlab.collectives import per_direction_bytes_per_s
+    from distlab.facts import fact
+    from distlab.model_shapes import preset
+
+    big = preset("70B").params()
+    r.add("70b_params", big, "params", "Llama 2 70B parameters")
+    for z in (1, 2, 3):
+        r.add(f"70b_z{z}_bytes", model_state_bytes_per_gpu(big, 64, z)["total_bytes"], "B",
+              f"70B on 64 GPUs, {STAGE_NAMES[z]}: model states per GPU")
+    r.add("70b_z3_min_gpus", -(-16 * big // int(hbm)), "GPUs", "fewest GPUs whose memory holds 70B's 16Ψ")
+    for link, key in (("NVLink4-H100", "nvlink"), ("InfiniBand-NDR", "ndr")):
+        bw = per_direction_bytes_per_s(link)
+        r.add(f"{key}_bytes_per_s", bw, "B/s", f"{link}: bytes per second per direction")
+        for z in (0, 3):
+            r.add(f"{key}_z{z}_s", traffic_bytes_per_gpu(n, gpus, z)["total_bytes"] / bw, "s",
+                  f"7B, {gpus} GPUs, {STAGE_NAMES[z]}: seconds of traffic per step on {link}")
+    peak = fact("gpus.H100-SXM.bf16_dense_tflops").value * 1e12
+    tokens = 16384
+    r.add("worked_tokens", tokens, "tokens", "tokens per GPU per step in the worked problem")
+    r.add("worked_compute_s", 6 * n * tokens / peak, "s", "7B forward + backward for those tokens at peak")
 
 
 def _traffic(r: Result, n: int, gpus: int) -> None:
@@ -248,11 +273,10 @@ def _traffic(r: Result, n: int, gpus: int) -> None:
 
 def _conventions(r: Result, gpus: int) -> None:
     rows = []
-    for i, (tool, what, bpp, formula) in enumerate(conventions(gpus)):
+    for key, (tool, what, bpp, formula) in conventions(gpus).items():
         rows.append([tool, what, formula, round(bpp, 3)])
-        r.add(f"convention_{i}", bpp, "B/param", f"{tool}: bytes per parameter at N = {gpus}")
+        r.add(f"conv_{key}", bpp, "B/param", f"{tool}: bytes per parameter at N = {gpus}")
     r.table("conventions", ["convention", "what it counts", "bytes/param per GPU", f"at N = {gpus}"], rows)
-    r.add("megatron_nondistributed", conventions(gpus)[1][2], "B/param", "Megatron bf16 + fp32 grads")
 
 
 def _figure(r: Result, n: int, hbm: float) -> None:

@@ -110,12 +110,11 @@ def test_megatron_and_deepspeed_conventions():
     DeepSpeed's estimators: ZeRO-2 4 + 16/N, ZeRO-3 18/N. Would catch a convention built from the wrong
     dtype sizes."""
     for d in (1, 3, 8, 64):
-        got = {tool: bpp for tool, _, bpp, _ in conventions(d)}
-        assert got["ZeRO paper, this site (DDP)"] == 16
-        assert got["Megatron-LM, bf16 params + fp32 grads"] == 18
-        assert got["Megatron-LM distributed optimizer"] == pytest.approx(6 + 12 / d, rel=1e-15)
-        assert got["DeepSpeed estimator, ZeRO-2"] == pytest.approx(4 + 16 / d, rel=1e-15)
-        assert got["DeepSpeed estimator, ZeRO-3"] == pytest.approx(18 / d, rel=1e-15)
+        got = {key: bpp for key, (_, _, bpp, _) in conventions(d).items()}
+        assert got["zero_paper"] == 16 and got["megatron"] == 18
+        assert got["megatron_distributed"] == pytest.approx(6 + 12 / d, rel=1e-15)
+        assert got["deepspeed_zero2"] == pytest.approx(4 + 16 / d, rel=1e-15)
+        assert got["deepspeed_zero3"] == pytest.approx(18 / d, rel=1e-15)
 
 
 @pytest.mark.parametrize(("params", "gpus"), [(6_738_415_616, 8), (1000, 7), (97, 3), (12, 2)])
