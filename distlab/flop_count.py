@@ -232,11 +232,12 @@ def _flop_count(device: str) -> Result:
     from distlab.gpt import GPTConfig, param_count
 
     r = Result("flop-count")
-    batch, rows = 2, []
+    batch, rows, counts = 2, [], {}
     for label, kw in SHAPES.items():
         cfg = GPTConfig(**kw)
         tokens = batch * cfg.seq
-        counted, _ = count_flops(cfg, batch, device=device)
+        counted, elements = count_flops(cfg, batch, device=device)
+        counts[label] = (counted, elements, tokens)
         n, n_mm = param_count(cfg), matmul_params(cfg)
         estimate = flops_per_token(n, cfg.layers, cfg.hidden, cfg.seq)
         per_token = counted / tokens
@@ -262,9 +263,7 @@ def _flop_count(device: str) -> Result:
     r.add("recompute_ratio", recomputed / plain, "", "hardware / model FLOPs with full recompute (counted)")
     r.add("recompute_ratio_textbook", 4 / 3, "", "(8N + 16Lhs) / (6N + 12Lhs)")
 
-    cfg = GPTConfig(**SHAPES["tied, s=512"])
-    tokens = batch * cfg.seq
-    counted, elements = count_flops(cfg, batch, device=device)
+    counted, elements, tokens = counts["tied, s=512"]
     r.table("non_matmul", ["operation family", "elements written per token", "per 1,000 matmul FLOPs"],
             [[g, f"{e / tokens:,.0f}", f"{1000 * e / counted:.2f}"] for g, e in elements.most_common()],
             caption="Non-matmul work in the same forward + backward ('tied, s=512' model): elements "
