@@ -68,10 +68,11 @@ class MoE(nn.Module):
         gate = gate / gate.sum(-1, keepdim=True)  # renormalise over the chosen experts
         per_group = t // groups
         cap = cfg.capacity(per_group)
-        token = torch.arange(t).repeat_interleave(cfg.top_k).view(t, cfg.top_k)
+        token = torch.arange(t, device=x.device).repeat_interleave(cfg.top_k).view(t, cfg.top_k)
         group = token // per_group
         # priority: group, then choice (all first choices before second ones), then token order
-        order = torch.argsort(group.T.flatten() * (cfg.top_k * t) + torch.arange(t * cfg.top_k), stable=True)
+        order = torch.argsort(group.T.flatten() * (cfg.top_k * t) + torch.arange(t * cfg.top_k, device=x.device),
+                              stable=True)
         tok, exp = token.T.flatten()[order], expert.T.flatten()[order]
         grp, g = group.T.flatten()[order], gate.T.flatten()[order]
         onehot = F.one_hot(grp * cfg.experts + exp, groups * cfg.experts)  # (T k, groups E)
@@ -158,11 +159,12 @@ CAPACITY_FACTORS = (0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 3.0)
             "per rank, dropped tokens and load imbalance on Zipf-distributed and Gaussian tokens")
 def expert_parallel(device: str) -> Result:
     r = Result("expert-parallel")
+    dev = torch.device("cuda" if device == "cuda" else "cpu")
     torch.manual_seed(0)
     base = MoEConfig()
-    moe = MoE(base)
-    inputs = {"Zipf token ids": zipf_tokens(TOKENS, VOCAB, base.hidden),
-              "Gaussian": gaussian_tokens(TOKENS, base.hidden)}
+    moe = MoE(base).to(dev)
+    inputs = {"Zipf token ids": zipf_tokens(TOKENS, VOCAB, base.hidden).to(dev),
+              "Gaussian": gaussian_tokens(TOKENS, base.hidden).to(dev)}
     curves, rows = {}, []
     for name, x in inputs.items():
         curves[name] = []

@@ -349,4 +349,7 @@ def _closed_forms(r: Result) -> None:
     a100 = value("gpus.A100-SXM-80GB.bf16_dense_tflops") * 1e12
     r.add("zero3_hidden_tokens_ethernet", zero3_hidden_tokens(a100, per_direction_bytes_per_s("Ethernet-100G")),
           "tokens", "the same for A100 over 100 GbE")
-    r.add("global_batch_tokens", Workload().global_batch_tokens, "tokens", "global batch assumed")
+    w = Workload()
+    r.add("global_batch_tokens", w.global_batch_tokens, "tokens", "global batch assumed")
+    r.add("tokens_per_replica_1024", w.global_batch_tokens // 1024, "tokens",
+          "tokens per step each of 1024 data-parallel replicas gets")
