@@ -185,4 +185,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Run the real module's main: commands defined in other modules register on `distlab.cli`,
+    # not on this `__main__` copy.
+    from distlab.cli import main as _main
+
+    sys.exit(_main())

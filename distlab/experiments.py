@@ -198,7 +198,9 @@ def results_dir() -> Path:
 def _cache_key(name: str, device: str) -> str:
     import torch
 
-    raw = json.dumps([name, code_hash(name), device, torch.__version__, hardware(device)])
+    # Stored GPU results are inputs too: a page that draws them must rebuild when they change.
+    stored_hash = hashlib.sha256(b"".join(p.read_bytes() for p in sorted(results_dir().glob(f"*/{name}.json"))))
+    raw = json.dumps([name, code_hash(name), device, torch.__version__, hardware(device), stored_hash.hexdigest()])
     return hashlib.sha256(raw.encode()).hexdigest()[:20]
 
 
