@@ -36,26 +36,31 @@ class Comm:
         self.rank = dist.get_rank(group)
         self.phase = "forward"
         self.log: list[tuple[str, str, int]] = []
+        self.stage_on_host = dist.get_backend(group) == "gloo"  # gloo on CUDA tensors: go through the CPU
+
+    def _host(self, x: torch.Tensor) -> torch.Tensor:
+        return x.detach().cpu() if self.stage_on_host else x
 
     def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
-        x = x.contiguous().clone()
         self.log.append(("all-reduce", self.phase, x.numel() * x.element_size()))
-        dist.all_reduce(x, group=self.group)
-        return x
+        y = self._host(x).contiguous().clone()
+        dist.all_reduce(y, group=self.group)
+        return y.to(x.device)
 
     def all_gather(self, x: torch.Tensor, dim: int) -> torch.Tensor:
-        parts = [torch.empty_like(x) for _ in range(self.size)]
-        dist.all_gather(parts, x.contiguous(), group=self.group)
-        out = torch.cat(parts, dim)
+        y = self._host(x).contiguous()
+        parts = [torch.empty_like(y) for _ in range(self.size)]
+        dist.all_gather(parts, y, group=self.group)
+        out = torch.cat(parts, dim).to(x.device)
         self.log.append(("all-gather", self.phase, out.numel() * out.element_size()))
         return out
 
     def reduce_scatter(self, x: torch.Tensor, dim: int) -> torch.Tensor:
         self.log.append(("reduce-scatter", self.phase, x.numel() * x.element_size()))
-        chunks = [c.contiguous() for c in x.chunk(self.size, dim)]
+        chunks = [c.contiguous() for c in self._host(x).chunk(self.size, dim)]
         out = torch.empty_like(chunks[self.rank])
         dist.reduce_scatter(out, chunks, group=self.group)
-        return out
+        return out.to(x.device)
 
 
 def ring_wire_bytes(op: str, full_bytes: int, t: int) -> float:

@@ -151,11 +151,12 @@ def test_timeline_invariants(schedule, v):
 
 
 def test_large_pipeline_is_fast():
-    """p = 128, m = 4096 (a million ops) must simulate in about a second (measured ~0.9 s on 2 shared
-    cores); 10 s leaves room for a crowded machine. Would catch an O(ops x stages) event loop."""
+    """p = 128, m = 4096 (a million ops) must simulate in about a second (measured 0.8-0.9 s on a quiet
+    2-core machine, 3 s at load 10); 20 s leaves room for a crowded one and still catches an
+    O(ops x stages) event loop, which takes minutes."""
     start = time.perf_counter()
     sim = simulate(128, 4096, "1f1b")
-    assert time.perf_counter() - start < 10.0
+    assert time.perf_counter() - start < 20.0
     assert sim.bubble_fraction == pytest.approx(127 / (4096 + 127), rel=1e-12)
     assert sim.peak_inflight[0] == 128 and sim.peak_inflight[-1] == 1
 
