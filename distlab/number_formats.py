@@ -67,7 +67,10 @@ FIELDS = ("bits", "max", "min_normal", "min_subnormal", "eps")
 
 
 def fmt(name: str) -> Format:
-    return next(f for f in FORMATS if f.name == name)
+    for f in FORMATS:
+        if f.name == name:
+            return f
+    raise ValueError(f"unknown format {name!r}; known: {', '.join(f.name for f in FORMATS)}")
 
 
 def single_threaded(fn):
