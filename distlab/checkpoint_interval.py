@@ -213,8 +213,14 @@ def checkpoint_interval(device: str) -> Result:
     r.add("lost_at_daly", lost_fraction(daly, c, mtbf, rr), "fraction", "time lost at Daly's interval")
     r.add("lost_at_hourly", lost_fraction(HOUR, c, mtbf, rr), "fraction", "time lost saving every hour")
     r.add("lost_at_4h", lost_fraction(4 * HOUR, c, mtbf, rr), "fraction", "time lost saving every 4 hours")
+    ex_c, ex_m = 120.0, 6 * HOUR  # a worked problem's inputs
+    r.add("example_save_seconds", ex_c, "s", "worked problem: C")
+    r.add("example_mtbf_hours", ex_m / HOUR, "h", "worked problem: M")
+    r.add("example_young_seconds", young_seconds(ex_c, ex_m), "s", "worked problem: Young")
+    r.add("example_daly_seconds", daly_seconds(ex_c, ex_m), "s", "worked problem: Daly")
+    r.add("example_lost", lost_fraction(daly_seconds(ex_c, ex_m), ex_c, ex_m), "fraction", "worked problem: lost")
     r.claim("Daly's interval is the exact optimum", daly, exact, rel_tol=0.01, unit="s",
-            formula="Daly 2006 eq. 37 vs golden-section search on T(τ)")
+            formula="Daly 2006 vs golden-section search on T(τ)")
 
     rng = np.random.default_rng(2006)
     factors = 2.0 ** np.arange(-2, 2.01, 0.25)  # 1/4 x to 4 x Young

@@ -156,6 +156,8 @@ def _prefetch_sweep(r: Result, device: str) -> None:
     mean_load = SAMPLE_S / 2 * BATCH * (1 + (BURST_FACTOR - 1) * slow / (steps + WARMUP))
     r.add("burst_mean_load_s", mean_load, "s", "bursty loading: mean L per batch")
     r.add("burst_slow_batches", slow, "batches", f"slow batches among {steps + WARMUP}")
+    r.add("burst_batches", steps + WARMUP, "batches", "batches in the bursty run")
+    r.add("burst_factor", BURST_FACTOR, "", "how much slower a slow batch loads")
     rows = []
     for pf in (1, 2, 8):
         m = measure(3, pf, device, dataset=ds, steps=steps)

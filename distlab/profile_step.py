@@ -51,7 +51,7 @@ def _is_comm(name: str) -> bool:
 
 
 def profile_rank(rank: int, world: int, device: str) -> dict:
-    """Rank function: profile STEPS DDP steps after WARMUP; return the breakdown (and rank 0's top ops)."""
+    """Rank function: STEPS DDP steps after WARMUP, profiled on rank 0; returns rank 0's breakdown."""
     dev = torch.device("cuda", torch.cuda.current_device()) if device == "cuda" else torch.device("cpu")
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     torch.manual_seed(0)
@@ -77,6 +77,10 @@ def profile_rank(rank: int, world: int, device: str) -> dict:
 
     for _ in range(WARMUP):
         step()
+    if rank != 0:  # only rank 0 is profiled (the profiler's start and stop cost seconds); the others train
+        for _ in range(STEPS):
+            step()
+        return {}
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
     walls = []
     with profile(activities=activities, record_shapes=True) as prof:
@@ -109,11 +113,9 @@ def profile_rank(rank: int, world: int, device: str) -> dict:
     out = {"phase_s": {p: v / STEPS for p, v in phase.items()}, "step_s": sum(walls) / STEPS,
            "comm_s": comm_total / STEPS, "exposed_comm_s": exposed / STEPS, "comm_numel": per_step_numel,
            "comm_calls": len(comm) / STEPS}
-    if rank == 0:
-        key = "self_cuda_time_total" if device == "cuda" else "self_cpu_time_total"
-        top = sorted(prof.key_averages(), key=lambda k: getattr(k, key), reverse=True)
-        out["top"] = [(k.key, getattr(k, key) * 1e-6 / STEPS, k.count // STEPS) for k in top
-                      if k.key not in PHASES][:8]
+    key = "self_cuda_time_total" if device == "cuda" else "self_cpu_time_total"
+    top = sorted(prof.key_averages(), key=lambda k: getattr(k, key), reverse=True)
+    out["top"] = [(k.key, getattr(k, key) * 1e-6 / STEPS, k.count // STEPS) for k in top if k.key not in PHASES][:8]
     return out
 
 

@@ -1,5 +1,11 @@
-# Chapter 10: throughput debugging.
+# Chapter 10: throughput debugging, in the order a good engineer works: profile, input, overlap, stragglers,
+# failures (checkpoint interval), preemptions (elastic/spot), then the checklist.
 from distlab.site import Page
 
 with Page("10-throughput-debugging.md") as page:
-    pass
+    page.run("profile-step")
+    page.run("dataloader-starvation")
+    page.run("placement")
+    page.run("stragglers")
+    page.run("checkpoint-interval")
+    page.run("elastic-spot")
