@@ -124,8 +124,7 @@ def _fwd_kernel(Q, K, V, Out, LSE, sm_scale, sqb, sqh, sqn, sqd, skb, skh, skn, 
     o = acc / l_i[:, None]  # normalise once, at the end (FlashAttention-2)
     tl.store(_tile(Out, b, h, offs_m, offs_d, sob, soh, son, sod), _cast(o, Out.dtype.element_ty, PRECISION),
              mask=rows)
-    lse = (m_i + tl.log2(l_i)) * 0.6931471805599453  # ln 2: the natural-log L = m + log l
-    tl.store(LSE + bh * N + offs_m, lse, mask=offs_m < N)
+    tl.store(LSE + bh * N + offs_m, m_i + tl.log2(l_i), mask=offs_m < N)  # L2 = m + log2 l, base 2
 
 
 # ---------------------------------------------------------------- backward
@@ -170,7 +169,7 @@ def _bwd_dkdv_kernel(Q, K, V, DO, DK, DV, LSE, DELTA, sm_scale, sqb, sqh, sqn, s
         rows = offs_m[:, None] < N
         q = tl.load(_tile(Q, b, h, offs_m, offs_d, sqb, sqh, sqn, sqd), mask=rows, other=0.0)
         do = tl.load(_tile(DO, b, h, offs_m, offs_d, sdb, sdh, sdn, sdd), mask=rows, other=0.0)
-        lse2 = tl.load(LSE + bh * N + offs_m, mask=offs_m < N, other=0.0) * 1.4426950408889634
+        lse2 = tl.load(LSE + bh * N + offs_m, mask=offs_m < N, other=0.0)
         delta = tl.load(DELTA + bh * N + offs_m, mask=offs_m < N, other=0.0)
         qkT = _dot(k, tl.trans(q), PRECISION)  # (BLOCK_N, BLOCK_M) = S^T, unscaled
         keep = (offs_m[None, :] < N) & (offs_n[:, None] < N)
@@ -201,7 +200,7 @@ def _bwd_dq_kernel(Q, K, V, DO, DQ, LSE, DELTA, sm_scale, sqb, sqh, sqn, sqd, sk
     rows = offs_m[:, None] < N
     q = tl.load(_tile(Q, b, h, offs_m, offs_d, sqb, sqh, sqn, sqd), mask=rows, other=0.0)
     do = tl.load(_tile(DO, b, h, offs_m, offs_d, sdb, sdh, sdn, sdd), mask=rows, other=0.0)
-    lse2 = tl.load(LSE + bh * N + offs_m, mask=offs_m < N, other=0.0) * 1.4426950408889634
+    lse2 = tl.load(LSE + bh * N + offs_m, mask=offs_m < N, other=0.0)
     delta = tl.load(DELTA + bh * N + offs_m, mask=offs_m < N, other=0.0)
     dq = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
     qk_scale = sm_scale * 1.4426950408889634  # 1/ln 2
@@ -267,8 +266,10 @@ def _explicit(config):
 
 
 def flash_forward(q, k, v, causal: bool = False, scale: float | None = None, out=None, lse=None, config=None):
-    """O (B, H, N, D) and the natural-log log-sum-exp L (B, H, N), fp32. `out` and `lse` may be given
-    (any strides for out; lse contiguous fp32); `config` = (BLOCK_M, BLOCK_N, warps, stages) skips tuning."""
+    """O (B, H, N, D) and the log-sum-exp of the scaled scores in base 2, L2 = L / ln 2 (B, H, N), fp32:
+    the backward recomputes P = exp2(S log2 e - L2) from it, with no conversion to round. `out` and `lse`
+    may be given (any strides for out; lse contiguous fp32); `config` = (BLOCK_M, BLOCK_N, warps, stages)
+    skips tuning."""
     _check(q, k, v)
     b, h, n, d = q.shape
     scale = 1.0 / math.sqrt(d) if scale is None else scale
@@ -289,7 +290,7 @@ def flash_forward(q, k, v, causal: bool = False, scale: float | None = None, out
 
 def flash_backward(q, k, v, o, lse, do, causal: bool = False, scale: float | None = None, dq=None, dk=None,
                    dv=None, config=None):
-    """dQ, dK, dV from Q, K, V, O, L and dO; P is recomputed tile by tile, never stored."""
+    """dQ, dK, dV from Q, K, V, O, L2 (base 2, from flash_forward) and dO; P is recomputed tile by tile."""
     _check(q, k, v, o, do)
     b, h, n, d = q.shape
     scale = 1.0 / math.sqrt(d) if scale is None else scale
