@@ -154,6 +154,10 @@ class Simulation:
                                      t["start"].tolist(), t["end"].tolist()):
                 yield s, KIND_NAMES[k], j, c, a, e
 
+    def __getitem__(self, key: str):
+        """Dict-style access for callers that treat the result as a mapping: sim["bubble_fraction"]."""
+        return self.timeline if key == "timeline" else self.to_dict()[key]
+
     def to_dict(self) -> dict:
         return {"schedule": self.schedule, "stages": self.stages, "microbatches": self.microbatches,
                 "virtual": self.virtual, "step_time": self.step_time, "bubble_fraction": self.bubble_fraction,
