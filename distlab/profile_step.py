@@ -113,8 +113,11 @@ def profile_rank(rank: int, world: int, device: str) -> dict:
     out = {"phase_s": {p: v / STEPS for p, v in phase.items()}, "step_s": sum(walls) / STEPS,
            "comm_s": comm_total / STEPS, "exposed_comm_s": exposed / STEPS, "comm_numel": per_step_numel,
            "comm_calls": len(comm) / STEPS}
-    key = "self_cuda_time_total" if device == "cuda" else "self_cpu_time_total"
-    top = sorted(prof.key_averages(), key=lambda k: getattr(k, key), reverse=True)
+    averages = prof.key_averages()
+    key = "self_cpu_time_total"
+    if device == "cuda":  # torch >= 2.4 names it self_device_time_total; older versions self_cuda_time_total
+        key = next(k for k in ("self_device_time_total", "self_cuda_time_total") if hasattr(averages[0], k))
+    top = sorted(averages, key=lambda k: getattr(k, key), reverse=True)
     out["top"] = [(k.key, getattr(k, key) * 1e-6 / STEPS, k.count // STEPS) for k in top if k.key not in PHASES][:8]
     return out
 
