@@ -260,6 +260,7 @@ def _figure(r, taus, lost_mc, lost_exact, young, daly, mtbf) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     fig, ax = plt.subplots(figsize=(6.5, 3.8))
     ax.semilogx(taus / 60, 100 * lost_exact, "-", label="exact (Daly's T(τ))")
@@ -268,7 +269,11 @@ def _figure(r, taus, lost_mc, lost_exact, young, daly, mtbf) -> None:
     ax.axvline(daly / 60, color="black", ls="--", label="Daly")
     ax.set_xlabel("checkpoint interval (minutes)")
     ax.set_ylabel("time lost (%)")
-    ax.legend(fontsize=8)
+    minutes = taus / 60
+    ax.set_xticks([t for t in (2, 5, 10, 20, 50, 100, 200, 500) if minutes.min() <= t <= minutes.max()])
+    ax.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    ax.legend(fontsize=8, loc="upper center")
     r.figure("sweep", fig, f"Fraction of wall time lost vs checkpoint interval (M = {mtbf / HOUR:.2f} h)")
 
 
