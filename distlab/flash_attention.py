@@ -312,6 +312,7 @@ def flash_attention_memory(device: str) -> Result:
         r.add(f"slope_{impl}", slopes[impl], "", f"fitted exponent of peak memory vs N, {impl}")
         r.add(f"peak_{impl}", peaks[impl][-1], "B", f"peak memory at N={sizes[-1]}, {impl}")
     r.add("n_max", sizes[-1], "", "largest N measured")
+    r.add("block", block, "", "tile size of the tiled reference")
     r.add("ratio", peaks["naive"][-1] / peaks["tiled"][-1], "", f"naive / tiled peak at N={sizes[-1]}")
     r.table("peaks", ["N"] + [f"{impl} peak" for impl in impls] + ["one N x N matrix"],
             [[n] + [Quantity(peaks[impl][i], "B") for impl in impls] + [Quantity(score_bytes[i], "B")]

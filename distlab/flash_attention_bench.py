@@ -21,7 +21,7 @@ import time
 import torch
 
 from distlab.experiments import experiment
-from distlab.results import Result
+from distlab.results import Quantity, Result
 
 SEQS = [1024, 2048, 4096, 8192, 16384]
 HEAD_DIMS = [64, 128]
@@ -150,9 +150,12 @@ def _kernel_error(device: str) -> tuple[float, float, float]:
 def flash_attention_bench(device: str) -> Result:
     r = Result("flash-attention-bench")
     grid = shapes()
+    r.add("tokens", TOKENS, "tokens", "batch x N, every shape")
+    r.add("width", WIDTH, "", "heads x d, every shape")
+    r.add("budget", BUDGET_S, "s", "time budget of the whole grid")
     r.table("plan", ["d", "causal", "N", "batch x heads", "FLOPs fwd", "FLOPs fwd+bwd"],
-            [[d, causal, n, f"{b} x {h}", f"{attention_flops(b, h, n, d, causal, 'fwd'):.3g}",
-              f"{attention_flops(b, h, n, d, causal, 'fwd+bwd'):.3g}"] for b, h, n, d, causal in grid],
+            [[d, causal, n, f"{b} x {h}", Quantity(attention_flops(b, h, n, d, causal, "fwd"), "FLOP"),
+              Quantity(attention_flops(b, h, n, d, causal, "fwd+bwd"), "FLOP")] for b, h, n, d, causal in grid],
             caption="The grid: bf16, batch x N = 16,384 tokens, heads x d = 2,048; FLOPs credited to every "
                     "implementation alike (4BHN^2d forward, x3.5 forward + backward, halved when causal).")
     if device != "cuda":

@@ -186,6 +186,7 @@ def flash_attention_io(device: str) -> Result:
     for key, value in slopes.items():
         r.add(f"slope_{key}", value, "", f"fitted exponent {key}")
     r.add("theta_constant", constant, "", "FlashAttention traffic / (N^2 d^2 / M)")
+    r.add("theta_n", 16384, "", "N of the Θ-constant and the largest ratio")
     for n in (4096, 16384):
         r.add(f"std_over_fa_{n}", std[n] / fa[n], "", f"standard / FlashAttention forward traffic, N={n}, d=64")
         r.add(f"fa_over_fa2_{n}", fa[n] / fa2[n], "", f"Algorithm 1 / FlashAttention-2 order, N={n}, d=64")
@@ -283,10 +284,38 @@ def flash_attention_flops(device: str) -> Result:
     r.claim(f"standard attention is memory-bound: largest intensity, {shapes}", max(std_intensities),
             chip.ridge("bf16"), relation="<=", unit="FLOP/B", formula="below the bf16 ridge point")
     r.add("ridge_bf16", chip.ridge("bf16"), "FLOP/B", f"{chip.name} bf16 ridge point")
+    r.add("focus_n", 4096, "", "N of the d64_* and d128_* quantities")
     r.add("m_bytes", sram * BYTES, "B", "SRAM per SM used as M")
     _published(r, chip)
+    _worked(r, chip)
     _roofline_figure(r, chip, points)
     return r
+
+
+WP_SEQ = 8192  # worked problem: fine-tuning Llama 2 7B at 8k context, micro-batch 1, bf16
+
+
+def _worked(r: Result, chip) -> None:
+    from distlab.model_shapes import preset
+
+    model = preset("7B")
+    n, heads, d = WP_SEQ, model.heads, model.head_dim
+    r.add("wp_seq", n, "tokens", "worked problem: sequence length")
+    r.add("wp_heads", heads, "", "Llama 2 7B heads")
+    r.add("wp_head_dim", d, "", "Llama 2 7B head dim")
+    r.add("wp_layers", model.layers, "", "Llama 2 7B layers")
+    r.add("wp_p_bytes_layer", heads * n * n * BYTES, "B", "one layer's P (heads x N x N, bf16)")
+    r.add("wp_p_bytes_model", model.layers * heads * n * n * BYTES, "B", "P of every layer, kept for backward")
+    r.add("wp_lse_bytes_model", model.layers * heads * n * 4, "B", "FlashAttention's saved L (fp32), all layers")
+    causal = 4 * n * n * d * heads / 2
+    r.add("wp_fwd_flops_layer", causal, "FLOP", "causal attention forward, one layer (4 N^2 d H / 2)")
+    r.add("wp_fwd_seconds_layer", causal / chip.peak_flops("bf16"), "s", "... at the bf16 peak")
+    for name, key in (("fa3", "fp16_peak_fraction"), ("fa2", "fa2_h100_peak_fraction")):
+        fraction = fact(f"flash_attention.FA3.{key}").value
+        r.add(f"wp_fwd_seconds_{name}", causal / chip.peak_flops("bf16") / fraction, "s",
+              f"... at {name}'s published fraction of the H100 peak")
+    fp8 = (1 / (fact("flash_attention.FA3.h100_exp_tflops").value * 1e12)) / (4 * 128 / chip.peak_flops("fp8"))
+    r.add("exp_over_matmul_fp8_d128", fp8, "fraction", "exp time / matmul time in fp8, d=128")
 
 
 def _published(r: Result, chip) -> None:
@@ -315,6 +344,7 @@ def _published(r: Result, chip) -> None:
         # per score: 4d matmul FLOPs (QK^T and PV) and one exponential
         share = (1 / exp_rate) / (4 * d / chip.peak_flops("fp16"))
         r.add(f"exp_over_matmul_d{d}", share, "fraction", f"exp time / matmul time, forward, d={d}")
+        r.add(f"serial_cap_d{d}", 1 / (1 + share), "fraction", f"share of peak if exp and matmul never overlap, d={d}")
     r.claim("FlashAttention-3: exponentials take ~50% of matmul time at d=128", r.quantities[
         "exp_over_matmul_d128"].value, 0.5, rel_tol=0.02, formula="(1 / 3.9 TFLOP/s) / (512 / 989 TFLOP/s)")
 
