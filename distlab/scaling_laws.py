@@ -1,0 +1,374 @@
+"""Scaling laws: how much compute a run costs, and how to split it between parameters and tokens.
+
+Training compute (Kaplan et al. 2020, Section 2.1): every parameter does a multiply-add per token in the
+forward pass and two in the backward, so a run of N parameters over D tokens costs
+
+    C ≈ 6 N D FLOPs                                   (attention's 12 L h s per token left out, as the papers do)
+
+Chinchilla's fitted loss (Hoffmann et al. 2022, Section 3.3, Approach 3), in nats per token:
+
+    L(N, D) = E + A / N^α + B / D^β
+
+Minimising it on the iso-FLOP curve D = C / (6N) gives a closed form (the paper's Equation 4):
+
+    N_opt(C) = G (C/6)^a,  D_opt(C) = G⁻¹ (C/6)^b,  G = (αA / (βB))^(1/(α+β)),  a = β/(α+β),  b = α/(α+β)
+
+The paper's three approaches disagree in the constant: Approach 1 (Table 3, the "about 20 tokens per
+parameter" rule) and Approach 2 put N_opt ∝ C^0.5, while the printed Approach 3 constants put the optimum
+at a smaller model trained on more tokens. Besiroglu et al. 2024 refit Approach 3 and recover Approach 1.
+`compute_optimal` therefore follows Table 3 (a power law fitted to its rows) and reports the others beside it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from distlab.cli import command, emit, parser, positive
+from distlab.experiments import experiment
+from distlab.facts import entries, value
+from distlab.results import Result
+
+FLOPS_PER_PARAM_TOKEN = 6  # forward 2 + backward 4 (input and weight gradients)
+HOUR = 3600.0
+SCALES = ((1e12, "trillion"), (1e9, "billion"), (1e6, "million"))
+
+
+def in_words(count: float) -> tuple[float, str]:
+    """A large count as (value, scale word): 6.74e9 -> (6.74, "billion"), for readable pages."""
+    for factor, word in SCALES:
+        if abs(count) >= factor:
+            return count / factor, word
+    return count, ""
+
+
+def words(count: float, noun: str = "") -> str:
+    """ "6.74 billion parameters" (three significant figures)."""
+    v, word = in_words(count)
+    return " ".join(x for x in (f"{float(f'{v:.3g}'):g}", word, noun) if x)
+
+
+def add_count(r: Result, name: str, count: float, noun: str, description: str) -> None:
+    """r.add for a parameter or token count, in a scale a reader can say: 89.3 billion parameters."""
+    v, word = in_words(count)
+    r.add(name, v, f"{word} {noun}".strip(), description)
+
+
+def training_flops(params: float, tokens: float) -> float:
+    """C = 6 N D."""
+    if not (params > 0 and tokens > 0):
+        raise ValueError(f"params and tokens must be positive, got {params} and {tokens}")
+    return FLOPS_PER_PARAM_TOKEN * params * tokens
+
+
+# ---------------------------------------------------------------- the fitted loss
+@dataclass(frozen=True, kw_only=True)
+class Law:
+    """L(N, D) = E + A / N^alpha + B / D^beta."""
+
+    name: str
+    E: float
+    """Irreducible loss (nats per token): the entropy of text that no model removes."""
+    A: float
+    B: float
+    alpha: float
+    """How fast the loss falls with parameters."""
+    beta: float
+    """How fast the loss falls with tokens."""
+
+    def __post_init__(self) -> None:
+        for k in ("A", "B", "alpha", "beta"):
+            if not getattr(self, k) > 0:
+                raise ValueError(f"law {self.name}: {k} must be positive, got {getattr(self, k)}")
+
+    def loss(self, params: float, tokens: float) -> float:
+        return self.E + self.A / params**self.alpha + self.B / tokens**self.beta
+
+    @property
+    def a(self) -> float:
+        """Exponent of N_opt ∝ C^a."""
+        return self.beta / (self.alpha + self.beta)
+
+    @property
+    def G(self) -> float:  # noqa: N802 - the paper's symbol
+        return (self.alpha * self.A / (self.beta * self.B)) ** (1 / (self.alpha + self.beta))
+
+
+def law(name: str = "chinchilla") -> Law:
+    """The paper's constants ("chinchilla") or Besiroglu et al.'s refit ("epoch-refit")."""
+    if name not in ("chinchilla", "epoch-refit"):
+        raise ValueError(f"unknown law {name!r}; known: chinchilla, epoch-refit")
+    return Law(name=name, **{k: value(f"scaling_laws.{name}.{k}") for k in ("E", "A", "B", "alpha", "beta")})
+
+
+def optimal_by_search(lw: Law, flops: float, points: int = 4001) -> tuple[float, float]:
+    """Naive: evaluate L on the iso-FLOP curve over N from 1e3 to 1e16 and refine around the smallest."""
+    lo, hi = 3.0, 16.0
+    for _ in range(4):  # a grid, then three finer grids around its minimum
+        n = np.logspace(lo, hi, points)
+        i = int(np.argmin(lw.loss(n, flops / (FLOPS_PER_PARAM_TOKEN * n))))
+        step = (hi - lo) / (points - 1)
+        lo, hi = math.log10(n[i]) - 2 * step, math.log10(n[i]) + 2 * step
+    params = float(n[i])
+    return params, flops / (FLOPS_PER_PARAM_TOKEN * params)
+
+
+def optimal(lw: Law, flops: float) -> tuple[float, float]:
+    """Closed form: N_opt = G (C/6)^a, D_opt = (C/6) / N_opt."""
+    if not flops > 0:
+        raise ValueError(f"flops must be positive, got {flops}")
+    params = lw.G * (flops / FLOPS_PER_PARAM_TOKEN) ** lw.a
+    return params, flops / (FLOPS_PER_PARAM_TOKEN * params)
+
+
+# ---------------------------------------------------------------- Table 3: the "20 tokens per parameter" rule
+def table3() -> list[dict]:
+    """The paper's compute-optimal rows (Approach 1): params, flops, tokens."""
+    return [dict(name=k, **{f: v[f] for f in ("params", "flops", "tokens")})
+            for k, v in entries("scaling_laws").items() if k.startswith("optimal-")]
+
+
+def table3_fit() -> tuple[float, float]:
+    """(k, a) of N_opt = k C^a, least squares in log-log through Table 3's rows."""
+    rows = table3()
+    x = np.log10([r["flops"] for r in rows])
+    y = np.log10([r["params"] for r in rows])
+    a, log_k = np.polyfit(x, y, 1)
+    return float(10**log_k), float(a)
+
+
+def compute_optimal(flops: float) -> tuple[float, float]:
+    """(params, tokens) for a budget of `flops`: Table 3's power law, tokens = C / (6 N)."""
+    if not flops > 0:
+        raise ValueError(f"flops must be positive, got {flops}")
+    k, a = table3_fit()
+    params = k * flops**a
+    return params, flops / (FLOPS_PER_PARAM_TOKEN * params)
+
+
+# ---------------------------------------------------------------- budgets in GPU-hours
+def gpu_hours(flops: float, peak_flops_per_gpu: float, mfu: float) -> float:
+    """GPU-hours a run of `flops` model FLOPs takes at `mfu` of the dense peak."""
+    if not (0 < mfu <= 1):
+        raise ValueError(f"mfu must be in (0, 1], got {mfu}")
+    return flops / (peak_flops_per_gpu * mfu) / HOUR
+
+
+def implied_mfu(name: str = "Llama2-7B") -> float:
+    """The MFU a published run's GPU-hours imply: 6 N D / (hours x 3600 x peak)."""
+    from distlab.hardware import gpu
+    from distlab.model_shapes import preset
+
+    row = entries("scaling_laws")[name]
+    params = preset(name.split("-")[1]).params()
+    flops = training_flops(params, row["tokens_trillion"] * 1e12)
+    return flops / (row["gpu_hours"] * HOUR * gpu(row["gpu"]).peak_flops("bf16"))
+
+
+def sft_tokens() -> float:
+    """Tokens of Llama 2-Chat's supervised fine-tune: examples packed into full sequences, x epochs."""
+    row = entries("scaling_laws")["Llama2-SFT"]
+    return row["annotations"] * row["seq"] * row["epochs"]
+
+
+# ---------------------------------------------------------------- the `scaling` calculator
+def report(flops: float, gpu_name: str = "A100-SXM-80GB", mfu: float | None = None) -> dict:
+    """Everything `distlab scaling --flops C` prints (its --json)."""
+    from distlab.hardware import gpu
+
+    params, tokens = compute_optimal(flops)
+    chin, refit = law("chinchilla"), law("epoch-refit")
+    mfu = implied_mfu() if mfu is None else mfu
+    peak = gpu(gpu_name).peak_flops("bf16")
+    out = {"flops": flops, "params": params, "tokens": tokens, "tokens_per_param": tokens / params,
+           "rule": "Chinchilla Table 3 (Approach 1), fitted as N = k C^a",
+           "loss": chin.loss(params, tokens), "gpu": gpu_name, "mfu": mfu,
+           "gpu_hours": gpu_hours(flops, peak, mfu)}
+    for key, lw in (("approach3", chin), ("epoch_refit", refit)):
+        n, d = optimal(lw, flops)
+        out[key] = {"params": n, "tokens": d, "tokens_per_param": d / n, "loss": lw.loss(n, d)}
+    return out
+
+
+@command("scaling", "compute-optimal parameters and tokens for a FLOP budget (Chinchilla), and its GPU-hours")
+def scaling_command(argv: list[str]) -> int:
+    p = parser("scaling", "Split a training budget of C FLOPs (C = 6 N D) between parameters N and tokens D.\n"
+               "params/tokens follow Chinchilla's Table 3 (about 20 tokens per parameter); the fitted loss\n"
+               "L = E + A/N^alpha + B/D^beta gives the loss and, with the paper's and a refit's constants, the\n"
+               "Approach 3 optimum beside it. GPU-hours at --mfu of --gpu's dense bf16 peak (default: the MFU\n"
+               "Llama 2 7B's published A100 GPU-hours imply).")
+    p.add_argument("--flops", type=positive(float), required=True, help="training budget C in FLOPs (1e23 works)")
+    p.add_argument("--gpu", default="A100-SXM-80GB", help="accelerator for GPU-hours (see `distlab gpus`)")
+    p.add_argument("--mfu", type=positive(float), default=None, help="model FLOPs utilisation, 0-1")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    args = p.parse_args(argv)
+    out = report(args.flops, args.gpu, args.mfu)
+    a3, ep = out["approach3"], out["epoch_refit"]
+    text = (f"C = {args.flops:.3g} FLOPs\n"
+            f"compute-optimal (Table 3): {out['params']:.3g} parameters x {out['tokens']:.3g} tokens "
+            f"({out['tokens_per_param']:.1f} tokens/parameter), loss {out['loss']:.3f}\n"
+            f"Approach 3, paper's constants: {a3['params']:.3g} x {a3['tokens']:.3g} "
+            f"({a3['tokens_per_param']:.0f} tokens/parameter)\n"
+            f"Approach 3, Besiroglu et al. refit: {ep['params']:.3g} x {ep['tokens']:.3g} "
+            f"({ep['tokens_per_param']:.0f} tokens/parameter)\n"
+            f"{out['gpu_hours']:,.0f} {out['gpu']} GPU-hours at {100 * out['mfu']:.0f} % MFU")
+    emit(out, args.json, text)
+    return 0
+
+
+def optimal_tokens_for(params: float) -> float:
+    """Tokens that make `params` compute-optimal by Table 3's power law: C = (N/k)^(1/a), D = C / (6N)."""
+    if not params > 0:
+        raise ValueError(f"params must be positive, got {params}")
+    k, a = table3_fit()
+    return (params / k) ** (1 / a) / (FLOPS_PER_PARAM_TOKEN * params)
+
+
+# ---------------------------------------------------------------- the chapter's experiment
+BUDGETS = (1e20, 1e21, 1e22, 1e23, 1e24, 1e25)  # FLOPs, for the iso-FLOP figure and the table of optima
+
+
+@experiment("scaling-laws", "C = 6ND, Chinchilla's fitted loss and compute-optimal N and D, iso-FLOP curves, "
+            "and fine-tune vs pretraining budgets", kind="computed")
+def scaling_laws(device: str) -> Result:
+    from distlab.model_shapes import preset
+
+    r = Result("scaling-laws", kind="computed")
+    chin, refit = law("chinchilla"), law("epoch-refit")
+    k, a_fit = table3_fit()
+    r.add("table3_a", a_fit, "", "exponent of N_opt ∝ C^a fitted to Table 3")
+    r.add("table3_k", k, "", "prefactor k of N_opt = k C^a")
+    r.add("a3_exponent", chin.a, "", "β/(α+β) with the paper's constants")
+    r.add("refit_exponent", refit.a, "", "β/(α+β) with the refit's constants")
+    r.add("a3_G", chin.G, "", "G with the paper's constants")
+    rows = []
+    for row in table3():
+        ratio = training_flops(row["params"], row["tokens"]) / row["flops"]
+        rows.append([words(row["params"]), f"{row['flops']:.3g}", words(row["tokens"]),
+                     f"{row['tokens'] / row['params']:.1f}", f"{ratio:.3f}", words(compute_optimal(row["flops"])[0])])
+        r.claim(f"Table 3, {row['name'][8:]}: 6ND = the FLOPs column", training_flops(row["params"], row["tokens"]),
+                row["flops"], rel_tol=0.05, formula="C = 6ND (tokens printed rounded)")
+    r.table("table3", ["parameters", "FLOPs", "tokens", "tokens / parameter", "6ND / FLOPs", "our fit's N at C"],
+            rows, caption="Hoffmann et al. 2022, Table 3 (Approach 1), and the power law N = k C^a fitted to it")
+    r.claim("Table 3's power law: exponent a = Approach 1's (Table 2)", a_fit, value("scaling_laws.approach1.a"),
+            abs_tol=0.02, formula="least squares of log N on log C")
+    r.claim("paper's Approach 3 constants: β/(α+β) = Table 2's a", chin.a, value("scaling_laws.approach3.a"),
+            abs_tol=0.01, formula="a = β/(α+β)")
+    r.claim("Besiroglu et al.'s refit: β/(α+β) = Approach 1's a", refit.a, value("scaling_laws.approach1.a"),
+            abs_tol=0.02, formula="a = β/(α+β)")
+
+    # Chinchilla against Gopher: the same compute, four times fewer parameters.
+    c_chin = training_flops(value("scaling_laws.Chinchilla-70B.params"), value("scaling_laws.Chinchilla-70B.tokens"))
+    c_goph = training_flops(value("scaling_laws.Gopher-280B.params"), value("scaling_laws.Gopher-280B.tokens"))
+    loss_chin = chin.loss(value("scaling_laws.Chinchilla-70B.params"), value("scaling_laws.Chinchilla-70B.tokens"))
+    loss_goph = chin.loss(value("scaling_laws.Gopher-280B.params"), value("scaling_laws.Gopher-280B.tokens"))
+    r.add("chinchilla_flops", c_chin, "FLOP", "Chinchilla: 6 x 70B x 1.4T")
+    r.add("gopher_flops", c_goph, "FLOP", "Gopher: 6 x 280B x 300B")
+    r.add("chinchilla_loss", loss_chin, "nats", "the law's loss for Chinchilla")
+    r.add("gopher_loss", loss_goph, "nats", "the law's loss for Gopher")
+    r.claim("the law ranks Chinchilla (70B, 1.4T tokens) below Gopher (280B, 300B tokens)", loss_chin, loss_goph,
+            relation="<=", formula="L = E + A/N^α + B/D^β")
+    n_search, _ = optimal_by_search(chin, c_chin)
+    n_closed, d_closed = optimal(chin, c_chin)
+    r.claim("Approach 3 optimum: closed form = grid search on the iso-FLOP curve", n_closed, n_search, rel_tol=1e-3,
+            formula="N_opt = G (C/6)^(β/(α+β))")
+    n_t3, d_t3 = compute_optimal(c_chin)
+    r.claim("Table 3's law at Chinchilla's compute: tokens per parameter = Chinchilla's own",
+            d_t3 / n_t3, value("scaling_laws.Chinchilla-70B.tokens") / value("scaling_laws.Chinchilla-70B.params"),
+            rel_tol=0.1, formula="D/N")
+    for key, (n, d) in (("t3", (n_t3, d_t3)), ("a3", (n_closed, d_closed)), ("refit", optimal(refit, c_chin))):
+        add_count(r, f"chin_{key}_params", n, "parameters", f"{key}: N_opt at Chinchilla's compute")
+        add_count(r, f"chin_{key}_tokens", d, "tokens", f"{key}: D_opt at Chinchilla's compute")
+        r.add(f"chin_{key}_ratio", d / n, "", f"{key}: tokens per parameter at Chinchilla's compute")
+    _optima_table(r, chin, refit)
+    _budgets(r, preset("7B").params())
+    _figure(r, chin, refit)
+    return r
+
+
+def _optima_table(r: Result, chin: Law, refit: Law) -> None:
+    rows = []
+    for c in BUDGETS:
+        cells = [f"{c:.0e}"]
+        for n, d in (compute_optimal(c), optimal(chin, c), optimal(refit, c)):
+            cells += [words(n), words(d), f"{d / n:.0f}"]
+        rows.append(cells)
+    r.table("optima", ["C (FLOPs)", "N (Table 3)", "D (Table 3)", "D/N", "N (paper's Approach 3)", "D", "D/N",
+                       "N (refit)", "D", "D/N"], rows,
+            caption="Compute-optimal splits of a budget: Table 3's power law, the closed form with the paper's "
+                    "printed constants, and with Besiroglu et al.'s refit")
+    n, d = compute_optimal(1e24)
+    add_count(r, "c24_params", n, "parameters", "Table 3 law: N_opt at 1e24 FLOPs")
+    add_count(r, "c24_tokens", d, "tokens", "Table 3 law: D_opt at 1e24 FLOPs")
+
+
+def _budgets(r: Result, n7: int) -> None:
+    """A 7B model: Chinchilla-optimal pretraining, Llama 2's pretraining, and Llama 2-Chat's fine-tune."""
+    from distlab.hardware import gpu
+    from distlab.model_shapes import preset
+
+    a100 = gpu("A100-SXM-80GB").peak_flops("bf16")
+    mfu = implied_mfu("Llama2-7B")
+    add_count(r, "n7", n7, "parameters", "Llama 2 7B parameters")
+    for name in ("Llama2-7B", "Llama2-13B", "Llama2-70B"):
+        r.add(f"mfu_{name[7:].lower()}", implied_mfu(name), "fraction", f"{name}: MFU its A100 GPU-hours imply")
+    hours = {m: value(f"scaling_laws.Llama2-{m}.gpu_hours") for m in ("7B", "13B", "70B")}
+    for m in ("13B", "70B"):
+        r.claim(f"Llama 2: GPU-hours {m} / 7B = parameters {m} / 7B (C = 6ND, same tokens)", hours[m] / hours["7B"],
+                preset(m).params() / n7, rel_tol=0.1, formula="hours ∝ N at fixed D")
+    d_opt = optimal_tokens_for(n7)
+    d_llama = value("scaling_laws.Llama2-7B.tokens_trillion") * 1e12
+    d_sft = sft_tokens()
+    rows = []
+    for label, key, tokens in (("Chinchilla-optimal pretraining", "opt", d_opt),
+                               ("Llama 2 pretraining", "llama", d_llama),
+                               ("Llama 2-Chat supervised fine-tune", "sft", d_sft)):
+        flops = training_flops(n7, tokens)
+        hrs = gpu_hours(flops, a100, mfu)
+        rows.append([label, words(tokens), f"{flops:.3g}", f"{hrs:,.0f}", f"{hrs / 8 / 24:,.3g}"])
+        add_count(r, f"{key}_tokens", tokens, "tokens", f"7B, {label}: tokens")
+        r.add(f"{key}_flops", flops, "FLOP", f"7B, {label}: 6ND")
+        r.add(f"{key}_gpu_hours", hrs, "GPU-hours", f"7B, {label}: A100 GPU-hours")
+        r.add(f"{key}_days_8gpu", hrs / 8 / 24, "days", f"7B, {label}: days on 8 A100s")
+    r.table("budgets", ["7B run", "tokens", "FLOPs (6ND)", "A100 GPU-hours", "days on 8 GPUs"], rows,
+            caption=f"At {100 * mfu:.0f} % MFU of the A100's dense bf16 peak: what Llama 2 7B's published "
+                    "GPU-hours imply for its own pretraining")
+    r.add("overtrain", d_llama / d_opt, "", "Llama 2 7B tokens / Chinchilla-optimal tokens")
+    r.add("pretrain_over_sft", d_llama / d_sft, "", "Llama 2 pretraining tokens / SFT tokens")
+    sft = entries("scaling_laws")["Llama2-SFT"]
+    r.add("sft_steps", sft["annotations"] * sft["epochs"] / sft["batch_sequences"], "steps",
+          "SFT optimizer steps (examples x epochs / batch)")
+
+
+def _figure(r: Result, chin: Law, refit: Law) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for c in BUDGETS:
+        n = np.logspace(7, 12.5, 300)
+        d = c / (FLOPS_PER_PARAM_TOKEN * n)
+        ok = d > 1e8
+        (line,) = ax.plot(n[ok], chin.loss(n[ok], d[ok]), label=f"C = {c:.0e}")
+        n_opt, d_opt = optimal(chin, c)
+        ax.plot([n_opt], [chin.loss(n_opt, d_opt)], "o", color=line.get_color())
+        n_t3, d_t3 = compute_optimal(c)
+        ax.plot([n_t3], [chin.loss(n_t3, d_t3)], "x", color=line.get_color(), ms=8)
+    ax.set(xscale="log", xlabel="parameters N", ylabel="loss L(N, C/6N), nats/token", ylim=(1.8, 4.0),
+           title="Iso-FLOP curves, paper's constants\n(o: their minimum, x: Table 3's N)")
+    ax.legend(fontsize=7)
+    cs = np.logspace(19, 28.2, 60)
+    bx.plot(cs, [compute_optimal(c)[0] for c in cs], label="Table 3 power law (≈20 tokens/param)")
+    bx.plot(cs, [optimal(chin, c)[0] for c in cs], "--", label="Approach 3, paper's constants")
+    bx.plot(cs, [optimal(refit, c)[0] for c in cs], ":", label="Approach 3, Besiroglu et al. refit")
+    bx.plot([row["flops"] for row in table3()], [row["params"] for row in table3()], "k.", label="Table 3 rows")
+    bx.set(xscale="log", yscale="log", xlabel="training FLOPs C", ylabel="compute-optimal N",
+           title="Compute-optimal model size")
+    bx.legend(fontsize=7)
+    fig.tight_layout()
+    r.figure("isoflop", fig, "Left: Chinchilla's fitted loss along iso-FLOP curves (D = C/6N). Right: the optimal "
+             "N against compute by three readings of the paper.")

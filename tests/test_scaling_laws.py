@@ -1,0 +1,125 @@
+"""Scaling laws against the paper's own tables and independent arithmetic (float64, literal published numbers)."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from distlab.scaling_laws import (
+    Law,
+    compute_optimal,
+    implied_mfu,
+    law,
+    optimal,
+    optimal_by_search,
+    optimal_tokens_for,
+    sft_tokens,
+    table3,
+    table3_fit,
+    training_flops,
+)
+
+# Hoffmann et al. 2022, Table 3, typed here from the paper independently of distlab/data (params, tokens).
+TABLE3 = [(400e6, 8.0e9), (1e9, 20.2e9), (10e9, 205.1e9), (175e9, 3.7e12), (280e9, 5.9e12), (520e9, 11.0e12),
+          (1e12, 21.2e12), (10e12, 216.2e12)]  # the 67B row's tokens are printed rounded to 1.5T: left out
+
+
+def test_data_file_matches_the_paper_rows():
+    """Would catch a mistyped row in scaling_laws.toml (a digit dropped, tokens and params swapped)."""
+    rows = {(r["params"], r["tokens"]) for r in table3()}
+    assert set(TABLE3) <= rows and len(rows) == 9
+
+
+@pytest.mark.parametrize(("params", "tokens"), TABLE3)
+def test_compute_optimal_reproduces_table3(params, tokens):
+    """The power law fitted through Table 3 returns each row's N and D for that row's compute C = 6ND
+    within 3 %. Would catch fitting N against D instead of C, or a wrong 6."""
+    n, d = compute_optimal(6 * params * tokens)
+    assert n == pytest.approx(params, rel=0.03)
+    assert d == pytest.approx(tokens, rel=0.03)
+
+
+def test_table3_exponent_is_one_half():
+    """Table 2 of the paper: Approach 1 gives a = 0.50. Would catch a log10/ln mix-up in the fit."""
+    _, a = table3_fit()
+    assert a == pytest.approx(0.50, abs=0.01)
+
+
+@pytest.mark.parametrize("name", ["chinchilla", "epoch-refit"])
+@pytest.mark.parametrize("flops", [1.7e19, 5.76e23, 3.3e26])
+def test_closed_form_is_the_minimum(name, flops):
+    """At the minimum of L on C = 6ND the marginal gains balance: alpha A / N^alpha = beta B / D^beta
+    (d/dN of A N^-alpha + B (C/6N)^-beta = 0). Independent of G; would catch swapped exponents a, b."""
+    lw = law(name)
+    n, d = optimal(lw, flops)
+    assert 6 * n * d == pytest.approx(flops, rel=1e-12)
+    assert lw.alpha * lw.A / n**lw.alpha == pytest.approx(lw.beta * lw.B / d**lw.beta, rel=1e-9)
+    assert optimal_by_search(lw, flops)[0] == pytest.approx(n, rel=1e-3)
+
+
+def test_paper_constants_need_more_tokens_than_table3():
+    """The inconsistency Besiroglu et al. 2024 report: the printed Approach 3 constants put the optimum at
+    far more than 20 tokens per parameter at Chinchilla's budget; their refit at about 20."""
+    c = 6 * 70e9 * 1.4e12
+    n, d = optimal(law("chinchilla"), c)
+    assert d / n > 60
+    n, d = optimal(law("epoch-refit"), c)
+    assert 15 < d / n < 25
+
+
+def test_loss_limits():
+    """E is what remains with infinite parameters and data; with the paper's constants a 70B model on
+    1.4T tokens is 1.69 + 406.4/70e9^0.34 + 410.7/1.4e12^0.28 (float64, by hand)."""
+    lw = law("chinchilla")
+    assert lw.loss(1e60, 1e60) == pytest.approx(1.69, abs=1e-9)
+    expected = 1.69 + 406.4 / np.float64(70e9) ** 0.34 + 410.7 / np.float64(1.4e12) ** 0.28
+    assert lw.loss(70e9, 1.4e12) == pytest.approx(expected, rel=1e-12)
+    with pytest.raises(ValueError):
+        Law(name="bad", E=1, A=1, B=1, alpha=0, beta=1)
+
+
+def test_optimal_tokens_inverts_compute_optimal():
+    """optimal_tokens_for(N) is the D that compute_optimal gives back N for (awkward N on purpose)."""
+    n = 6_738_415_616
+    d = optimal_tokens_for(n)
+    assert compute_optimal(training_flops(n, d))[0] == pytest.approx(n, rel=1e-9)
+
+
+def test_llama2_implied_mfu_and_sft_tokens():
+    """From the published numbers alone: Llama 2 7B has 6,738,415,616 parameters (its released
+    checkpoint), saw 2.0T tokens in 184,320 A100 GPU-hours at 312 TFLOP/s. Would catch a wrong preset,
+    peak or hours-to-seconds factor. SFT: 27,540 examples x 4096 tokens x 2 epochs."""
+    expected = 6 * 6_738_415_616 * 2.0e12 / (184_320 * 3600 * 312e12)
+    assert implied_mfu("Llama2-7B") == pytest.approx(expected, rel=1e-12)
+    assert sft_tokens() == 27_540 * 4096 * 2
+
+
+def distlab(*args):
+    return subprocess.run([sys.executable, "-m", "distlab.cli", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_scaling_cli_json():
+    """`distlab scaling --flops C --json` for Table 3's 1T row: params and tokens as the paper prints."""
+    proc = distlab("scaling", "--flops", "1.27e26", "--json")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["params"] == pytest.approx(1e12, rel=0.01)
+    assert out["tokens"] == pytest.approx(21.2e12, rel=0.01)
+    assert {"approach3", "epoch_refit", "gpu_hours", "loss"} <= set(out)
+    # GPU-hours at a stated MFU: C / (peak x MFU), H100 dense bf16 989 TFLOP/s
+    out = json.loads(distlab("scaling", "--flops", "1e22", "--gpu", "H100-SXM", "--mfu", "0.5", "--json").stdout)
+    assert out["gpu_hours"] == pytest.approx(1e22 / (989e12 * 0.5) / 3600, rel=1e-9)
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--flops", "-1"], "must be positive"),
+    (["--flops", "1e22", "--gpu", "Z80"], "unknown GPU"),
+    (["--flops", "1e22", "--mfu", "1.5"], "mfu must be"),
+    ([], "required"),
+])
+def test_scaling_cli_bad_input(args, message):
+    proc = distlab("scaling", *args)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and message in lines[0], proc.stderr
