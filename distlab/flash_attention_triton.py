@@ -63,6 +63,20 @@ def _tile(base, b, h, rows, cols, sb, sh, sn, sd):
     return base + b * sb + h * sh + rows[:, None] * sn + cols[None, :] * sd
 
 
+@triton.jit
+def _head(H):
+    """This program's (batch x heads index, batch, head); b and h in int64 for large tensors' offsets."""
+    bh = tl.program_id(1)
+    return bh, (bh // H).to(tl.int64), (bh % H).to(tl.int64)
+
+
+@triton.jit
+def _row_stats(LSE, DELTA, bh, N, offs_m):
+    """L2 (base-2 log-sum-exp) and delta = rowsum(dO * O) of the queries offs_m; 0 past N."""
+    lse2 = tl.load(LSE + bh * N + offs_m, mask=offs_m < N, other=0.0)
+    return lse2, tl.load(DELTA + bh * N + offs_m, mask=offs_m < N, other=0.0)
+
+
 # ---------------------------------------------------------------- forward
 @triton.jit
 def _fwd_inner(acc, l_i, m_i, q, k_base, v_base, skn, skd, svn, svd, lo, hi, N, qk_scale, offs_m, offs_d,
@@ -98,9 +112,7 @@ def _fwd_kernel(Q, K, V, Out, LSE, sm_scale, sqb, sqh, sqn, sqd, skb, skh, skn, 
                 sob, soh, son, sod, H, N, HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr,
                 PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     start_m = tl.program_id(0)
-    bh = tl.program_id(1)
-    b = (bh // H).to(tl.int64)
-    h = (bh % H).to(tl.int64)
+    bh, b, h = _head(H)
     offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)
     rows = offs_m[:, None] < N
@@ -132,9 +144,7 @@ def _fwd_kernel(Q, K, V, Out, LSE, sm_scale, sqb, sqh, sqn, sqd, skb, skh, skn, 
 def _bwd_delta_kernel(Out, DO, DELTA, sob, soh, son, sod, sdb, sdh, sdn, sdd, H, N, HEAD_DIM: tl.constexpr,
                       BLOCK_M: tl.constexpr):
     """delta_i = rowsum(dO_i * O_i) (= rowsum(P_i * dP_i)), one fp32 per query."""
-    bh = tl.program_id(1)
-    b = (bh // H).to(tl.int64)
-    h = (bh % H).to(tl.int64)
+    bh, b, h = _head(H)
     offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)
     rows = offs_m[:, None] < N
@@ -151,9 +161,7 @@ def _bwd_dkdv_kernel(Q, K, V, DO, DK, DV, LSE, DELTA, sm_scale, sqb, sqh, sqn, s
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """One block of keys: dV = sum_i P_i^T dO_i and dK = scale sum_i dS_i^T Q_i over query blocks i.
     s1* are dK's strides, s2* dV's."""
-    bh = tl.program_id(1)
-    b = (bh // H).to(tl.int64)
-    h = (bh % H).to(tl.int64)
+    bh, b, h = _head(H)
     start_n = tl.program_id(0) * BLOCK_N
     offs_n = start_n + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
@@ -169,8 +177,7 @@ def _bwd_dkdv_kernel(Q, K, V, DO, DK, DV, LSE, DELTA, sm_scale, sqb, sqh, sqn, s
         rows = offs_m[:, None] < N
         q = tl.load(_tile(Q, b, h, offs_m, offs_d, sqb, sqh, sqn, sqd), mask=rows, other=0.0)
         do = tl.load(_tile(DO, b, h, offs_m, offs_d, sdb, sdh, sdn, sdd), mask=rows, other=0.0)
-        lse2 = tl.load(LSE + bh * N + offs_m, mask=offs_m < N, other=0.0)
-        delta = tl.load(DELTA + bh * N + offs_m, mask=offs_m < N, other=0.0)
+        lse2, delta = _row_stats(LSE, DELTA, bh, N, offs_m)
         qkT = _dot(k, tl.trans(q), PRECISION)  # (BLOCK_N, BLOCK_M) = S^T, unscaled
         keep = (offs_m[None, :] < N) & (offs_n[:, None] < N)
         if CAUSAL:
@@ -191,17 +198,14 @@ def _bwd_dq_kernel(Q, K, V, DO, DQ, LSE, DELTA, sm_scale, sqb, sqh, sqn, sqd, sk
                    svb, svh, svn, svd, sdb, sdh, sdn, sdd, s1b, s1h, s1n, s1d, H, N, HEAD_DIM: tl.constexpr,
                    CAUSAL: tl.constexpr, PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """One block of queries: dQ = scale sum_j dS_j K_j over key blocks j. s1* are dQ's strides."""
-    bh = tl.program_id(1)
-    b = (bh // H).to(tl.int64)
-    h = (bh % H).to(tl.int64)
+    bh, b, h = _head(H)
     start_m = tl.program_id(0) * BLOCK_M
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)
     rows = offs_m[:, None] < N
     q = tl.load(_tile(Q, b, h, offs_m, offs_d, sqb, sqh, sqn, sqd), mask=rows, other=0.0)
     do = tl.load(_tile(DO, b, h, offs_m, offs_d, sdb, sdh, sdn, sdd), mask=rows, other=0.0)
-    lse2 = tl.load(LSE + bh * N + offs_m, mask=offs_m < N, other=0.0)
-    delta = tl.load(DELTA + bh * N + offs_m, mask=offs_m < N, other=0.0)
+    lse2, delta = _row_stats(LSE, DELTA, bh, N, offs_m)
     dq = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
     qk_scale = sm_scale * 1.4426950408889634  # 1/ln 2
     hi = tl.minimum(N, start_m + BLOCK_M) if CAUSAL else N
