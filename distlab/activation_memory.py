@@ -26,7 +26,7 @@ from distlab.activations import (
 from distlab.experiments import experiment
 from distlab.gpt import Block, GPTConfig
 from distlab.number_formats import single_threaded
-from distlab.results import Result
+from distlab.results import Quantity, Result
 
 DTYPE = torch.bfloat16
 NORM_STAT_BYTES = {"cpu": 2, "cuda": 4}  # LayerNorm's saved mean and 1/std: input dtype on CPU, fp32 on CUDA
@@ -262,8 +262,8 @@ def activation_memory(device: str) -> Result:
         gap = max(gap, abs(on["bytes"] - paper - (s * s + 4 * s * b * k)))
         rel = max(rel, abs(on["bytes"] - paper) / paper)
         left = max(left, on["left_after_backward"], off["left_after_backward"])
-        rows.append([s, b, h, a, on["bytes"], ours, int(paper), (on["bytes"] - paper) / paper, off["bytes"],
-                     ours_off])
+        rows.append([s, b, h, a, on["bytes"], ours, paper, Quantity((on["bytes"] - paper) / paper, "fraction"),
+                     off["bytes"], ours_off])
     r.table("sweep", ["s", "b", "h", "a", "counted (dropout)", "our formula", "published sbh(34 + 5as/h)",
                       "counted / published − 1", "counted (no dropout)", "our formula (no dropout)"], rows,
             caption="Bytes one bf16 block keeps for backward, counted with saved-tensor hooks")
@@ -329,7 +329,7 @@ def _per_token_figure(r: Result, device: str, k: int) -> None:
             label="our block's formula")
     ax.plot(seqs, counted, "o", label="counted (saved-tensor hooks)")
     ax.axhline(34, color="gray", lw=0.8, ls=":", label="34: the part linear in s")
-    ax.set_xscale("log", base=2)
+    ax.set_xticks(seqs)
     ax.set_xlabel("sequence length s")
     ax.set_ylabel("bytes per (token × h)")
     ax.legend(fontsize=8)
@@ -373,7 +373,7 @@ def checkpointing(device: str) -> Result:
         held, peak, rec, core = expect[name]
         r.claim(f"{name}: bytes saved after forward", run["held"], held, unit="B")
         if peak is not None:
-            r.claim(f"{name}: peak bytes saved (during backward's recompute)", run["peak"], peak, unit="B")
+            r.claim(f"{name}: peak bytes saved", run["peak"], peak, unit="B")
         r.claim(f"{name}: layer forwards run again in backward", run["recomputed"], rec)
         r.claim(f"{name}: attention cores run again in backward", run["core_recomputed"], core)
         diff = max_grad_difference(run["grads"], runs["none"]["grads"])
@@ -381,7 +381,7 @@ def checkpointing(device: str) -> Result:
                 abs_tol=0 if device == "cpu" else 1e-2)
         extra = extra_forward(run, flops, L)
         rows.append([name, run["held"], run["peak"] if peak is not None else "—", run["recomputed"],
-                     run["core_recomputed"], extra, extra / 3])
+                     run["core_recomputed"], Quantity(extra, "fraction"), Quantity(extra / 3, "fraction")])
     r.table("variants", ["variant", "saved after forward (B)", "peak saved (B)", "layer forwards recomputed",
                          "attention cores recomputed", "extra FLOPs / forward", "extra FLOPs / step"], rows,
             caption=f"{L} bf16 blocks, s = {s}, b = {b}, h = {h}, a = {a}, dropout on ({device}). A step is "
@@ -410,6 +410,7 @@ def _segments(r: Result, layers: list, x: torch.Tensor, layer_b: int, input_b: i
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullFormatter, ScalarFormatter
 
     L = len(layers)
     seg_rows, seg_pts, part_pts = [], [], []
@@ -448,7 +449,8 @@ def _segments(r: Result, layers: list, x: torch.Tensor, layer_b: int, input_b: i
     tf_best = min(seg_pts, key=lambda p: p[1])
     r.add("stack_best_segment", tf_best[2], "", "transformer stack: segment length with the lowest peak")
 
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.8))
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.8))
+    fig.subplots_adjust(wspace=0.3)
     ax1.plot([p[0] for p in part_pts], [p[1] / 1e6 for p in part_pts], "o-", label="checkpoint the first n layers")
     for xx, yy, seg in seg_pts:
         ax1.plot(xx, yy / 1e6, "s", color="C1")
@@ -465,6 +467,8 @@ def _segments(r: Result, layers: list, x: torch.Tensor, layer_b: int, input_b: i
     ax2.axvline(CHAIN ** 0.5, color="gray", ls=":", lw=0.8)
     ax2.set_xscale("log", base=2)
     ax2.set_yscale("log")
+    ax2.yaxis.set_major_formatter(ScalarFormatter())
+    ax2.yaxis.set_minor_formatter(NullFormatter())
     ax2.set_xlabel("segment length k (layers)")
     ax2.set_ylabel("peak saved, in layer inputs")
     ax2.set_title("one extra forward for every k: only the peak changes", fontsize=9)

@@ -197,6 +197,30 @@ def activations_7b(device: str) -> Result:
     r.add("selective_saving", 1 - totals[("no parallelism, selective recompute", 1)] / none1, "fraction",
           "share of activation memory that selective recompute removes")
     r.add("none_b1_over_hbm", none1 / hbm, "", "no recompute, b = 1, over one 80 GB GPU")
+    from distlab.adamw_bytes import model_state_bytes  # chapter 1 (imported here: it imports this module)
+
+    states = sum(model_state_bytes(m.params()).values()) / 8  # mixed-precision AdamW states, ZeRO-3 over 8 GPUs
+    r.add("states_zero3_8", states, "B", "7B model states per GPU, sharded over 8 GPUs")
+    for rc in ("none", "selective", "full"):
+        fits = [b for b in range(1, 65) if states + m.layers * activation_bytes_per_layer(
+            seq, b, m.hidden, m.heads, recompute=rc) <= hbm]
+        r.add(f"fit_b_{rc}", max(fits, default=0), "", f"largest micro-batch that fits 80 GB with sharded states, "
+              f"{rc} recompute (0: none)")
+    flops = layer_forward_flops(seq, 1, m.hidden)
+    r.add("core_flop_share", flops["core"] / flops["layer"], "fraction",
+          "attention core's share of a layer's forward matmul FLOPs, 4s/(24h + 4s)")
+    g3 = layer_forward_flops(2048, 1, 12288)
+    r.add("gpt3_core_flop_share", g3["core"] / g3["layer"], "fraction", "the same for GPT-3 175B at s = 2048")
+    for rc in ("none", "selective"):
+        r.add(f"layer_over_input_{rc}", activation_bytes_per_layer(seq, 1, m.hidden, m.heads, recompute=rc)
+              / activation_bytes_per_layer(seq, 1, m.hidden, m.heads, recompute="full"), "",
+              f"one layer's saves / its input, {rc} recompute")
+    r.add("logits_b1", 4 * seq * m.vocab, "B", "fp32 logits of one sequence for the loss (s · V · 4 B)")
+    r.add("vocab", m.vocab, "tokens", "vocabulary")
+    for rc in ("none", "selective"):
+        r.add(f"double_seq_{rc}", activation_bytes_per_layer(2 * seq, 1, m.hidden, m.heads, recompute=rc)
+              / activation_bytes_per_layer(seq, 1, m.hidden, m.heads, recompute=rc), "",
+              f"activation growth when s doubles, {rc} recompute")
     # The paper's Table 2 rows agree with one another where they must: t = 1 with sequence parallelism is
     # no parallelism; the variants sum the same per-term pieces as block_terms' paper column.
     s, b, h, a = seq, 1, m.hidden, m.heads

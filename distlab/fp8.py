@@ -169,10 +169,13 @@ def _range(f) -> float:
     return math.log2(lay["max"] / lay["min_subnormal"])
 
 
+STALE = 16  # how much amax has grown since the history recorded it
+
+
 def _saturation(r: Result, grads: list[torch.Tensor]) -> None:
-    """A stale scale 16x too large (amax grew 16x since the history): saturate vs let it overflow."""
+    """A stale scale STALE times too large (amax grew since the history): saturate vs let it overflow."""
     x = torch.cat([g.flatten() for g in grads])
-    scale = 16 * amax_scale(x.abs().max().item(), E5M2.dtype)
+    scale = STALE * amax_scale(x.abs().max().item(), E5M2.dtype)
     sat = quantize(x, E5M2.dtype, scale, saturate=True)
     raw = quantize(x, E5M2.dtype, scale, saturate=False)
     top = E5M2.layout()["max"]
@@ -181,6 +184,7 @@ def _saturation(r: Result, grads: list[torch.Tensor]) -> None:
     r.claim("a saturating cast keeps every value finite", int((~torch.isfinite(sat)).sum()), 0)
     r.claim("a plain e5m2 cast turns every value past max + half a gap into inf", int(torch.isinf(raw).sum()),
             int(over.sum()), formula=f"|x · scale| ≥ {halfway:g}")
+    r.add("stale_factor", STALE, "", "amax growth since the history")
     r.add("stale_out_of_range", ((x.double() * scale).abs() > top).float().mean().item(), "fraction",
           "values beyond max with the stale scale")
     r.add("stale_inf", int(torch.isinf(raw).sum()), "", "inf values without saturation")

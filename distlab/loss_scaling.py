@@ -135,13 +135,14 @@ def loss_scaling(device: str) -> Result:
             caption="Share of the nonzero fp32 gradient values that are zero in the fp16 model's backward "
             "(activation gradients: the output gradients of every linear layer in the blocks)")
     mid = 16
-    none, static, big = (measured[(mid, s)] for s in STATIC)
+    none, static = (measured[(mid, s)] for s in STATIC[:2])
     r.claim(f"loss / {mid}, no scale: fp16 flushes activation gradients", none["activation_grads"], 0.05,
             relation=">=", unit="fraction", formula="at least 5 %")
-    r.claim(f"loss / {mid}, S = 2^12: flushed activation gradients cut to near zero", static["activation_grads"],
-            0.005, relation="<=", unit="fraction", formula="at most 0.5 %")
-    r.claim("loss / 1, S = 2^24: the scaled gradients overflow", measured[(1, STATIC[2])]["param_grads_nonfinite"],
-            1, relation=">=", formula="at least one inf/NaN")
+    mid_log2, big_log2 = (int(math.log2(s)) for s in STATIC[1:])
+    r.claim(f"loss / {mid}, S = 2^{mid_log2}: flushed activation gradients cut to near zero",
+            static["activation_grads"], 0.005, relation="<=", unit="fraction", formula="at most 0.5 %")
+    r.claim(f"loss / 1, S = 2^{big_log2}: the scaled gradients overflow",
+            measured[(1, STATIC[2])]["param_grads_nonfinite"], 1, relation=">=", formula="at least one inf/NaN")
     for d in DIVISORS:
         for s in STATIC:
             tag = "none" if s == 1 else f"s{int(math.log2(s))}"
@@ -149,8 +150,13 @@ def loss_scaling(device: str) -> Result:
                   f"loss / {d}, scale {s:g}: activation gradients flushed")
             r.add(f"param_flushed_d{d}_{tag}", measured[(d, s)]["param_grads"], "fraction",
                   f"loss / {d}, scale {s:g}: parameter gradients flushed")
-    r.add("big_nonfinite_d1", measured[(1, STATIC[2])]["param_grads_nonfinite"], "",
-          "loss / 1, S = 2^24: non-finite parameter gradient values")
+    r.add("mid_divisor", mid, "", "the loss divisor of the claims and the training run")
+    r.add("big_divisor", DIVISORS[-1], "", "the largest loss divisor")
+    r.add("mid_scale_log2", mid_log2, "", "log2 of the moderate static scale")
+    r.add("big_scale_log2", big_log2, "", "log2 of the large static scale")
+    big = measured[(1, STATIC[2])]
+    r.add("big_nonfinite_d1", big["activation_grads_nonfinite"] + big["param_grads_nonfinite"], "",
+          f"loss / 1, S = 2^{big_log2}: non-finite gradient values (activations and parameters)")
 
     scaler = DynamicLossScaler(scale=INIT_SCALE, growth_interval=INTERVAL)
     trace = train(STEPS, scaler, divisor=mid, device=device)
@@ -191,7 +197,7 @@ def _figure(r: Result, grads: torch.Tensor, scale: float, trace: list[dict], div
     import matplotlib.pyplot as plt
 
     fp16 = fmt("fp16").layout()
-    logs = torch.log2(grads[grads != 0].abs()).numpy()
+    logs = torch.log2(grads[grads != 0].abs()).cpu().numpy()
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.8))
     bins = list(range(-50, 18))
     ax1.hist(logs, bins=bins, alpha=0.6, label="fp32 activation gradients")

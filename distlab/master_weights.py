@@ -98,13 +98,15 @@ def master_weights(device: str) -> Result:
         master_err = max(master_err, err_master)
         rows.append([group, n, Quantity(stuck / n, "fraction"), Quantity(pred / n, "fraction"), err_direct,
                      err_master])
+        if group.startswith("matrices"):
+            r.add("matrix_stuck", stuck / n, "fraction", "matrix entries that never moved in bf16")
         if group.startswith("LayerNorm"):
             r.claim(f"bf16 LayerNorm gains after {STEPS} updates of {DELTA:g}: still exactly 1 (largest change)",
                     (out["direct"].double() - 1).abs().max().item(), 0)
             r.add("ln_direct", out["direct"][0].item(), "", "a bf16 LayerNorm gain after the updates")
             r.add("ln_master", out["master"][0].item(), "", "the same gain through an fp32 master")
     r.table("constant", ["weights", "elements", "never moved in bf16", "predicted: update < half the gap",
-                         "bf16 weights: mean |error|", "fp32 masters: largest |error|"], rows,
+                         "bf16 weights: mean abs. error", "fp32 masters: largest abs. error"], rows,
             caption=f"Every initial weight of the small model, plus {DELTA:g} added {STEPS} times; error against "
             "float64")
     r.claim("bf16 weights that never moved = those whose update is below half the gap to the next bf16 value",
@@ -151,4 +153,4 @@ def _figure(r: Result, runs: dict) -> None:
     ax.set_ylabel("training loss")
     ax.legend(fontsize=8)
     r.figure("training", fig, f"The small model learning to count, lr {LR:g}: bf16-only updates against fp32 "
-             "masters (the gap widens as updates shrink)")
+             "masters")
