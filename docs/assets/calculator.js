@@ -110,8 +110,9 @@
     return e;
   }
   function field(label, input, hint) {
-    return el("label", { class: "calc-field" }, [el("span", { text: label }), input].concat(
-      hint ? [el("small", { text: hint })] : []));
+    const stacked = input.tagName === "SELECT";  // menus get the fieldset's full width, label above
+    return el("label", { class: stacked ? "calc-field calc-stacked" : "calc-field" },
+      [el("span", { text: label }), input].concat(hint ? [el("small", { text: hint })] : []));
   }
   function number(name, min) { return el("input", { type: "number", name, min: String(min || 1), step: "1" }); }
   function select(name, options) {
@@ -143,7 +144,8 @@
         field("sequence parallel", el("input", { type: "checkbox", name: "sequence_parallel" })),
       ]),
     ]);
-    const rows = CATEGORIES.map((c) => el("tr", {}, [el("td", { text: LABELS[c] }),
+    const rows = CATEGORIES.map((c) => el("tr", {}, [
+      el("td", {}, [el("span", { class: "calc-swatch", "data-cat": c }), LABELS[c]]),
       el("td", { class: "calc-out", "data-key": c })]));
     rows.push(el("tr", { class: "calc-total" }, [el("td", { text: "total per GPU" }),
       el("td", { class: "calc-out", "data-key": "total" })]));
@@ -151,7 +153,8 @@
     const out = el("div", { class: "calc-results", "aria-live": "polite" }, [
       el("p", { class: "calc-verdict", "data-key": "verdict" }),
       el("p", { class: "calc-error", "data-key": "error", hidden: "" }),
-      el("div", { class: "calc-bar", "aria-hidden": "true" }, CATEGORIES.map((c) => el("span", { "data-cat": c }))),
+      el("div", { class: "calc-bar", "aria-hidden": "true" },
+        CATEGORIES.map((c) => el("span", { class: "calc-segment", "data-cat": c }))),
       el("table", { class: "calc-table" }, [el("tbody", {}, rows)]),
       el("p", { class: "calc-meta" }, [el("span", { text: "parameters Ψ " }),
         el("strong", { class: "calc-out", "data-key": "params" }), el("span", { text: " · data-parallel replicas d " }),
@@ -189,7 +192,7 @@
       verdict.textContent = "";
       delete verdict.dataset.fits;
       root.querySelectorAll(".calc-out").forEach((o) => { o.textContent = "—"; delete o.dataset.value; });
-      root.querySelectorAll(".calc-bar span").forEach((s) => { s.style.width = "0"; });
+      root.querySelectorAll(".calc-segment").forEach((s) => { s.style.width = "0"; });
       root.dataset.state = "error";
       return;
     }
@@ -209,7 +212,7 @@
       ? `Fits: ${formatBytes(r.total)} of ${formatBytes(r.capacity)} per GPU.`
       : `Does not fit: ${formatBytes(r.total)} needed, ${formatBytes(r.capacity)} per GPU.`;
     const scale = Math.max(r.total, r.capacity);
-    root.querySelectorAll(".calc-bar span").forEach((s) => {
+    root.querySelectorAll(".calc-segment").forEach((s) => {
       s.style.width = `${(100 * r[s.dataset.cat] / scale).toFixed(3)}%`;
       s.title = `${LABELS[s.dataset.cat]}: ${formatBytes(r[s.dataset.cat])}`;
     });
