@@ -231,13 +231,29 @@ def _configs(pairs):
     return [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s) for m, n, w, s in pairs]
 
 
-_KEY = ["N", "HEAD_DIM", "CAUSAL"]
-# A few configs each (compile time counts in the benchmark's 5 minutes); one that does not fit shared
-# memory (fp32 at D=128) is skipped by the autotuner. BLOCK_M % BLOCK_N == 0 for the causal forward.
-_fwd_tuned = triton.autotune(_configs([(128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 3), (64, 64, 4, 3)]),
-                             key=_KEY)(_fwd_kernel)
-_dkdv_tuned = triton.autotune(_configs([(32, 128, 4, 4), (64, 128, 8, 3), (64, 64, 4, 3)]), key=_KEY)(_bwd_dkdv_kernel)
-_dq_tuned = triton.autotune(_configs([(128, 32, 4, 4), (128, 64, 8, 3), (64, 64, 4, 3)]), key=_KEY)(_bwd_dq_kernel)
+_KEY = ["N", "HEAD_DIM", "CAUSAL"]  # the autotuner adds the tensors' dtypes to the key
+# A few configs each (compile time counts in the benchmark's 5 minutes), (BLOCK_M, BLOCK_N, warps, stages).
+# fp32 tiles take twice the shared memory of 16-bit ones, so fp32 gets small tiles of its own; the forward
+# needs BLOCK_M % BLOCK_N == 0 (the causal split).
+_HALF = {"fwd": [(128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 3), (64, 64, 4, 3)],
+         "dkdv": [(32, 128, 4, 4), (64, 128, 8, 3), (64, 64, 4, 3)],
+         "dq": [(128, 32, 4, 4), (128, 64, 8, 3), (64, 64, 4, 3)]}
+_FP32 = {"fwd": [(64, 32, 4, 2), (32, 32, 4, 2)], "dkdv": [(32, 64, 4, 2), (32, 32, 4, 2)],
+         "dq": [(64, 32, 4, 2), (32, 32, 4, 2)]}
+
+
+def _tuned(kernel, name: str):
+    half, full = _configs(_HALF[name]), _configs(_FP32[name])
+
+    def by_dtype(configs, named_args, **kwargs):
+        return full if named_args["Q"].dtype == torch.float32 else half
+
+    return triton.autotune(half + full, key=_KEY, prune_configs_by={"early_config_prune": by_dtype})(kernel)
+
+
+_fwd_tuned = _tuned(_fwd_kernel, "fwd")
+_dkdv_tuned = _tuned(_bwd_dkdv_kernel, "dkdv")
+_dq_tuned = _tuned(_bwd_dq_kernel, "dq")
 
 
 # ---------------------------------------------------------------- launchers

@@ -22,7 +22,7 @@ from distlab.flash_attention import (
     tiled_forward,
 )
 from distlab.flash_attention_bench import attention_flops, flash_attention_bench, run_grid, shapes
-from distlab.flash_attention_triton import flash_backward, flash_forward
+from distlab.flash_attention_triton import _FP32, _HALF, flash_backward, flash_forward
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
@@ -218,3 +218,27 @@ def test_bench_on_cpu_measures_nothing_and_says_so():
     assert not result.claims
     assert "needs a CUDA GPU" in result.tables["needs_gpu"].rows[0][0]
     assert len(result.tables["plan"].rows) == len(shapes())
+
+
+def _tuned_configs(name):
+    return sorted(set(_HALF[name] + _FP32[name]))
+
+
+@pytest.mark.parametrize("config", _tuned_configs("fwd"))
+def test_every_forward_autotune_config_is_correct(config):
+    """The GPU autotuner may pick any of these tiles; each must give the same O and L (causal, N=130 is
+    ragged for every block size). Would catch a tile shape that breaks the causal split."""
+    q, k, v, do = random_qkv(1, 2, 130, 64, requires_grad=False)
+    refs, lse_ref = reference(q, k, v, do, True)
+    out, lse = flash_forward(q, k, v, True, config=config)
+    assert (out.double() - refs[0]).abs().max().item() < 1e-5
+    assert (lse.double() * math.log(2) - lse_ref).abs().max().item() < 1e-5
+
+
+@pytest.mark.parametrize("config", sorted(set(_tuned_configs("dkdv") + _tuned_configs("dq"))))
+def test_every_backward_autotune_config_is_correct(config):
+    q, k, v, do = random_qkv(1, 2, 130, 64, requires_grad=False)
+    refs, _ = reference(q, k, v, do, True)
+    out, lse = flash_forward(q, k, v, True, config=(64, 32, 4, 2))
+    grads = flash_backward(q, k, v, out, lse, do, True, config=config)
+    assert max(max_err(grads, refs[1:])) < 1e-5
