@@ -203,8 +203,8 @@ def _tf32_eps() -> float:
     before = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = True
     try:
-        ks = torch.arange(1, 24, device="cuda", dtype=torch.float32)
-        a = (1 + 2.0**-ks)[:, None].expand(-1, 256).contiguous()  # (23, 256)
+        ks = torch.arange(1, 257, device="cuda", dtype=torch.float32)  # 2^-k is 0 in 1 + 2^-k beyond k = 23
+        a = (1 + 2.0**-ks)[:, None].expand(-1, 256).contiguous()  # (256, 256): sizes tensor cores take
         out = a @ torch.eye(256, device="cuda")
         kept = (out[:, 0] != 1).cpu()
         return 2.0 ** -int(ks.cpu()[kept].max())
