@@ -338,6 +338,8 @@ def _memory_figure(r, sizes, peaks, score_bytes, device) -> None:
             ax.loglog(sizes, [p / 1e6 for p in peaks[impl]], marker + "-", label=impl)
     ax.loglog(sizes, [s / 1e6 for s in score_bytes], "k:", label="one N x N score matrix")
     ax.set(xlabel="sequence length N", ylabel="peak MB above inputs (fwd + bwd)")
+    ax.set_xticks(sizes, [str(n) for n in sizes])
+    ax.minorticks_off()
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3, which="both")
     r.figure("peaks", fig, f"Peak memory of naive and tiled attention as N grows ({device})")

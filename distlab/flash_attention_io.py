@@ -186,6 +186,9 @@ def flash_attention_io(device: str) -> Result:
     for key, value in slopes.items():
         r.add(f"slope_{key}", value, "", f"fitted exponent {key}")
     r.add("theta_constant", constant, "", "FlashAttention traffic / (N^2 d^2 / M)")
+    std_256 = total(standard_forward(SWEEP_AT, 256)).elements
+    r.add("d256_fa_over_std", by_d[256] / std_256, "", f"Algorithm 1 / standard traffic at d=256, N={SWEEP_AT}")
+    r.add("sweep_n", SWEEP_AT, "", "N of the d and M sweeps")
     r.add("theta_n", 16384, "", "N of the Θ-constant and the largest ratio")
     for n in (4096, 16384):
         r.add(f"std_over_fa_{n}", std[n] / fa[n], "", f"standard / FlashAttention forward traffic, N={n}, d=64")
@@ -218,6 +221,8 @@ def _io_figure(r, std, fa, fa2, by_d, by_m, sram) -> None:
     axes[2].semilogy(list(by_m), [std[SWEEP_AT] * BYTES] * len(by_m), "o-", label="standard")
     axes[2].semilogy(list(by_m), [by_m[k] * BYTES for k in by_m], "s-", label="FlashAttention")
     axes[2].set(xlabel="SRAM M (KiB)", title=f"vs M (N = {SWEEP_AT}, d = 64)")
+    axes[1].set_xticks(list(by_d), [str(d) for d in by_d])
+    axes[1].minorticks_off()
     for ax in axes:
         ax.legend(fontsize=7)
         ax.grid(alpha=0.3, which="both")
@@ -357,7 +362,7 @@ def _roofline_figure(r: Result, chip, points) -> None:
 
     peak, bw = chip.peak_flops("bf16"), chip.hbm_bytes_per_s
     fig, ax = plt.subplots(figsize=(6.5, 4))
-    xs = [2**k for k in range(3, 12)]
+    xs = sorted([2 ** (k / 8) for k in range(24, 89)] + [chip.ridge("bf16")])
     ax.loglog(xs, [min(peak, x * bw) / 1e12 for x in xs], "k-", lw=1, label=f"{chip.name} bf16 roofline")
     for d, marker in ((64, "o"), (128, "s")):
         pts = [p for p in points if p[0] == d]
