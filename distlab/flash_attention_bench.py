@@ -162,6 +162,10 @@ def flash_attention_bench(device: str) -> Result:
         r.table("needs_gpu", ["status"], [["flash-attention-bench needs a CUDA GPU; nothing was measured on cpu. "
                                            "Run `distlab run flash-attention-bench --device cuda --store`."]])
         return r
+    from distlab.flash_attention_triton import INTERPRET
+
+    if INTERPRET:
+        raise ValueError("TRITON_INTERPRET=1 is set: the benchmark needs compiled kernels; unset it and rerun")
     rows = run_grid(device, grid)
     r.data["rows"] = rows
     measured = [row for row in rows if "tflops" in row]
