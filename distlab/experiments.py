@@ -155,7 +155,12 @@ def hardware(device: str) -> str:
 
 
 def hardware_slug(device: str) -> str:
-    return "".join(c if c.isalnum() else "-" for c in hardware(device).split(" (")[0].lower()).strip("-")
+    return hardware_slug_of(hardware(device))
+
+
+def hardware_slug_of(name: str) -> str:
+    """'NVIDIA H200' -> 'nvidia-h200': the folder name under results/."""
+    return "".join(c if c.isalnum() else "-" for c in name.split(" (")[0].lower()).strip("-")
 
 
 def git_version() -> str:

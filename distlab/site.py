@@ -166,6 +166,18 @@ class Page:
             for name, q in result.quantities.items():
                 out.append(f"- {q.description or name}: {format_quantity(q.value, q.unit)}")
             out.append("")
+            for table in result.tables.values():
+                out += [table.to_markdown(), ""]
+            slug = experiments.hardware_slug_of(p.get("hardware", "gpu"))
+            for name, fig in result.figures.items():
+                target = f"figures/stored-{slug}-{exp}--{name}.png"
+                _write_bytes(target, fig.png)
+                href = "../" * self.path.count("/") + target
+                out += [f"![{fig.caption}]({href})", "", f"*{fig.caption}* {self._where(p)}", ""]
+            failed = [c for c in result.claims if not c.passed]
+            if failed:
+                out.append("Claims that did not hold on this hardware: " + "; ".join(
+                    f"**{c.name}** ({c.describe()})" for c in failed))
         return "\n".join(out)
 
     def claims_markdown(self) -> str:
