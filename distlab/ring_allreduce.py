@@ -289,8 +289,12 @@ def _growth_figure(r: Result) -> None:
         ax2.plot(GROWTH_RANKS, [t.steps for t in ts], style, ms=3, label=alg)
         times = [traffic(int(s), 64, alg).seconds(EXAMPLE_LATENCY_S, EXAMPLE_BANDWIDTH) for s in sizes]
         ax3.plot(sizes, times, style, ms=2, label=alg)
-    ax1.set(xscale="log", yscale="log", xlabel="ranks N", ylabel="busiest rank's bytes / buffer")
-    ax2.set(xscale="log", yscale="log", xlabel="ranks N", ylabel="steps")
+    for ax in (ax1, ax2):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks([2, 4, 8, 16, 32, 64], ["2", "4", "8", "16", "32", "64"])
+        ax.set_xticks([], minor=True)
+    ax1.set(yscale="log", xlabel="ranks N", ylabel="busiest rank's bytes / buffer")
+    ax2.set(yscale="log", xlabel="ranks N", ylabel="steps (ring and naive coincide)")
     ax3.set(xscale="log", yscale="log", xlabel="buffer (bytes), N = 64", ylabel="alpha-beta time (s)")
     ax1.axhline(2, color="grey", lw=0.6, ls=":")
     for ax in (ax1, ax2, ax3):
