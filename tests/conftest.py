@@ -1,3 +1,4 @@
+import hashlib
 import os
 import subprocess
 import sys
@@ -12,6 +13,30 @@ os.environ.setdefault("NO_MKDOCS_2_WARNING", "1")
 os.environ.setdefault("DISABLE_MKDOCS_2_WARNING", "true")
 
 REPO = Path(__file__).resolve().parent.parent
+_BUILD_STATES: dict[Path, str] = {}
+
+
+def tree_state() -> str:
+    """HEAD and every uncommitted change, hashed: equal states mean the same code was built."""
+    h = hashlib.sha256()
+    for args in (["rev-parse", "HEAD"], ["status", "--porcelain", "--untracked-files=all"], ["diff", "HEAD"]):
+        proc = subprocess.run(["git", *args], cwd=REPO, capture_output=True, timeout=60)
+        h.update(proc.stdout + b"\0")
+    return h.hexdigest()
+
+
+@pytest.fixture(scope="session")
+def require_same_code(built_site):
+    """A check for tests that build or run again and compare with built_site: it skips the test when
+    the code changed since built_site was built (people editing or committing in a shared working
+    tree), since that is not the same commit. In CI (a fresh clone) nothing changes and it never skips."""
+    state = _BUILD_STATES[built_site]
+
+    def check() -> None:
+        if tree_state() != state:
+            pytest.skip("the working tree changed since built_site was built (an edit or a commit)")
+
+    return check
 
 
 @pytest.fixture(scope="session")
@@ -21,6 +46,7 @@ def built_site() -> Path:
     builds elsewhere (several people testing in one working tree must not share site/), and
     DISTLAB_ONLY, passed through, builds selected pages only while developing."""
     out = Path(os.environ.get("DISTLAB_SITE_DIR", REPO / "site")).resolve()
+    _BUILD_STATES[out] = tree_state()
     proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(out)], cwd=REPO,
                           capture_output=True, text=True, timeout=1800)
     assert proc.returncode == 0, f"strict site build failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-8000:]}"

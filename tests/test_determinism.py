@@ -39,7 +39,7 @@ def _first_difference(a: Path, b: Path) -> str:
     return f"byte {i}: {x[max(0, i - 80):i + 80]!r} vs {y[max(0, i - 80):i + 80]!r}"
 
 
-def test_two_builds_of_one_commit_are_byte_identical(built_site, tmp_path):
+def test_two_builds_of_one_commit_are_byte_identical(built_site, require_same_code, tmp_path):
     """Every file of a second build (pages, figures, search index, calculator data and vectors,
     KaTeX) against the first: identical bytes, or identical once dates are masked. Would catch a PNG
     with a timestamp, a dict or set written in hash order, a random seed that was not fixed, a
@@ -48,6 +48,7 @@ def test_two_builds_of_one_commit_are_byte_identical(built_site, tmp_path):
     proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(second)], cwd=REPO,
                           capture_output=True, text=True, timeout=1800, env=os.environ.copy())
     assert proc.returncode == 0, proc.stderr[-4000:]
+    require_same_code()
     first_files, second_files = _files(built_site), _files(second)
     assert sorted(first_files) == sorted(second_files), set(first_files) ^ set(second_files)
     differ = [rel for rel in first_files
@@ -60,11 +61,12 @@ def test_two_builds_of_one_commit_are_byte_identical(built_site, tmp_path):
     assert "assets/calculator/vectors.json" in first_files
 
 
-def test_a_fresh_run_reproduces_the_built_figure_and_numbers(built_site):
+def test_a_fresh_run_reproduces_the_built_figure_and_numbers(built_site, require_same_code):
     """Chapter 1's experiment run afresh in this process: its figure is byte-identical to the one the
     build took from the cache (made by another process, maybe another day), and its quantities,
     tables and claims are equal. Would catch matplotlib metadata (Software, dates) in the PNG, or an
     unseeded measurement."""
+    require_same_code()
     fresh, cached = experiments.run("adamw-bytes", use_cache=False)
     assert not cached
     built = built_site / "figures" / "adamw-bytes--share.png"
