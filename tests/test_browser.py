@@ -213,6 +213,9 @@ def test_search_finds_zero(page):
     items.first.wait_for(timeout=10000)
     text = " ".join(items.all_inner_texts())
     assert "ZeRO" in text, text[:500]
+    raw = page.evaluate("() => [...document.querySelectorAll('.md-search-result__item')]"
+                        ".filter(e => /\\\\\\(/.test(e.innerText)).length")
+    assert raw == 0, "search results show raw TeX: \\( ... \\) not typeset"
     assert not page.watch.errors and not page.watch.external
 
 

@@ -22,6 +22,44 @@
     });
   }
 
-  if (window.document$) window.document$.subscribe(render);
-  else document.addEventListener("DOMContentLoaded", render);
+  // Search results quote the page's text with the TeX still in its \( \) and \[ \] delimiters:
+  // typeset those too, as the results appear.
+  const DELIMITED = /\\\(([\s\S]+?)\\\)|\\\[([\s\S]+?)\\\]/g;
+  function renderDelimited(root) {
+    const walker = document.createTreeWalker(root, NodeFilter.SHOW_TEXT);
+    const nodes = [];
+    while (walker.nextNode()) if (walker.currentNode.data.includes("\\")) nodes.push(walker.currentNode);
+    for (const node of nodes) {
+      const text = node.data, frag = document.createDocumentFragment();
+      let last = 0;
+      for (const m of text.matchAll(DELIMITED)) {
+        frag.append(text.slice(last, m.index));
+        const span = document.createElement("span");
+        try {
+          window.katex.render(m[1] ?? m[2], span, { displayMode: false, throwOnError: true });
+        } catch (exc) {
+          span.textContent = m[0];  // a fragment cut mid-formula by the snippet: leave it as it is
+        }
+        frag.append(span);
+        last = m.index + m[0].length;
+      }
+      if (last === 0) continue;
+      frag.append(text.slice(last));
+      node.replaceWith(frag);
+    }
+  }
+  const watched = new WeakSet();
+  function watchSearch() {
+    const list = document.querySelector(".md-search-result__list");
+    if (!list || watched.has(list) || !window.katex) return;
+    watched.add(list);
+    new MutationObserver(() => renderDelimited(list)).observe(list, { childList: true, subtree: true });
+  }
+
+  function all() {
+    render();
+    watchSearch();
+  }
+  if (window.document$) window.document$.subscribe(all);
+  else document.addEventListener("DOMContentLoaded", all);
 })();
