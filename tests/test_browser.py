@@ -203,6 +203,36 @@ def test_no_broken_internal_link_or_anchor_and_nothing_loaded_from_elsewhere(bui
     assert len(parsed) >= 20
 
 
+CHAPTER = re.compile(r"^\d\d-")
+
+
+def test_every_written_chapter_has_the_reading_shape(built_site):
+    """Every numbered chapter that is written (not a "Being written" stub, not skipped by
+    DISTLAB_ONLY): a notation table before its first section, a takeaway box, collapsible worked
+    problems, the "Checked on this page" box with where each experiment ran, and previous/next links.
+    Would catch a chapter that lost its claims box (a gen script that stopped running experiments),
+    or a page shape that drifted from chapter 1's."""
+    problems, written, stubs = [], [], []
+    for folder in sorted(p for p in built_site.iterdir() if p.is_dir() and CHAPTER.match(p.name)):
+        html = (folder / "index.html").read_text(encoding="utf-8")
+        article = html.split("<article", 1)[1].split("</article>", 1)[0]
+        if "Being written" in article or "Not built: DISTLAB_ONLY" in article:
+            stubs.append(folder.name)
+            continue
+        written.append(folder.name)
+        checks = {
+            "notation table": "<table" in article.split("<h2", 1)[0],
+            "takeaway box": 'class="admonition abstract"' in article,
+            "worked problems": '<details class="question"' in article,
+            "checked on this page": re.search(r'<details class="success">\s*<summary>Checked on this page', article),
+            "provenance": re.search(r"\((measured on|computed; code|simulated; code)", article),
+            "previous/next links": "md-footer__link--prev" in html and "md-footer__link--next" in html,
+        }
+        problems += [f"{folder.name}: no {what}" for what, ok in checks.items() if not ok]
+    assert written, f"no written chapter to check (stubs: {stubs})"
+    assert not problems, "\n".join(problems)
+
+
 # ---------------------------------------------------------------- what readers do
 def test_search_finds_zero(page):
     """Search runs offline (its index and worker are the site's own) and finds ZeRO."""
