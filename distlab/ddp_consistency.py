@@ -110,8 +110,9 @@ def ddp_consistency(device: str) -> Result:
             r.add(f"w{w}_{name}_vs_reference", vs_ref, "", f"W={w} {name}: max |DDP - single process|")
             r.add(f"w{w}_{name}_init_spread", init_spread, "", f"W={w} {name}: max weight difference before DDP")
             r.add(f"w{w}_{name}_loss_spread", loss_spread, "", f"W={w} {name}: spread of the ranks' first losses")
-    r.table("consistency", ["W", "dtype", "max |Δ| between ranks before DDP", f"... after {STEPS} DDP steps",
-                            "max |DDP − one process|", "max |naive − DDP|", "spread of first local losses"], rows,
+    r.table("consistency", ["W", "dtype", "largest Δ between ranks before DDP", f"... after {STEPS} DDP steps",
+                            "largest Δ, DDP vs one process", "largest Δ, naive vs DDP",
+                            "spread of first local losses"], rows,
             caption=f"Parameters compared element by element; one world of 4 processes ({backend}), sub-groups of "
                     "the first 2, 3 and 4 ranks")
     return r

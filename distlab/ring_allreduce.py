@@ -227,7 +227,29 @@ def ring_allreduce(device: str) -> Result:
 
     _algorithms(r)
     _growth_figure(r)
+    _seven_b(r)
     return r
+
+
+def _seven_b(r: Result) -> None:
+    """A worked problem: the bf16 gradients of Llama 2 7B, ring all-reduced in one node and across nodes."""
+    from distlab.facts import fact
+    from distlab.model_shapes import presets
+
+    grad = 2 * presets()["7B"].params()  # bf16: 2 bytes per parameter
+    nvlink = fact("interconnect.NVLink4-H100.bidirectional_gbytes_per_s").value * 1e9 / 2  # quoted both ways
+    ndr = fact("interconnect.InfiniBand-NDR.gbits_per_s_per_direction").value * 1e9 / 8  # bits -> bytes
+    r.add("7b_grad_bytes", grad, "B", "Llama 2 7B gradients in bf16")
+    for n, link, name in ((8, nvlink, "nvlink"), (64, ndr, "ndr")):
+        t = traffic(grad - grad % n, n, "ring")
+        r.add(f"7b_ring_{n}_bytes", max(t.sent), "B", f"7B, ring over {n}: bytes each GPU sends")
+        r.add(f"7b_ring_{n}_{name}_s", max(t.sent) / link, "s", f"7B, ring over {n}: bandwidth term on {name}")
+    r.add("7b_64_over_8", r.quantities["7b_ring_64_ndr_s"].value / r.quantities["7b_ring_8_nvlink_s"].value, "",
+          "7B: flat ring over 64 on NDR / ring over 8 on NVLink, bandwidth term")
+    r.add("nvlink_per_direction", nvlink, "B/s", "NVLink 4 (H100), one direction")
+    r.add("ndr_per_direction", ndr, "B/s", "InfiniBand NDR port, one direction")
+    naive = traffic(grad - grad % 8, 8, "naive")
+    r.add("7b_naive_8_bytes", max(naive.sent), "B", "7B, naive over 8: bytes rank 0 sends")
 
 
 def _algorithms(r: Result) -> None:

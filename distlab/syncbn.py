@@ -179,8 +179,8 @@ def syncbn(device: str) -> Result:
                      worst["local"]["out"], local_mean_gap])
         r.add(f"w{w}_local_out_gap", worst["local"]["out"], "", f"W={w}: max |per-rank BN output - full-batch BN|")
         r.add(f"w{w}_local_mean_gap", local_mean_gap, "", f"W={w}: max |per-rank mean - global mean|")
-    r.table("syncbn", ["W", "samples per rank", "SyncBN output: max |Δ| vs full batch",
-                       "SyncBN input gradient: max |Δ|", "per-rank BN output: max |Δ|",
+    r.table("syncbn", ["W", "samples per rank", "SyncBN output: largest Δ vs full batch",
+                       "SyncBN input gradient: largest Δ", "per-rank BN output: largest Δ",
                        "per-rank mean − global mean, worst channel"], rows,
             caption=f"float64, input (N, {', '.join(map(str, SHAPE))}); rank r's data has mean r. Checked: "
                     + ", ".join("SyncBatchNormNaive" if k == "naive" else "nn.SyncBatchNorm" for k in kinds))
