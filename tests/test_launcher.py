@@ -24,6 +24,13 @@ from distlab.launcher import LaunchError, launch
 REPO = Path(__file__).resolve().parent.parent
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _warm_fork_server():
+    """Start the fork server once, so that the deadlines below measure the ranks, not torch's import on
+    a busy machine."""
+    launch(_world_of_two, 1)
+
+
 def _note_pid(folder: str, rank: int) -> None:
     Path(folder, f"{rank}.pid").write_text(str(os.getpid()))
 
@@ -110,7 +117,7 @@ def test_all_reduce_on_three_real_processes_with_the_launch_time_environment(mon
     ("fn", "message"),
     [
         (_raise_on_rank_1, r"^rank 1 of 3 failed: ValueError: deliberate \(test_launcher\.py:\d+\)$"),
-        (_hang_on_last, r"^rank 2 of 3 hung: no result after 6 s, at test_launcher\.py:\d+ in _hang_on_last "
+        (_hang_on_last, r"^rank 2 of 3 hung: no result after 4 s, at test_launcher\.py:\d+ in _hang_on_last "
                         r"\(ranks without a result: \[2\]\)$"),
         (_hang_while_peers_wait, r"^rank 1 of 3 hung: .* in _hang_while_peers_wait \(ranks without a result: "
                                  r"\[0, 1, 2\]\)$"),
@@ -124,7 +131,7 @@ def test_failures_name_the_rank_in_one_line_and_leave_no_process(fn, message, tm
     rank process surviving the failure."""
     start = time.monotonic()
     with pytest.raises(LaunchError, match=message) as info:
-        launch(fn, 3, str(tmp_path), timeout_s=6)
+        launch(fn, 3, str(tmp_path), timeout_s=4)
     assert "\n" not in str(info.value)
     if fn in (_kill_rank_0, _exit_quietly_on_rank_2, _raise_on_rank_1):
         assert time.monotonic() - start < 5, "a dead or failed rank must be reported before the deadline"
