@@ -1,5 +1,8 @@
-# Chapters 12-14: the planner, its validation and the worked 7B plan.
+# Chapters 12-14: the planner, its validation against published runs, and the worked 7B fine-tuning plan.
 from distlab.site import Page
 
 with Page("12-planner.md") as page:
-    pass
+    page.run("planner")
+
+with Page("13-planner-validation.md") as page:
+    page.run("planner-validation")
