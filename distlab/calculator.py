@@ -10,9 +10,10 @@ One GPU of a (data x tensor x pipeline)-parallel job with mixed-precision AdamW 
 with d = GPUs / (t p) data-parallel replicas. The three model states are chapter 6's
 `distlab.zero_memory.model_state_bytes_per_gpu(Ψ', d, stage)`: exact integers, a sharded state padded to
 d⌈Ψ'/d⌉ elements. The model-parallel split is taken as even (Ψ' each), an approximation: real pipelines
-put the embedding on the first stage and the head on the last. Activations: a pipeline stage holds L/p layers, and under
-the 1F1B schedule the first stage keeps p micro-batches in flight, so it holds L layers' worth
-(Korthikanti et al., Section 4.2.3), whatever p is.
+put the embedding on the first stage and the head on the last.
+
+Activations: a pipeline stage holds L/p layers, and under the 1F1B schedule the first stage keeps p
+micro-batches in flight, so it holds L layers' worth (Korthikanti et al., Section 4.2.3), whatever p is.
 
 The page's JavaScript (docs/assets/calculator.js) implements these formulas once more, in the same
 order of floating-point operations. The build writes test vectors computed here (`vectors()`), and
