@@ -6,6 +6,7 @@ with Page("10-throughput-debugging.md") as page:
     page.run("profile-step")
     page.run("dataloader-starvation")
     page.run("placement")
+    page.run("ddp-buckets")  # chapter 5's measured bucket timeline: exposed vs hidden communication
     page.run("stragglers")
     page.run("checkpoint-interval")
     page.run("elastic-spot")
