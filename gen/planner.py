@@ -6,3 +6,6 @@ with Page("12-planner.md") as page:
 
 with Page("13-planner-validation.md") as page:
     page.run("planner-validation")
+
+with Page("14-worked-plan-7b.md") as page:
+    page.run("worked-plan-7b")
