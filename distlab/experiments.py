@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import datetime as _dt
+import functools
 import hashlib
 import importlib
 import json
@@ -57,44 +58,31 @@ class UnknownExperiment(LookupError):
     pass
 
 
-def discover() -> dict[str, Experiment]:
-    """Every `@experiment("name", "description")` in distlab's source, found without importing it."""
-    found: dict[str, Experiment] = {}
-    for path in sorted(PACKAGE_DIR.glob("*.py")):
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        for node in ast.walk(tree):
-            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                continue
+@dataclass(frozen=True)
+class _Scan:
+    experiments: tuple[Experiment, ...]
+    imports: frozenset[str]
+
+
+def _scan(path: Path) -> _Scan:
+    """What one source file registers and which distlab modules it imports (cached while unchanged)."""
+    stat = path.stat()
+    return _scan_cached(path, stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=512)
+def _scan_cached(path: Path, mtime_ns: int, size: int) -> _Scan:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found, names = [], set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             for deco in node.decorator_list:
-                if (
-                    isinstance(deco, ast.Call)
-                    and getattr(deco.func, "id", None) == "experiment"
-                    and len(deco.args) >= 2
-                ):
+                is_call = isinstance(deco, ast.Call)
+                if is_call and getattr(deco.func, "id", None) == "experiment" and len(deco.args) >= 2:
                     name, desc = (ast.literal_eval(a) for a in deco.args[:2])
                     kind = next((ast.literal_eval(k.value) for k in deco.keywords if k.arg == "kind"), "measured")
-                    found[name] = Experiment(name, desc, f"distlab.{path.stem}", kind)
-    return found
-
-
-def get(name: str) -> Experiment:
-    if name not in _REGISTRY:
-        known = discover()
-        if name not in known:
-            raise UnknownExperiment(f"unknown experiment {name!r}; known: {', '.join(sorted(known))}")
-        importlib.import_module(known[name].module)
-    return _REGISTRY[name]
-
-
-# ---------------------------------------------------------------- code identity
-def _local_imports(module: str) -> set[str]:
-    path = PACKAGE_DIR / (module.split(".", 1)[1] + ".py")
-    if not path.exists():
-        return set()
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    names = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom):
+                    found.append(Experiment(name, desc, f"distlab.{path.stem}", kind))
+        elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:  # relative: from .x import y / from . import x
                 base = "distlab" + ("." + base if base else "")
@@ -104,7 +92,37 @@ def _local_imports(module: str) -> set[str]:
                 names.add(base)
         elif isinstance(node, ast.Import):
             names |= {a.name for a in node.names if a.name.startswith("distlab.")}
-    return {n for n in names if (PACKAGE_DIR / (n.split(".", 1)[1] + ".py")).exists()}
+    return _Scan(tuple(found), frozenset(names))
+
+
+def discover() -> dict[str, Experiment]:
+    """Every `@experiment("name", "description")` in distlab's source, found without importing it."""
+    found: dict[str, Experiment] = {}
+    for path in sorted(PACKAGE_DIR.glob("*.py")):
+        found.update((e.name, e) for e in _scan(path).experiments)
+    return found
+
+
+def spec(name: str) -> Experiment:
+    """The experiment's registration, without importing its module when it has not been imported yet."""
+    if name in _REGISTRY:
+        return _REGISTRY[name]
+    known = discover()
+    if name not in known:
+        raise UnknownExperiment(f"unknown experiment {name!r}; known: {', '.join(sorted(known))}")
+    return known[name]
+
+
+def get(name: str) -> Experiment:
+    """The experiment with its function (imports its module)."""
+    if name not in _REGISTRY:
+        importlib.import_module(spec(name).module)
+    return _REGISTRY[name]
+
+
+# ---------------------------------------------------------------- code identity
+def _module_path(module: str) -> Path:
+    return PACKAGE_DIR / (module.split(".", 1)[1] + ".py")
 
 
 def code_files(module: str) -> list[Path]:
@@ -113,18 +131,18 @@ def code_files(module: str) -> list[Path]:
     seen, todo = set(), [module]
     while todo:
         m = todo.pop()
-        if m in seen:
+        if m in seen or not _module_path(m).exists():
             continue
         seen.add(m)
-        todo += _local_imports(m)
-    files = [PACKAGE_DIR / (m.split(".", 1)[1] + ".py") for m in sorted(seen)]
+        todo += _scan(_module_path(m)).imports
+    files = [_module_path(m) for m in sorted(seen)]
     if "distlab.facts" in seen:
         files += sorted((PACKAGE_DIR / "data").glob("*.toml"))
-    return [f for f in files if f.exists()]
+    return files
 
 
 def code_hash(name: str) -> str:
-    exp = get(name)
+    exp = spec(name)
     h = hashlib.sha256()
     if exp.module.startswith("distlab."):
         files = code_files(exp.module)
@@ -138,6 +156,7 @@ def code_hash(name: str) -> str:
 
 
 # ---------------------------------------------------------------- provenance
+@functools.cache
 def hardware(device: str) -> str:
     if device == "cuda":
         import torch
@@ -200,12 +219,18 @@ def results_dir() -> Path:
     return Path(os.environ.get("DISTLAB_RESULTS", REPO_DIR / "results"))
 
 
-def _cache_key(name: str, device: str) -> str:
-    import torch
+@functools.cache
+def torch_version() -> str:
+    """torch's version without importing torch (a warm build imports no experiment code)."""
+    from importlib.metadata import version
 
+    return version("torch")
+
+
+def _cache_key(name: str, device: str) -> str:
     # Stored GPU results are inputs too: a page that draws them must rebuild when they change.
     stored_hash = hashlib.sha256(b"".join(p.read_bytes() for p in sorted(results_dir().glob(f"*/{name}.json"))))
-    raw = json.dumps([name, code_hash(name), device, torch.__version__, hardware(device), stored_hash.hexdigest()])
+    raw = json.dumps([name, code_hash(name), device, torch_version(), hardware(device), stored_hash.hexdigest()])
     return hashlib.sha256(raw.encode()).hexdigest()[:20]
 
 
@@ -238,11 +263,11 @@ def check_device(device: str) -> None:
 
 def run(name: str, device: str = "cpu", *, use_cache: bool = True) -> tuple[Result, bool]:
     """Run an experiment (or take it from the cache). Returns (result, came_from_cache)."""
-    exp = get(name)
     check_device(device)
     path = cache_dir() / f"{name}-{device}-{_cache_key(name, device)}.json"
     if use_cache and path.exists():
         return load(path), True
+    exp = get(name)
     start = time.perf_counter()
     result = exp.fn(device)
     result.name, result.kind = name, exp.kind
