@@ -134,6 +134,8 @@ def per_direction_bytes_per_s(name: str) -> float:
         return row["gtransfers_per_s_per_lane"] * 1e9 * row["lanes"] * row["payload_bits"] / row["line_bits"] / 8
     if "gbits_per_s_per_direction" in row:  # network ports: quoted per direction in bits
         return row["gbits_per_s_per_direction"] * 1e9 / 8
+    if "bidirectional_gbytes_per_s_per_link" in row:  # Infinity Fabric: quoted per link, both directions summed
+        return row["links"] * row["bidirectional_gbytes_per_s_per_link"] * 1e9 / 2
     return row["bidirectional_gbytes_per_s"] * 1e9 / 2  # NVLink: quoted as both directions summed
 
 

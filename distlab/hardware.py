@@ -1,8 +1,10 @@
 """Accelerators as the rest of distlab sees them: peaks, memory, SRAM and links from distlab/data/gpus.toml.
 
 The data file holds what datasheets print; this module derives everything else (bytes, bytes per second,
-unidirectional link bandwidth, the ridge point) so no derived number is ever typed. The planner and the
-calculators call `gpu(name)`; the roofline and FlashAttention chapters call `GPU.ridge(dtype)`.
+unidirectional link bandwidth, the ridge point) so no derived number is ever typed. Each chip names its
+GPU-to-GPU link, whose bandwidth lives in distlab/data/interconnect.toml (read via distlab.collectives).
+The planner and the calculators call `gpu(name)`; the roofline and FlashAttention chapters call
+`GPU.ridge(dtype)`.
 
 The ridge point of a chip for a dtype is peak FLOP/s divided by HBM bytes/s: a kernel that does fewer
 FLOPs per byte it moves than this is memory-bound on that chip, one that does more is compute-bound
@@ -15,6 +17,7 @@ import functools
 import math
 from dataclasses import dataclass, field
 
+from distlab.collectives import per_direction_bytes_per_s
 from distlab.experiments import experiment
 from distlab.facts import entries, fact
 from distlab.results import Quantity, Result
@@ -99,11 +102,12 @@ def gpu(name: str) -> GPU:
         return fact(f"gpus.{key}.{field_name}").value  # fact() insists every value has a source
 
     peaks = {dt: value(f) * 1e12 for dt, f in PEAK_FIELDS.items() if f in row}
+    link = value("link")  # the chip's GPU-to-GPU link: an entry of interconnect.toml
     return GPU(
         name=key, title=value("name"), vendor=value("vendor"), sms=value("sms"),
         hbm_bytes=value("hbm_gb") * 1e9, hbm_bytes_per_s=value("hbm_tbps") * 1e12,
         l2_bytes=round(value("l2_mib") * MIB), smem_per_sm_bytes=round(value("smem_per_sm_kib") * KIB),
-        link_bytes_per_s=value("links") * value("link_gbps") * 1e9 / 2, link_name=value("link_name"),
+        link_bytes_per_s=per_direction_bytes_per_s(link), link_name=fact(f"interconnect.{link}.name").value,
         peaks=peaks, bf16_sparse_flops=value("bf16_sparse_tflops") * 1e12,
     )
 

@@ -80,7 +80,9 @@ def test_link_units():
     assert c.link("InfiniBand-NDR").alpha_s == pytest.approx(2.7e-6)
     assert c.link("NVLink4-H100", "simple").alpha_s == pytest.approx(3.4e-6)
     assert set(c.links()) >= {"NVLink3-A100", "NVLink4-H100", "NVLink5-B200", "PCIe4-x16", "InfiniBand-XDR",
-                              "RoCE-400GbE", "Ethernet-100G", "NVSwitch-HGX-H100"}
+                              "RoCE-400GbE", "Ethernet-100G", "NVSwitch-HGX-H100", "xGMI-MI300X"}
+    # AMD prints Infinity Fabric per link (7 links of 128 GB/s, both directions added): 448 GB/s each way.
+    assert c.link("xGMI-MI300X").bandwidth_bytes_per_s == pytest.approx(7 * 128e9 / 2, rel=1e-12)
 
 
 def test_other_collectives_by_hand():

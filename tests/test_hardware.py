@@ -10,7 +10,7 @@ from distlab.facts import entries, fact
 from distlab.hardware import GPU, UNIT_ROUNDOFF, _matmul_variants, gpu, gpu_names, match_device
 
 NUMERIC_FIELDS = ("hbm_gb", "hbm_tbps", "bf16_dense_tflops", "fp16_dense_tflops", "tf32_dense_tflops",
-                  "fp32_tflops", "bf16_sparse_tflops", "sms", "l2_mib", "smem_per_sm_kib", "links", "link_gbps")
+                  "fp32_tflops", "bf16_sparse_tflops", "sms", "l2_mib", "smem_per_sm_kib")
 
 
 def test_required_chips_and_chapter_one_fields():
@@ -32,6 +32,20 @@ def test_every_value_names_a_source_and_unit(chip):
         assert f.value > 0
     fp8 = "fp8_dense_tflops" in row
     assert fp8 == (chip != "A100-SXM-80GB")  # the A100 has no fp8 tensor cores
+
+
+@pytest.mark.parametrize("chip", ["A100-SXM-80GB", "H100-SXM", "H200", "B200", "MI300X"])
+def test_link_lives_once_in_interconnect(chip):
+    """Would catch a link bandwidth typed into gpus.toml again (a second copy that can drift from
+    interconnect.toml), or a chip naming a link that interconnect.toml does not define or cite."""
+    row = entries("gpus")[chip]
+    assert not {"links", "link_gbps", "link_name"} & set(row)
+    name = fact(f"gpus.{chip}.link").value
+    assert name in entries("interconnect")
+    for field in ("name", "links", "nccl_transport"):
+        f = fact(f"interconnect.{name}.{field}")
+        assert f.value and f.source.title and (f.source.url or f.source.detail), (name, field)
+    assert gpu(chip).link_name == fact(f"interconnect.{name}.name").value
 
 
 # Published figures, typed here from the datasheets (independent of the data file): dense peaks in TFLOP/s
