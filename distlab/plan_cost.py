@@ -32,7 +32,7 @@ import functools
 import math
 
 from distlab.activations import activation_bytes_per_layer
-from distlab.collectives import Link, time_seconds
+from distlab.collectives import Link, per_direction_bytes_per_s, time_seconds
 from distlab.facts import value
 from distlab.flop_count import flops_per_token, preset_matmul_params
 from distlab.hardware import GPU
@@ -52,8 +52,8 @@ FLASH_BACKWARD = 2.5  # FlashAttention's backward: 5 matmuls against the forward
 @functools.cache
 def nvlink_efficiency() -> float:
     """Effective over line-rate NVLink bandwidth that NCCL reaches (~0.82: protocol overhead)."""
-    entry = "megatron_runs.nccl-nvlink4"
-    return value(f"{entry}.effective_gbytes_per_s") / value(f"{entry}.line_gbytes_per_s")
+    entry = "interconnect.nccl-nvlink4"
+    return value(f"{entry}.effective_gbytes_per_s") * 1e9 / per_direction_bytes_per_s(value(f"{entry}.link"))
 
 
 def effective(lk: Link) -> Link:
@@ -64,7 +64,7 @@ def effective(lk: Link) -> Link:
 
 
 # The measured best matmul (MAMF) of each chip family; chips without a measurement borrow the H100's ratio.
-MAMF_ENTRY = {"A100": "mamf-A100-SXM", "H100": "mamf-H100-SXM", "H200": "mamf-H100-SXM", "MI300X": "mamf-MI300X"}
+MAMF_ENTRY = {"A100": "A100-SXM-80GB", "H100": "H100-SXM", "H200": "H100-SXM", "MI300X": "MI300X"}
 
 
 def gemm_efficiency(chip: GPU) -> float:
@@ -73,10 +73,9 @@ def gemm_efficiency(chip: GPU) -> float:
     fills every SM in whole waves; a layer's shapes do not, and their K is often smaller."""
     family = next((k for k in MAMF_ENTRY if chip.name.startswith(k)), "H100")
     entry = MAMF_ENTRY[family]
-    peak = {"mamf-A100-SXM": "A100-SXM-80GB", "mamf-H100-SXM": "H100-SXM", "mamf-MI300X": "MI300X"}[entry]
     from distlab.hardware import gpu
 
-    return GEMM_FRACTION_OF_MAMF * value(f"megatron_runs.{entry}.mamf_tflops") * 1e12 / gpu(peak).peak_flops("bf16")
+    return GEMM_FRACTION_OF_MAMF * value(f"gpus.{entry}.bf16_mamf_tflops") * 1e12 / gpu(entry).peak_flops("bf16")
 
 
 def attention_efficiency(chip: GPU, gemm: float) -> float:

@@ -76,6 +76,15 @@ def test_values_match_the_published_figures(chip):
         assert g.hbm_bytes == pub["hbm_gb"] * 1e9
 
 
+@pytest.mark.parametrize(("chip", "published"), [("A100-SXM-80GB", 267.9), ("H100-SXM", 792.1), ("MI300X", 781.9)])
+def test_mamf_is_the_published_measurement_below_the_peak(chip, published):
+    """ml-engineering's maximum-achievable-matmul table, typed here: would catch a MAMF attributed to the
+    wrong chip, typed as the datasheet peak, or cited to the chip's datasheet instead of the measurement."""
+    f = fact(f"gpus.{chip}.bf16_mamf_tflops")
+    assert f.value == published and f.source.key == "ml-engineering-mamf" and f.unit == "TFLOP/s"
+    assert 0.5 < f.value * 1e12 / gpu(chip).peak_flops("bf16") < 1
+
+
 def test_sram_sizes_are_binary_units():
     """H100: 228 KiB shared memory per SM = 233,472 bytes (CUDA's deviceQuery), L2 50 MiB = 52,428,800 bytes."""
     h100 = gpu("H100-SXM")

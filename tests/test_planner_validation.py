@@ -31,6 +31,21 @@ def test_flop_formula_by_hand():
     assert paper_flops(rows()["gpt-1p7b"]) == pytest.approx(expected, rel=1e-12)
 
 
+def test_runs_file_holds_runs_and_the_ceilings_are_derived():
+    """megatron_runs.toml holds the published runs only; the ceilings the cost model starts from are derived
+    from their hardware's files. By hand: NCCL's 370 GB/s of NVLink 4's 450 GB/s per direction (nccl-tests
+    issue 212), and the A100's GEMM share GEMM_FRACTION_OF_MAMF x 267.9 / 312. Would catch a ceiling read
+    from a stale copy."""
+    from distlab.facts import entries
+    from distlab.hardware import gpu
+    from distlab.plan_cost import GEMM_FRACTION_OF_MAMF, gemm_efficiency, nvlink_efficiency
+
+    assert all(k == "setup" or k.startswith(("gpt-", "megatron-core-")) for k in entries("megatron_runs"))
+    assert nvlink_efficiency() == pytest.approx(370 / 450, rel=1e-12)
+    assert gemm_efficiency(gpu("A100-SXM-80GB")) == pytest.approx(GEMM_FRACTION_OF_MAMF * 267.9 / 312, rel=1e-12)
+    assert gemm_efficiency(gpu("H200")) == pytest.approx(GEMM_FRACTION_OF_MAMF * 792.1 / 989, rel=1e-12)  # H100's
+
+
 def test_setup_is_the_paper_cluster():
     """A100 80 GB, 8 per node, one 200 Gb/s HDR NIC per GPU (25 GB/s), the row's GPU count."""
     m, c, t = setup(rows()["gpt-39b"])
