@@ -1,16 +1,18 @@
 """The planner: every way to run a training step on a cluster that fits in memory, ranked by step time.
 
-Given a model, a cluster and the training settings (distlab.plan_config), `search` enumerates the plans:
-tensor parallelism inside a node (t divides the heads), pipeline stages that divide the layers, context
+Given a model, a cluster and the training settings (distlab.plan_config), `search` enumerates the plans
+that chapter 7's rules allow (distlab.parallel_rules): tensor parallelism inside a node (t divides the
+heads), pipeline stages that divide the layers where a pipeline-free plan does not fit, context
 parallelism for long sequences, data parallelism for the rest; ZeRO stage 0-3 (0-1 with pipelines),
 micro-batch and gradient accumulation (the global batch is fixed), recomputation and CPU offload. Each
 plan's memory comes first (cheap: those that do not fit are dropped); the survivors are timed with
 distlab.plan_cost, the pipeline by its closed form; the best few are timed again with the op-by-op
 pipeline simulator and re-ranked. `explain` says why the winner won, in words.
 
-Pruning keeps 175B on 1024 GPUs to a few thousand plans: TP only in powers of two within a node, context
-parallelism only from 16k tokens, micro-batches in powers of two up to 64, pipelines only with at least
-as many micro-batches as stages.
+Pruning keeps 175B on 1024 GPUs to a few hundred plans: the rules (TP only in powers of two within a
+node, context parallelism only from 16k tokens, pipelines only where needed), micro-batches in powers of
+two up to 64, pipelines only with at least as many micro-batches as stages. The tests check that the
+rules drop no best plan: the exhaustive search (rules="none") finds the same one.
 """
 
 from __future__ import annotations
@@ -20,14 +22,22 @@ from dataclasses import asdict, dataclass, replace
 from distlab.cli import command, emit, parser, positive
 from distlab.experiments import experiment
 from distlab.model_shapes import ModelShape
+from distlab.parallel_rules import (
+    LONG_SEQ,
+    context_sizes,
+    decisions,
+    pipeline_sizes,
+    powers_of_two,
+    tensor_sizes,
+    zero_stages,
+)
 from distlab.plan_config import ATTENTION, OPTIMIZERS, PRECISIONS, TASKS, Cluster, Plan, Training, cluster, model
 from distlab.plan_cost import device_bytes, memory, step
 from distlab.results import Quantity, Result
 
-LONG_SEQ = 16384  # context parallelism is considered from this sequence length on
 MAX_MICRO_BATCH = 64
 RESIMULATE = 8  # plans timed again with the op-by-op pipeline simulator
-PRETRAIN_BATCH_TOKENS = 4 * 1024 * 1024  # Llama 2's global batch (distlab.parallel_rules uses it too)
+PRETRAIN_BATCH_TOKENS = 4 * 1024 * 1024  # Llama 2's global batch
 
 
 @dataclass
@@ -56,35 +66,32 @@ class Estimate:
                 "time_by_component": t["parts"], "mfu": t["mfu"], "tokens_per_second": t["tokens_per_second"]}
 
 
-def _powers(limit: int) -> list[int]:
-    out, v = [], 1
-    while v <= limit:
-        out.append(v)
-        v *= 2
-    return out
+RULES = ("tp-in-node", "cp-long-only", "pp-when-needed")  # chapter 7's rules (distlab.parallel_rules)
 
 
-def candidates(m: ModelShape, c: Cluster, t: Training):
-    """Every plan that tiles the cluster and splits the global batch evenly (memory not checked yet)."""
+def candidates(m: ModelShape, c: Cluster, t: Training, rules=RULES):
+    """Every plan that tiles the cluster and splits the global batch evenly (memory not checked yet), as
+    chapter 7's rules allow (distlab.parallel_rules): TP sizes that divide the heads, inside a node
+    ("tp-in-node"); CP only from LONG_SEQ tokens ("cp-long-only"); pipelines only where a pipeline-free
+    ZeRO-1 plan does not fit ("pp-when-needed"); ZeRO-0/1 with pipelines. Leaving a rule out of `rules`
+    lifts it (to check that the rules drop no best plan)."""
+    unknown = set(rules) - set(RULES)
+    if unknown:
+        raise ValueError(f"unknown rules {sorted(unknown)}; known: {', '.join(RULES)}")
     flash = t.attention == "flash"
-    for tp in _powers(c.gpus_per_node):
-        if m.heads % tp or m.kv % tp or m.ffn % tp or c.gpus % tp:
-            continue
-        cps = [cp for cp in _powers(c.gpus // tp) if cp == 1 or (t.seq >= LONG_SEQ and t.seq % (2 * cp) == 0)]
-        for cp in cps:
-            for pp in (d for d in range(1, m.layers + 1) if m.layers % d == 0):
-                if c.gpus % (tp * cp * pp):
-                    continue
+    for tp in tensor_sizes(m, c, within_node="tp-in-node" in rules).value:
+        for cp in context_sizes(m, c, t, tp, long_only="cp-long-only" in rules).value:
+            for pp in pipeline_sizes(m, c, t, tp, cp, only_when_needed="pp-when-needed" in rules).value:
                 dp = c.gpus // (tp * cp * pp)
                 if t.sequences % dp:
                     continue
                 per_replica = t.sequences // dp
-                for b in (b for b in _powers(min(per_replica, MAX_MICRO_BATCH)) if per_replica % b == 0):
+                for b in (b for b in powers_of_two(min(per_replica, MAX_MICRO_BATCH)) if per_replica % b == 0):
                     n = per_replica // b
                     if pp > 1 and n < pp:
                         continue
                     group = dp * cp
-                    for zero in ((0, 1) if pp > 1 else (0, 1, 2, 3)):
+                    for zero in zero_stages(pp, group).value:
                         for recompute in (("none", "full") if flash else ("none", "selective", "full")):
                             offloads = ["none"] + (["optimizer"] if zero >= 1 else []) + \
                                 (["optimizer+params"] if zero == 3 else [])
@@ -100,13 +107,16 @@ class NothingFits(ValueError):
 
 
 def search(m: ModelShape, c: Cluster, t: Training, *, where=None, gemm: float | None = None,
-           mem_eff: float | None = None) -> list[Estimate]:
+           mem_eff: float | None = None, rules=None) -> list[Estimate]:
     """Feasible plans, fastest first (ties: less memory); the first RESIMULATE with the simulated pipeline.
-    `where(plan) -> bool` restricts the search (a published configuration, one ZeRO stage, ...)."""
+    `where(plan) -> bool` restricts the search (a published configuration, one ZeRO stage, ...). `rules`
+    (see candidates): by default all of RULES, or all but "pp-when-needed" when `where` restricts the search
+    (a restriction may ask about pipelines the rule would skip)."""
     budget = c.gpu.hbm_bytes * t.usable_fraction
     host_budget = c.host_bytes / c.gpus_per_node * t.usable_fraction  # offload: each GPU's share of its host
     fits, seen, least = [], 0, None
-    for p in candidates(m, c, t):
+    for p in candidates(m, c, t, RULES if rules is None and where is None else
+                        tuple(r for r in RULES if r != "pp-when-needed") if rules is None else rules):
         if where is not None and not where(p):
             continue
         seen += 1
@@ -147,6 +157,9 @@ def explain(m: ModelShape, c: Cluster, t: Training, ranked: list[Estimate]) -> l
     out = [f"Fits: {best.memory_bytes / 1e9:.1f} GB of the {budget / 1e9:.0f} GB usable per GPU (weights "
            f"{mem['weights'] / 1e9:.1f}, gradients {mem['gradients'] / 1e9:.1f}, optimizer {mem['optimizer'] / 1e9:.1f}"
            f", activations {mem['activations'] / 1e9:.1f} GB)."]
+    rules = decisions(m, c, t, p)
+    out.append(f"Searched under chapter 7's rules: {rules['tensor'].reason}; {rules['pipeline'].reason}; "
+               f"{rules['context'].reason}.")
     if p.tp > 1:
         out.append(f"Tensor parallelism {p.tp} stays inside a {c.gpus_per_node}-GPU node; its all-reduces take "
                    f"{_share(best, 'tensor-parallel'):.0%} of the step.")
@@ -252,8 +265,6 @@ EXAMPLES = (("7B", "finetune", 1), ("13B", "finetune", 1), ("70B", "pretrain", 8
 @experiment("planner", "the planner on four requests (7B and 13B fine-tunes on 8 H100s, 70B on 64, 175B on 1024): "
             "best plans, memory, step time, MFU, and why", kind="computed")
 def planner(device: str) -> Result:
-    from distlab.parallel_rules import Workload, recommend
-    from distlab.parallel_rules import cluster as rules_cluster
     from distlab.plan_cost import (
         GEMM_FRACTION_OF_MAMF,
         MEMORY_EFFICIENCY,
@@ -295,9 +306,11 @@ def planner(device: str) -> Result:
         r.add(f"{key}_memory", best.memory_bytes, "B", f"{name}: the best plan's memory per GPU")
         if name == "70B":
             _seventy(r, m, c, t, ranked)
-            rules = recommend("70B", rules_cluster("8x8", 8), Workload(global_batch_tokens=t.global_batch_tokens))
-            r.add("rules_tp", rules.tp, "", "chapter 7's rule-based recommendation: TP")
-            r.data["rules_label"] = rules.label()
+            free = search(m, c, t, rules=("cp-long-only",))[0]  # TP across nodes and pipelines everywhere allowed
+            r.add("rules_tp", free.plan.tp, "", "70B: the best plan's TP with chapter 7's TP and PP rules lifted")
+            r.claim("70B on 64 GPUs: lifting the TP and PP rules finds the same best plan", free.step_seconds,
+                    best.step_seconds, rel_tol=1e-12, unit="s", formula="distlab.parallel_rules drop no best plan")
+            r.data["rules_label"] = free.plan.label()
     r.table("examples", ["request", "H100 nodes x GPUs", "plans that fit", "best plan", "memory per GPU", "step",
                          "MFU", "tokens/s"], rows, caption="Mixed-precision AdamW, FlashAttention; fine-tunes at 64 "
             f"sequences per step, pretraining at {PRETRAIN_BATCH_TOKENS / 2**20:g}M tokens")

@@ -170,3 +170,14 @@ def test_plan_cli_impossible_requests(args, message):
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1 and message in lines[0] and "Traceback" not in proc.stderr, \
         proc.stderr
+
+
+def test_rules_shape_every_search_but_not_restricted_ones():
+    """7B fine-tune on 8 GPUs: ZeRO-1 fits without a pipeline, so the plain search (chapter 7's rules)
+    tries none, while a search restricted to PP 4 (a question about that family) still finds one; TP never
+    leaves the node. Would catch `where` searches losing the families the practice pages compare."""
+    m = preset("7B")
+    t = Training(global_batch_tokens=64 * 4096, seq=4096)
+    assert all(e.plan.pp == 1 and e.plan.tp <= 8 for e in search(m, H100, t))
+    piped = search(m, H100, t, where=lambda p: p.pp == 4)
+    assert piped and all(e.plan.pp == 4 for e in piped)
