@@ -305,6 +305,8 @@ def _rules_table(r: Result) -> None:
     r.add("cp_cut_cost", search(m, c, t)[0].step_seconds / exhaustive.step_seconds - 1, "fraction",
           "70B on 64 H100s: how much faster the cost model finds CP at 4k tokens than the best plan without it")
     r.data["cp_cut_label"] = exhaustive.plan.label()
+    r.add("cp_cut_tp", exhaustive.plan.tp, "", "70B on 64 H100s at 4k tokens, no rules: the best plan's TP")
+    r.add("cp_cut_cp", exhaustive.plan.cp, "", "70B on 64 H100s at 4k tokens, no rules: the best plan's CP")
 
 
 def _closed_forms(r: Result) -> None:
