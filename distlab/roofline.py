@@ -181,8 +181,10 @@ CONFIG = {
                  sweep_bytes=3e9, sweep_flops=2e12, sweep_rounds=10),
 }
 DTYPE_NAME = {torch.float32: "fp32", torch.bfloat16: "bf16"}
-POINT_SLACK = 0.10  # timing noise between separately timed kernels on a shared machine (interleaved rounds)
-SWEEP_SLACK = 0.15  # the sweep is timed after the ceilings, so load may differ more
+# The "at most its roof" claims compare each kernel's BEST round with the best ceilings (best-of-N is far
+# steadier than a median under load); the slack covers what load on a shared 2-core machine still moves.
+POINT_SLACK = 0.15  # kernels timed in the same interleaved rounds as the ceilings
+SWEEP_SLACK = 0.25  # the sweep is timed between two ceiling phases, so load may differ more
 DEFAULT_PANEL_GPU = "H100-SXM"
 
 
@@ -218,8 +220,8 @@ def _roofline(device: str) -> Result:
     for s in cfg["sweep"]:
         batch = int(max(1, min(cfg["sweep_bytes"] / (3 * s * s * b), cfg["sweep_flops"] / (2 * s**3))))
         k = gemm_kernel(f"sweep {s}", s, dtype, device, batch=batch)
-        t = statistics.median(time_kernels([k], device, cfg["sweep_rounds"])[k.name])
-        sweep.append((s, batch, k.intensity, k.flops / t))
+        ts = time_kernels([k], device, cfg["sweep_rounds"])[k.name]
+        sweep.append((s, batch, k.intensity, k.flops / statistics.median(ts), k.flops / min(ts)))
         del k
     # Re-measure the ceilings after the sweep; keep the best of both phases.
     again = [gemm_kernel("compute ceiling (matmul)", cfg["ceiling_n"], dtype, device),
@@ -253,8 +255,9 @@ def _roofline(device: str) -> Result:
         r.claim(f"{k.name}: {'compute' if relation == '>=' else 'memory'}-bound on the measured roofline",
                 k.intensity, roof.ridge,
                 relation=relation, unit="FLOP/B", formula="intensity vs measured ridge")
-        r.claim(f"{k.name}: achieved at most the attainable roof", achieved, attainable, relation="<=",
-                rel_tol=POINT_SLACK, unit="FLOP/s", formula="min(peak, I x bandwidth); slack for timing noise")
+        r.claim(f"{k.name}: best round at most the attainable roof", k.flops / min(times[k.name]), attainable,
+                relation="<=", rel_tol=POINT_SLACK, unit="FLOP/s",
+                formula="min(peak, I x bandwidth); slack for timing noise")
         rows.append([k.name, k.shape, dname, Quantity(k.flops, "FLOP"), Quantity(k.bytes, "B"),
                      f"{k.intensity:.3g}", Quantity(achieved, "FLOP/s"), Quantity(k.bytes / t, "B/s"),
                      f"{100 * achieved / attainable:.0f} %", roof.bound(k.intensity)])
@@ -268,15 +271,15 @@ def _roofline(device: str) -> Result:
     # Sweep claims: intensity grows with n and crosses the measured ridge; no point above its roof.
     r.table("sweep", ["n", "matrices per call", "FLOP/B", "achieved FLOP/s", "of roof", "region"],
             [[s, bt, f"{i:.3g}", Quantity(f, "FLOP/s"), f"{100 * f / roof.attainable(i):.0f} %", roof.bound(i)]
-             for s, bt, i, f in sweep])
+             for s, bt, i, f, _ in sweep])
     r.claim("sweep: smallest GEMM is memory-bound", sweep[0][2], roof.ridge, relation="<=", unit="FLOP/B")
     r.claim("sweep: largest GEMM is compute-bound", sweep[-1][2], roof.ridge, relation=">=", unit="FLOP/B")
     r.claim("sweep: intensity increases with n (steps that did not)",
             sum(a[2] >= b_[2] for a, b_ in zip(sweep, sweep[1:])), 0)
-    worst = max(sweep, key=lambda p: p[3] / roof.attainable(p[2]))
-    r.claim(f"sweep: highest point (n={worst[0]}) at most its roof", worst[3], roof.attainable(worst[2]),
+    worst = max(sweep, key=lambda p: p[4] / roof.attainable(p[2]))
+    r.claim(f"sweep: highest best round (n={worst[0]}) at most its roof", worst[4], roof.attainable(worst[2]),
             relation="<=", rel_tol=SWEEP_SLACK, unit="FLOP/s", formula="min(peak, I x bandwidth)")
-    r.data.update(points=pts, sweep=[list(p) for p in sweep], peak=peak, bw=bw, dtype=dname)
+    r.data.update(points=pts, sweep=[list(p[:4]) for p in sweep], peak=peak, bw=bw, dtype=dname)
 
     panel = _panel_gpu(device, r, points, b)
     if device == "cuda":
@@ -360,7 +363,7 @@ def _figures(r: Result, roof: Ceilings, pts: list[dict], sweep: list, chip, devi
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     _roof_axes(axes[0], roof, f"Square GEMM sweep, {here}")
     axes[0].plot([p[2] for p in sweep], [p[3] for p in sweep], "o-", label="batched n x n GEMM (measured)")
-    for s, _, i, f in sweep:
+    for s, _, i, f, _ in sweep:
         axes[0].annotate(str(s), (i, f), fontsize=7, textcoords="offset points", xytext=(3, -10))
     axes[0].legend(fontsize=7, loc="lower right")
     ns = [2**k for k in range(3, 15)]
