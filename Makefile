@@ -50,8 +50,8 @@ test: setup browser        ## lint, then the whole suite: a strict site build, b
 experiments: setup         ## run every experiment with progress, print claims
 	$(BIN)/distlab run --all
 
-gpu-results: setup         ## on a GPU machine: measure every CUDA experiment and store it in results/
-	$(BIN)/distlab run --all --device cuda --store
+gpu-results:               ## on a GPU machine, with the python that has CUDA torch (no venv, no network)
+	PYTHONPATH=$(CURDIR) $(PYTHON) -m distlab.cli run --all --device cuda --store --no-cache
 
 clean:
 	rm -rf site .cache

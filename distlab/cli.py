@@ -119,14 +119,27 @@ def run_command(argv: list[str]) -> int:
     known = experiments.discover()
     if args.name and args.name not in known:
         raise UsageError(f"distlab run: unknown experiment {args.name!r}; known: {', '.join(sorted(known))}")
-    names = sorted(known) if args.all else [args.name]
-    results, failed = [], 0
+    if args.all:
+        # On a GPU only measured experiments have anything to measure; computed and simulated ones are
+        # the same everywhere and stay with the CPU build.
+        names = sorted(n for n, e in known.items() if args.device == "cpu" or e.kind == "measured")
+    else:
+        names = [args.name]
+    results, failed, errors = [], 0, []
     progress = args.all  # one line per experiment on stderr: name, status, time
     for i, name in enumerate(names, 1):
         start = time.perf_counter()
         if progress:
             print(f"[{i}/{len(names)}] {name} ...", end="", file=sys.stderr, flush=True)
-        result, cached = experiments.run(name, args.device, use_cache=not args.no_cache)
+        try:
+            result, cached = experiments.run(name, args.device, use_cache=not args.no_cache)
+        except Exception as exc:  # noqa: BLE001 - with --all one broken experiment must not stop the rest
+            if not args.all:
+                raise
+            errors.append(f"{name}: {type(exc).__name__}: {exc}")
+            print(f" ERROR ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})",
+                  file=sys.stderr, flush=True)
+            continue
         if args.store:
             experiments.store(result)
         bad = result.failed_claims
@@ -141,7 +154,9 @@ def run_command(argv: list[str]) -> int:
         emit(out if args.all else out[0], True, "")
     else:
         print("\n\n".join(_describe(r) for r in results))
-    return 1 if failed else 0
+    if errors:
+        print(f"{len(errors)} experiment(s) raised:\n  " + "\n  ".join(errors), file=sys.stderr)
+    return 1 if failed or errors else 0
 
 
 def _describe(r) -> str:
