@@ -125,13 +125,18 @@ def _module_path(module: str) -> Path:
     return PACKAGE_DIR / (module.split(".", 1)[1] + ".py")
 
 
+# Modules that shape how results are shown, not what they are: an experiment module imports distlab.cli for
+# its @command decorator, and a CLI change must not invalidate every cached result and stored GPU measurement.
+PRESENTATION_MODULES = frozenset({"distlab.cli", "distlab.site"})
+
+
 def code_files(module: str) -> list[Path]:
     """The source files an experiment's result depends on: its module, what it imports from
     distlab (transitively), and the data files when it reads facts."""
     seen, todo = set(), [module]
     while todo:
         m = todo.pop()
-        if m in seen or not _module_path(m).exists():
+        if m in seen or m in PRESENTATION_MODULES or not _module_path(m).exists():
             continue
         seen.add(m)
         todo += _scan(_module_path(m)).imports
