@@ -18,6 +18,12 @@ the optimizer step. A stage's time for one micro-batch is, layer by layer:
   + the context-parallel ring, where it exceeds the attention it hides behind
   + recomputation: full repeats the forward, selective the attention core
 
+MFU follows the published convention (PaLM, Megatron): model FLOPs 6N + 12Lhs per token, the attention
+term over the full s x s scores. A causal FlashAttention kernel skips the masked half, so the step is timed on
+6Lhs; at long sequences, where 12Lhs rivals 6N, that MFU overstates the hardware's use and can pass 100 %.
+`mfu_causal` counts causal attention as half (6N + 6Lhs): the work the model needs, never above the kernels'
+share of the peak.
+
 Two numbers are assumptions, not derived: GEMM_EFFICIENCY and MEMORY_EFFICIENCY (what fraction of the
 datasheet peaks real kernels reach). A third is read from a published measurement: NCCL moves data over
 NVLink at about 370 of its 450 GB/s line rate (protocol overhead), so NVLink-class links are derated by
@@ -34,7 +40,7 @@ import math
 from distlab.activations import activation_bytes_per_layer
 from distlab.collectives import Link, per_direction_bytes_per_s, time_seconds
 from distlab.facts import value
-from distlab.flop_count import flops_per_token, preset_matmul_params
+from distlab.flop_count import attention_flops_per_token, flops_per_token, preset_matmul_params
 from distlab.hardware import GPU
 from distlab.model_shapes import ModelShape
 from distlab.pipeline import bubble_fraction, simulate
@@ -298,6 +304,8 @@ def step(m: ModelShape, c: Cluster, t: Training, p: Plan, *, exact_pipeline: boo
     seconds = sum(parts.values())
     tokens = p.microbatches * p.micro_batch * t.seq * p.dp
     model_flops = flops_per_token(m.params(), m.layers, m.hidden, t.seq) * tokens
+    causal_flops = model_flops - 0.5 * attention_flops_per_token(m.layers, m.hidden, t.seq) * tokens
+    peak = seconds * p.gpus * c.gpu.peak_flops("bf16")
     return {"step_seconds": seconds, "parts": parts, "tokens": tokens, "tokens_per_second": tokens / seconds,
-            "mfu": model_flops / (seconds * p.gpus * c.gpu.peak_flops("bf16")), "model_flops": model_flops,
+            "mfu": model_flops / peak, "mfu_causal": causal_flops / peak, "model_flops": model_flops,
             "forward_seconds": fwd, "backward_seconds": bwd, "p2p_seconds": p2p, "dp_traffic_seconds": dpx["total"]}

@@ -141,8 +141,8 @@ def table3_fit() -> tuple[float, float]:
 
 def compute_optimal(flops: float) -> tuple[float, float]:
     """(params, tokens) for a budget of `flops`: Table 3's power law, tokens = C / (6 N)."""
-    if not flops > 0:
-        raise ValueError(f"flops must be positive, got {flops}")
+    if not (flops > 0 and math.isfinite(flops)):
+        raise ValueError(f"flops must be a positive finite number, got {flops}")
     k, a = table3_fit()
     params = k * flops**a
     return params, flops / (FLOPS_PER_PARAM_TOKEN * params)
@@ -189,6 +189,8 @@ def report(flops: float, gpu_name: str = "A100-SXM-80GB", mfu: float | None = No
     for key, lw in (("approach3", chin), ("epoch_refit", refit)):
         n, d = optimal(lw, flops)
         out[key] = {"params": n, "tokens": d, "tokens_per_param": d / n, "loss": lw.loss(n, d)}
+    rows = [row["flops"] for row in table3()]
+    out["extrapolated"] = not (min(rows) <= flops <= max(rows))
     return out
 
 
@@ -206,6 +208,7 @@ def scaling_command(argv: list[str]) -> int:
     args = p.parse_args(argv)
     out = report(args.flops, args.gpu, args.mfu)
     a3, ep = out["approach3"], out["epoch_refit"]
+    hours_format = ",.0f" if out["gpu_hours"] >= 10 else ".3g"
     text = (f"C = {args.flops:.3g} FLOPs\n"
             f"compute-optimal (Table 3): {out['params']:.3g} parameters x {out['tokens']:.3g} tokens "
             f"({out['tokens_per_param']:.1f} tokens/parameter), loss {out['loss']:.3f}\n"
@@ -213,7 +216,11 @@ def scaling_command(argv: list[str]) -> int:
             f"({a3['tokens_per_param']:.0f} tokens/parameter)\n"
             f"Approach 3, Besiroglu et al. refit: {ep['params']:.3g} x {ep['tokens']:.3g} "
             f"({ep['tokens_per_param']:.0f} tokens/parameter)\n"
-            f"{out['gpu_hours']:,.0f} {out['gpu']} GPU-hours at {100 * out['mfu']:.0f} % MFU")
+            f"{out['gpu_hours']:{hours_format}} {out['gpu']} GPU-hours at {100 * out['mfu']:.0f} % MFU")
+    if out["extrapolated"]:
+        rows = [row["flops"] for row in table3()]
+        text += (f"\nwarning: C lies outside Table 3's {min(rows):.3g}-{max(rows):.3g} FLOPs; every number above is "
+                 "a power law extrapolated past the paper's data")
     emit(out, args.json, text)
     return 0
 

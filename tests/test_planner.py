@@ -181,3 +181,18 @@ def test_rules_shape_every_search_but_not_restricted_ones():
     assert all(e.plan.pp == 1 and e.plan.tp <= 8 for e in search(m, H100, t))
     piped = search(m, H100, t, where=lambda p: p.pp == 4)
     assert piped and all(e.plan.pp == 4 for e in piped)
+
+
+def test_causal_mfu_counts_half_the_attention_and_stays_under_the_gemm_share():
+    """At 131,072-token sequences the published MFU (6N + 12Lhs) of a FlashAttention plan passes 100 %: the
+    kernel skips the masked half that the numerator counts. mfu_causal counts 6N + 6Lhs (Llama 2 7B: N from
+    its checkpoint, L = 32, h = 4096, typed here) and must stay under the matmuls' share of the peak.
+    Would catch mfu_causal dropping the wrong term, or the cost model timing more attention than it counts."""
+    m = preset("7B")
+    n, layers, h, s = 6_738_415_616, 32, 4096, 131072
+    c = cluster("H100-SXM", nodes=4)
+    e = step(m, c, Training(global_batch_tokens=32 * s, seq=s), Plan(dp=2, tp=4, cp=4, zero=2, microbatches=16))
+    assert e["mfu"] > 1.0  # the published convention overcounts here: the reason mfu_causal exists
+    full, causal = 6.0 * n + 12.0 * layers * h * s, 6.0 * n + 6.0 * layers * h * s
+    assert e["mfu_causal"] == pytest.approx(e["mfu"] * causal / full, rel=1e-12)
+    assert e["mfu_causal"] <= gemm_efficiency(c.gpu)

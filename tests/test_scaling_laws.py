@@ -113,10 +113,19 @@ def test_scaling_cli_json():
     assert out["gpu_hours"] == pytest.approx(1e22 / (989e12 * 0.5) / 3600, rel=1e-9)
 
 
+def test_scaling_cli_flags_extrapolation():
+    """Would catch a budget far outside Table 3 (1.92e19 to 1.3e28 FLOPs in the paper) printed as if the law
+    held there: 1e3 FLOPs gives a 3-parameter 'model'."""
+    assert json.loads(distlab("scaling", "--flops", "1e22", "--json").stdout)["extrapolated"] is False
+    assert json.loads(distlab("scaling", "--flops", "1e3", "--json").stdout)["extrapolated"] is True
+    assert "outside Table 3" in distlab("scaling", "--flops", "1e30").stdout
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["--flops", "-1"], "must be positive"),
     (["--flops", "1e22", "--gpu", "Z80"], "unknown GPU"),
     (["--flops", "1e22", "--mfu", "1.5"], "mfu must be"),
+    (["--flops", "inf"], "finite"),  # argparse's float accepts inf: it used to print nan tokens
     ([], "required"),
 ])
 def test_scaling_cli_bad_input(args, message):
