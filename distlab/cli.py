@@ -10,6 +10,7 @@ import argparse
 import ast
 import importlib
 import json
+import math
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -47,13 +48,15 @@ def parser(name: str, description: str) -> Parser:
 
 
 def positive(kind: type = float) -> Callable[[str], float]:
-    """argparse type: a number > 0 (accepts 7e9 and 7_000_000_000 for integers)."""
+    """argparse type: a finite number > 0 (accepts 7e9 and 7_000_000_000 for integers)."""
 
     def parse(text: str):
         try:
             value = kind(float(text.replace("_", ""))) if kind is int else kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        except (ValueError, OverflowError):  # int(float("inf")) overflows
+            raise argparse.ArgumentTypeError(f"{text!r} is not a finite number") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
         if kind is int and float(text.replace("_", "")) != value:
             raise argparse.ArgumentTypeError(f"{text!r} is not a whole number")
         if not value > 0:

@@ -51,3 +51,15 @@ def test_list_and_run_json():
 def test_help_lists_commands():
     proc = distlab("--help")
     assert proc.returncode == 0 and "run" in proc.stdout and "list" in proc.stdout
+
+
+@pytest.mark.parametrize("text", ["inf", "nan", "-3", "0", "abc", "1e400"])
+def test_positive_rejects_non_finite_and_non_positive(text):
+    """Would catch int(float('inf')) escaping as an OverflowError traceback."""
+    import argparse
+
+    from distlab.cli import positive
+
+    for kind in (int, float):
+        with pytest.raises(argparse.ArgumentTypeError):
+            positive(kind)(text)
