@@ -142,6 +142,7 @@ def _seven_b(r: Result) -> None:
     n = model.params()
     hbm = fact("gpus.H100-SXM.hbm_gb").value * 1e9
     r.add("7b_params", n, "params", f"{model.name} parameters")
+    r.add("7b_params_billions", n / 1e9, "billion", f"{model.name} parameters, in billions")
     formulas = {"weights (bf16)": "2Ψ", "gradients (bf16)": "2Ψ", "master weights (fp32)": "4Ψ",
                 "Adam m (fp32)": "4Ψ", "Adam v (fp32)": "4Ψ"}
     states = model_state_bytes(n, "mixed")
@@ -157,6 +158,8 @@ def _seven_b(r: Result) -> None:
     r.add("7b_optimizer_bytes", 12 * n, "B", "master + m + v")
     r.add("7b_total_over_hbm", total / hbm, "", "model states / one 80 GB GPU")
     r.add("7b_min_gpus_states", -(-total // hbm), "GPUs", "GPUs needed to hold the states alone, sharded")
+    r.add("7b_states_per_gpu_min", total / -(-total // hbm), "B", "states per GPU, sharded evenly over that many")
+    r.add("7b_left_per_gpu_min", hbm - total / -(-total // hbm), "B", "HBM left per GPU beside those states")
     r.add("optimizer_share", 12 / 16, "fraction", "share of model states that is optimizer state")
 
 
