@@ -153,14 +153,15 @@ def flash_attention_bench(device: str) -> Result:
     r.add("tokens", TOKENS, "tokens", "batch x N, every shape")
     r.add("width", WIDTH, "", "heads x d, every shape")
     r.add("budget", BUDGET_S, "s", "time budget of the whole grid")
+    if device != "cuda":  # said first, so `distlab run` on a CPU machine opens with it
+        r.table("needs_gpu", ["status"], [["flash-attention-bench needs a CUDA GPU; nothing was measured on cpu. "
+                                           "Run `distlab run flash-attention-bench --device cuda --store`."]])
     r.table("plan", ["d", "causal", "N", "batch x heads", "FLOPs fwd", "FLOPs fwd+bwd"],
             [[d, causal, n, f"{b} x {h}", Quantity(attention_flops(b, h, n, d, causal, "fwd"), "FLOP"),
               Quantity(attention_flops(b, h, n, d, causal, "fwd+bwd"), "FLOP")] for b, h, n, d, causal in grid],
             caption="The grid: bf16, batch x N = 16,384 tokens, heads x d = 2,048; FLOPs credited to every "
                     "implementation alike (4BHN^2d forward, x3.5 forward + backward, halved when causal).")
     if device != "cuda":
-        r.table("needs_gpu", ["status"], [["flash-attention-bench needs a CUDA GPU; nothing was measured on cpu. "
-                                           "Run `distlab run flash-attention-bench --device cuda --store`."]])
         return r
     from distlab.flash_attention_triton import INTERPRET
 

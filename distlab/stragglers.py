@@ -104,7 +104,7 @@ def stragglers(device: str) -> Result:
           "one slow node's cost at 1024 ranks (simulated)")
     r.add("sqrt_2ln_1024", math.sqrt(2 * math.log(1024)), "", "sqrt(2 ln N) at N = 1024 (the large-N growth)")
     sim_excess = (sims["jitter"][i] / MEAN_S - 1) / JITTER
-    r.claim("jitter: simulated E[step] at N = 1024 = mu + sigma·E[Z_(N)]", sim_excess, ez, rel_tol=0.03,
+    r.claim("jitter at N = 1024: simulated (E[step] - mu) / sigma = E[Z_(N)]", sim_excess, ez, rel_tol=0.03,
             formula="expected maximum of N normals (order statistics), numerically integrated")
     r.claim("hiccups: simulated E[step] at N = 1024 = mu + delta·(1 - (1-p)^N)", sims["hiccups"][i],
             form_hiccup[i], rel_tol=0.02, unit="s", formula="one rank's hiccup stalls the step")

@@ -92,8 +92,23 @@ def test_cli_json_contract(capsys):
 @pytest.mark.parametrize("argv", [["--save-seconds", "0", "--mtbf-hours", "3"],
                                   ["--save-seconds", "60"],
                                   ["--save-seconds", "60", "--mtbf-hours", "3", "--restart-seconds", "-1"],
-                                  ["--save-seconds", "abc", "--mtbf-hours", "3"]])
+                                  ["--save-seconds", "abc", "--mtbf-hours", "3"],
+                                  ["--save-seconds", "inf", "--mtbf-hours", "3"],
+                                  ["--save-seconds", "60", "--mtbf-hours", "nan"],
+                                  ["--save-seconds", "60", "--mtbf-hours", "-3"]])
 def test_cli_bad_input_is_one_line_exit_2(argv, capsys):
     assert main(["checkpoint-interval", *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+def test_cli_save_many_mtbfs_long_loses_everything_without_overflow(capsys):
+    """C = 1e9 s against M = 3.6 s: e^((tau + C)/M) overflows a float, which crashed the calculator with a
+    traceback. Every segment then almost surely fails: the loss is 100 % (to rounding)."""
+    assert main(["checkpoint-interval", "--save-seconds", "1e9", "--mtbf-hours", "0.001", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["lost_fraction"] == pytest.approx(1.0, abs=1e-12)
+    # and where the exponent is still finite, the log form equals the direct one (x = 25 and 40)
+    for tau in (25 * 100 - 10.0, 40 * 100 - 10.0):
+        direct = 1 - tau / (100 * math.exp(3 / 100) * (math.exp((tau + 10) / 100) - 1))
+        assert ck.lost_fraction(tau, 10.0, 100.0, 3.0) == pytest.approx(direct, rel=1e-12)
