@@ -138,19 +138,19 @@ def batch_lr_scaling(device: str) -> Result:
     r.add("holds_spread", max(holds) / min(holds), "", "linear rule: worst / best loss for B <= B*/2")
     r.add("last_stable", max(stable), "samples", "largest batch at which the linear rule still trained")
     r.add("first_unstable", min(unstable) if unstable else math.inf, "samples", "smallest batch at which it diverged")
-    r.claim("linear rule holds below B*/2: worst / best loss after the same samples", max(holds) / min(holds), 1.25,
+    r.claim("linear rule holds below B∗/2: worst / best loss after the same samples", max(holds) / min(holds), 1.25,
             relation="<=", formula=f"B = {BATCHES[0]} ... {max(b for b in BATCHES if b <= b_star / 2)}")
-    r.claim("linear rule breaks: B* = 2 B0/(lr0 λmax) is above the last batch that trained", b_star, max(stable),
+    r.claim("linear rule breaks: B∗ = 2 B0/(lr0 λmax) is above the last batch that trained", b_star, max(stable),
             relation=">=", unit="samples")
     r.claim("... and below the first batch that diverged", b_star, min(unstable), relation="<=", unit="samples")
     past = min(b for b in BATCHES if b > b_star)
-    r.claim(f"linear rule at B = {past}, the first batch past B*: loss / starting loss (diverged: at least 10)",
+    r.claim(f"linear rule at B = {past}, the first batch past B∗: loss / starting loss (diverged: at least 10)",
             lin[BATCHES.index(past)] / start, 10.0, relation=">=")
     sqrt_at = loss["square root"][BATCHES.index(256)] / lin[BATCHES.index(256)]
     r.claim("square-root rule with SGD at B = 256: loss / the linear rule's (too timid: at least 5)", sqrt_at, 5.0,
             relation=">=")
     capped = loss["linear, capped at 1/λmax"]
-    r.claim("capped lr past B*: loss at the largest batch / loss at B0 (no more free speed-up: at least 3)",
+    r.claim("capped lr past B∗: loss at the largest batch / loss at B0 (no more free speed-up: at least 3)",
             capped[-1] / capped[0], 3.0, relation=">=")
     r.add("sqrt_over_linear_256", sqrt_at, "", "square-root rule / linear rule at B = 256")
     r.add("capped_growth", capped[-1] / capped[0], "", "capped rule: loss at the largest batch / at B0")

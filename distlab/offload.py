@@ -111,7 +111,7 @@ def cpu_offload(device: str) -> Result:
     r.table("per_step", ["tokens per GPU per step", "compute at peak", "swap", "swap / compute",
                          "ZeRO-Offload", "ZeRO-Offload / compute"], rows,
             caption=f"Llama 2 7B on {gpus} H100 SXM, ZeRO-2, one step; compute at the datasheet bf16 peak "
-                    "(its least), so the ratios are upper bounds")
+                    "(the shortest compute time possible), so the ratios are upper bounds")
     for name, key in (("swap", "swap_s"), ("zero_offload", "zero_offload_s")):
         r.add(f"breakeven_tokens_{name}", t[key] * peak / (6 * n), "tokens",
               f"tokens per GPU per step at which {name} time equals compute at peak")

@@ -16,6 +16,7 @@ first stage holds p micro-batches of activations, GPipe's holds all m.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 
@@ -170,10 +171,10 @@ def simulate(stages: int, microbatches: int, schedule: str = "1f1b", *, virtual:
     stage (a chunk takes 1/virtual of it; zb-h1 splits backward into equal B and W halves); p2p: time
     to send an activation or gradient to the neighbouring stage."""
     for name, value in (("forward", forward), ("backward", backward)):
-        if not value > 0:
-            raise ValueError(f"{name} time must be positive, got {value}")
-    if not p2p >= 0:
-        raise ValueError(f"p2p time must be >= 0, got {p2p}")
+        if not (value > 0 and math.isfinite(value)):
+            raise ValueError(f"{name} time must be positive and finite, got {value}")
+    if not (p2p >= 0 and math.isfinite(p2p)):
+        raise ValueError(f"p2p time must be >= 0 and finite, got {p2p}")
     p, m, v = stages, microbatches, virtual
     orders = schedule_order(schedule, p, m, v)
     split = schedule == "zb-h1"
@@ -313,6 +314,9 @@ def ascii_timeline(sim: Simulation, max_cells: int = 160) -> str | None:
 
 
 # ---------------------------------------------------------------- CLI
+MAX_CLI_CHUNK_PASSES = 2_000_000  # ~2-3 ops each, about 1-2 us per op: the CLI answers within seconds
+
+
 @command("pipeline", "simulate a pipeline schedule: bubble fraction, step time, activations in flight")
 def pipeline_command(argv: list[str]) -> int:
     p = parser("pipeline", "Simulate one training step of a pipeline schedule, op by op.\n"
@@ -329,6 +333,9 @@ def pipeline_command(argv: list[str]) -> int:
     virtual = args.virtual or (2 if args.schedule == "interleaved" else 1)
     if args.virtual and args.schedule != "interleaved" and args.virtual != 1:
         raise UsageError(f"distlab pipeline: --virtual applies only to --schedule interleaved, not {args.schedule}")
+    if args.stages * args.microbatches * virtual > MAX_CLI_CHUNK_PASSES:
+        raise UsageError(f"distlab pipeline: at most {MAX_CLI_CHUNK_PASSES:,} stages x microbatches x virtual "
+                         f"(a few seconds of simulation), got {args.stages * args.microbatches * virtual:,}")
     start = time.perf_counter()
     sim = simulate(args.stages, args.microbatches, args.schedule, virtual=virtual, backward=args.backward,
                    p2p=args.p2p)
@@ -414,10 +421,10 @@ def _p2p(r: Result, p: int = 8, m: int = 32) -> None:
         base = (m + p - 1) * 3.0 + 2 * (p - 1) * c
         g, o = simulate(p, m, "gpipe", p2p=c), simulate(p, m, "1f1b", p2p=c)
         rows.append([c, g.step_time, base, o.step_time, o.step_time / base])
-        r.claim(f"gpipe p={p} m={m} p2p={c}: step = (m+p-1)(F+B) + 2(p-1)c", g.step_time, base, rel_tol=1e-12)
-        r.claim(f"1f1b p={p} m={m} p2p={c}: step >= (m+p-1)(F+B) + 2(p-1)c", o.step_time, base, relation=">=",
+        r.claim(f"gpipe p={p} m={m} p2p={c}: step = (m+p-1)(F+B) + 2(p-1)δ", g.step_time, base, rel_tol=1e-12)
+        r.claim(f"1f1b p={p} m={m} p2p={c}: step >= (m+p-1)(F+B) + 2(p-1)δ", o.step_time, base, relation=">=",
                 rel_tol=1e-12)
-    r.table("p2p", ["p2p time c", "GPipe step", "(m+p-1)(F+B) + 2(p-1)c", "1F1B step", "1F1B / formula"], rows,
+    r.table("p2p", ["p2p time δ", "GPipe step", "(m+p-1)(F+B) + 2(p-1)δ", "1F1B step", "1F1B / formula"], rows,
             caption=f"p = {p}, m = {m}; times in units of one micro-batch forward.")
     r.add("p2p_stages", p, "", "stages in the p2p table")
     r.add("p2p_microbatches", m, "", "micro-batches in the p2p table")

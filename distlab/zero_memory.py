@@ -194,6 +194,7 @@ def zero_memory(device: str) -> Result:
     n, gpus = preset("7B").params(), 8
     hbm = fact("gpus.H100-SXM.hbm_gb").value * 1e9
     r.add("params", n, "params", "Llama 2 7B parameters")
+    r.add("params_billions", n / 1e9, "", "Llama 2 7B parameters, in billions")
     r.add("gpus", gpus, "GPUs", "data-parallel size")
     per = bytes_per_param_by_state()
     for s in STATES:
@@ -211,7 +212,7 @@ def zero_memory(device: str) -> Result:
         r.add(f"{key}_total_bytes", m["total_bytes"], "B", f"{label}: device bytes per GPU")
         r.add(f"{key}_host_bytes", m["host_bytes"], "B", f"{label}: host bytes per GPU")
     r.table("seven_b", ["stage", "parameters", "gradients", "optimizer", "total per GPU", "host per GPU",
-                        "states fit 80 GB?"], rows,
+                        f"states fit {format_quantity(hbm, 'B')}?"], rows,
             caption=f"Llama 2 7B, {gpus} GPUs, mixed-precision AdamW, model states only (no activations)")
     # Independent closed forms: the ZeRO paper's Figure 1 formulas with K = 12, Ψ/N rounded up.
     shard = shard_elements(n, gpus)
@@ -237,6 +238,7 @@ def _worked(r: Result, n: int, gpus: int, hbm: float) -> None:
 
     big = preset("70B").params()
     r.add("70b_params", big, "params", "Llama 2 70B parameters")
+    r.add("70b_params_billions", big / 1e9, "", "Llama 2 70B parameters, in billions")
     for z in (1, 2, 3):
         r.add(f"70b_z{z}_bytes", model_state_bytes_per_gpu(big, 64, z)["total_bytes"], "B",
               f"70B on 64 GPUs, {STAGE_NAMES[z]}: model states per GPU")

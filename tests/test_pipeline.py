@@ -204,9 +204,14 @@ def test_cli_json_keys_and_values():
     [(["--stages", "4", "--microbatches", "6", "--schedule", "interleaved"], "divisible"),
      (["--stages", "4", "--microbatches", "8", "--schedule", "gpipe", "--virtual", "2"], "--virtual"),
      (["--stages", "0", "--microbatches", "8"], "positive"),
-     (["--stages", "4"], "required")],
+     (["--stages", "4"], "required"),
+     (["--stages", "4", "--microbatches", "8", "--p2p", "inf"], "finite"),
+     (["--stages", "4", "--microbatches", "8", "--backward", "inf"], "finite"),
+     (["--stages", "100000", "--microbatches", "100000"], "at most")],
 )
 def test_cli_bad_input_is_one_line_exit_2(args, message):
+    """Catches a traceback, an infinite step time reported as a 100 % bubble, or a CLI that hangs for
+    minutes simulating 10^10 ops instead of refusing."""
     proc = _cli(*args)
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
