@@ -184,7 +184,8 @@ class Page:
         lines = []
         for result in self.results.values():
             for c in result.claims:
-                lines.append(f"    - ✅ **{c.name}** — {c.describe()}" + (f"; {c.formula}" if c.formula else ""))
+                lines.append(f"    - ✅ **{_escape(c.name)}** — {c.describe()}"
+                             + (f"; {_escape(c.formula)}" if c.formula else ""))
         if not lines:
             return ""
         where = "\n".join(f"    - `{exp}`: {self._where(r.provenance, r.kind)}" for exp, r in self.results.items())
@@ -205,6 +206,14 @@ class Page:
         with mkdocs_gen_files.open(self.path, "w") as f:
             f.write(text)
         mkdocs_gen_files.set_edit_path(self.path, self.path)
+
+
+def _escape(text: str) -> str:
+    """Markdown-escape * and _ outside `code` spans, so a claim named "B* = 2B0" is not italicised."""
+    parts = text.split("`")
+    for i in range(0, len(parts), 2):
+        parts[i] = parts[i].replace("*", "\\*").replace("_", "\\_")
+    return "`".join(parts)
 
 
 class _Lookup:
