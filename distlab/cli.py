@@ -53,7 +53,9 @@ def positive(kind: type = float) -> Callable[[str], float]:
     def parse(text: str):
         try:
             value = kind(float(text.replace("_", ""))) if kind is int else kind(text)
-        except (ValueError, OverflowError):  # int(float("inf")) overflows
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        except OverflowError:  # int(float("inf"))
             raise argparse.ArgumentTypeError(f"{text!r} is not a finite number") from None
         if not math.isfinite(value):
             raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
