@@ -150,16 +150,17 @@ def collective_fit(device: str) -> Result:
             "counts: a ratio far from 1 is the implementation, not the wire")
     # The model's two regimes, measured: flat below n_1/2, linear above it.
     small = ar[SIZES[2]] / ar[SIZES[0]]
-    large = ar[SIZES[-1]] / ar[SIZES[-2]]
+    large = ar[SIZES[-1]] / ar[SIZES[-3]]
     r.add("small_ratio", small, "", "t(16 KiB) / t(1 KiB)")
-    r.add("large_ratio", large, "", "t(64 MiB) / t(16 MiB)")
+    r.add("large_ratio", large, "", "t(64 MiB) / t(4 MiB)")
     # The latency regime is claimed through the fit (all nine sizes), not through two single points: on a
     # loaded 2-core machine one small message can take 3x another of the same cost.
     r.claim("latency regime: the fitted n_1/2 is at least 16 KiB (small messages cost their latency)",
             half, SIZES[2], relation=">=", unit="B", formula="n_1/2 = steps·α·B / factor")
     r.claim("bandwidth regime starts within the sweep: the fitted n_1/2 is at most 16 MiB",
             half, SIZES[-2], relation="<=", unit="B", formula="n_1/2 = steps·α·B / factor")
-    r.claim("bandwidth regime: 4x the bytes, about 4x the time (16 MiB -> 64 MiB)", large, 4.0, rel_tol=0.5,
+    # Over 16x the bytes, so that one noisy sample (up to 1.5x seen under load) cannot move it out of the band.
+    r.claim("bandwidth regime: 16x the bytes, about 16x the time (4 MiB -> 64 MiB)", large, 16.0, rel_tol=0.5,
             formula="t ≈ factor·S/B when S ≫ n_1/2")
     # The fit's residuals are reported, not claimed: on a shared 2-core machine a single size can come out
     # 60 % slow in one run and on the line in the next (median residual 8-40 % seen), so no bound on them is
