@@ -102,7 +102,9 @@ class Page:
                 return "\x00CLAIMS\x00"
             if word == "table":
                 exp, name = self._split(rest)
-                return "\n" + self._result(exp).tables[name].to_markdown() + "\n"
+                result = self._result(exp)
+                where = f"\n\n<small>{self._where(result.provenance)}</small>" if result.kind == "measured" else ""
+                return "\n" + result.tables[name].to_markdown() + where + "\n"
             if word == "figure":
                 return self._figure(*self._split(rest))
             if word == "fact":
