@@ -25,8 +25,8 @@ from distlab.activations import (
 )
 from distlab.experiments import experiment
 from distlab.gpt import Block, GPTConfig
-from distlab.number_formats import single_threaded
 from distlab.results import Quantity, Result
+from distlab.threads import single_threaded
 
 DTYPE = torch.bfloat16
 NORM_STAT_BYTES = {"cpu": 2, "cuda": 4}  # LayerNorm's saved mean and 1/std: input dtype on CPU, fp32 on CUDA

@@ -29,6 +29,7 @@ import torch
 
 from distlab.experiments import experiment
 from distlab.results import Result
+from distlab.threads import single_threaded
 
 DIM = 32
 SAMPLES = 2**14  # the fixed data budget
@@ -108,9 +109,9 @@ def expected_loss(batch: int, rule: str, seeds: int = SEEDS, samples: int = SAMP
 
 @experiment("batch-lr-scaling", "loss after a fixed number of samples vs global batch: linear, square-root and "
             "capped learning-rate rules, warm-up, and where the linear rule breaks", kind="measured")
+@single_threaded
 def batch_lr_scaling(device: str) -> Result:
     r = Result("batch-lr-scaling")
-    torch.set_num_threads(1)
     lam = eigenvalues()
     w_star = torch.randn(SEEDS, DIM, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
     start = float(excess_loss(torch.zeros_like(w_star), w_star, lam).mean())

@@ -16,13 +16,13 @@ for naive attention and as N for the tiled one).
 
 from __future__ import annotations
 
-import contextlib
 import math
 
 import torch
 
 from distlab.experiments import experiment
 from distlab.results import Quantity, Result
+from distlab.threads import one_core
 
 IMPLS = ("triton", "tiled", "naive")
 
@@ -192,17 +192,6 @@ def peak_bytes(fn, device: str) -> int:
     return peak
 
 
-@contextlib.contextmanager
-def _threads(n: int):
-    """CPU measurements on a crowded machine: one intra-op thread avoids oversubscription stalls."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old)
-
-
 # ---------------------------------------------------------------- experiment: exactness
 def online_softmax_trace(scores, block: int):
     """The running (max, sum) of one row's softmax, block by block, as the kernel keeps them."""
@@ -245,7 +234,7 @@ def flash_attention_exact(device: str) -> Result:
     r.claim("online softmax: final running sum = softmax denominator (float64)", trace[-1][4], exact,
             rel_tol=1e-14, formula="sum_j exp(s_j - max s)")
     b, h, n, d = (2, 4, 4096, 128) if device == "cuda" else (1, 2, 1000, 64)
-    with _threads(1 if device == "cpu" else torch.get_num_threads()):
+    with one_core(device):
         for causal in (False, True):
             q, k, v, do = random_qkv(b, h, n, d, torch.float64, device)
             naive, tiled = (forward_backward(i, q, k, v, do, causal) for i in ("naive", "tiled"))
@@ -292,7 +281,7 @@ def flash_attention_memory(device: str) -> Result:
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     heads, d, block = (4, 128, 128) if device == "cuda" else (1, 128, 128)
     peaks = {impl: [] for impl in impls}
-    with _threads(1 if device == "cpu" else torch.get_num_threads()):
+    with one_core(device):
         for n in sizes:
             q, k, v, do = random_qkv(1, heads, n, d, dtype, device)
             for impl in impls:

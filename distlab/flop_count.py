@@ -222,7 +222,7 @@ def training_step(cfg, batch: int, device: str, *, recompute: bool = False):
 @experiment("flop-count", "FLOPs of a real transformer's forward+backward counted vs 6N + 12Lhs; a measured MFU")
 def flop_count(device: str) -> Result:
     """CPU: one core for the timed part, like the roofline it is compared with."""
-    from distlab.roofline import one_core
+    from distlab.threads import one_core
 
     with one_core(device):
         return _flop_count(device)

@@ -20,8 +20,9 @@ from collections import deque
 import torch
 
 from distlab.experiments import experiment
-from distlab.number_formats import capture, counting_batch, fmt, single_threaded, small_model
+from distlab.number_formats import capture, counting_batch, fmt, small_model
 from distlab.results import Quantity, Result
+from distlab.threads import single_threaded
 
 E4M3, E5M2 = fmt("fp8 e4m3"), fmt("fp8 e5m2")
 STEPS, HISTORY, LR = 8, 16, 1e-3

@@ -254,7 +254,7 @@ def matmul_dtypes(device: str) -> Result:
     split-K reductions off), so the error is the inputs' and the output's rounding, as the bounds assume."""
     import torch
 
-    from distlab.roofline import one_core
+    from distlab.threads import one_core
 
     old_reduction = torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction
     torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False

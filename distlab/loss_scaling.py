@@ -16,8 +16,9 @@ import torch
 from torch.nn import functional as F
 
 from distlab.experiments import experiment
-from distlab.number_formats import capture, counting_batch, flat, flushed, fmt, single_threaded, small_model
+from distlab.number_formats import capture, counting_batch, flat, flushed, fmt, small_model
 from distlab.results import Quantity, Result
+from distlab.threads import single_threaded
 
 
 @dataclass

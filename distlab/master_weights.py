@@ -15,8 +15,9 @@ import torch
 from torch.nn import functional as F
 
 from distlab.experiments import experiment
-from distlab.number_formats import counting_batch, single_threaded, small_model
+from distlab.number_formats import counting_batch, small_model
 from distlab.results import Quantity, Result
+from distlab.threads import single_threaded
 
 DELTA, STEPS = 1e-4, 500  # a constant update (not a dyadic number: no rounding ties) and how often
 TRAIN_STEPS, LR, BATCH = 50, 1e-3, 4

@@ -13,7 +13,6 @@ The real tensors come from distlab.gpt's small model (chapter 1's) with GPT-2's 
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
 
@@ -24,6 +23,7 @@ from torch.nn import functional as F
 from distlab.experiments import experiment
 from distlab.gpt import GPT, GPTConfig
 from distlab.results import Result
+from distlab.threads import single_threaded
 
 
 @dataclass(frozen=True)
@@ -71,22 +71,6 @@ def fmt(name: str) -> Format:
         if f.name == name:
             return f
     raise ValueError(f"unknown format {name!r}; known: {', '.join(f.name for f in FORMATS)}")
-
-
-def single_threaded(fn):
-    """Run an experiment's small CPU kernels on one thread: on a shared machine, OpenMP workers that spin
-    for a busy core make millisecond kernels take tens of milliseconds. The setting is restored after."""
-
-    @functools.wraps(fn)
-    def run(*args, **kwargs):
-        threads = torch.get_num_threads()
-        torch.set_num_threads(1)
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            torch.set_num_threads(threads)
-
-    return run
 
 
 # ---------------------------------------------------------------- real tensors

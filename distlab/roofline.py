@@ -13,10 +13,9 @@ its kernels on `ceilings(gpu_name, dtype)`, the roofline of a datasheet.
 
 from __future__ import annotations
 
-import contextlib
 import statistics
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -24,6 +23,7 @@ import torch
 from distlab.experiments import experiment, hardware, stored
 from distlab.hardware import BYTES_PER_ELEMENT, gpu, gpu_names, match_device
 from distlab.results import Quantity, Result
+from distlab.threads import one_core
 
 
 @dataclass(frozen=True)
@@ -155,18 +155,6 @@ def time_kernels(kernels: list[Kernel], device: str, rounds: int, warmup: int = 
         for k in kernels:
             times[k.name].append(time_once(k.fn, device))
     return times
-
-
-@contextlib.contextmanager
-def one_core(device: str) -> Iterator[None]:
-    """On CPU, run torch on one thread inside the block (see roofline()); on CUDA change nothing."""
-    threads = torch.get_num_threads()
-    if device == "cpu":
-        torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 # ---------------------------------------------------------------- sizes per device
