@@ -15,8 +15,10 @@ torch.distributed processes and return each rank's result.
   torchrun set up and all-gathers the results (or the failing rank's error), so the same experiment
   code runs on a real cluster.
 
-`fn` must be importable (a module-level function of a module, not a lambda). Results travel as plain
-pickles: return Python numbers, lists, dicts or CPU tensors.
+`fn` must be importable (a module-level function of a module, not a lambda). A script that defines `fn`
+itself is imported again by every rank, so it needs the usual `if __name__ == "__main__":` guard around its
+launch() call (the launcher says so when a rank dies that way). Results travel as plain pickles: return
+Python numbers, lists, dicts or CPU tensors.
 """
 
 from __future__ import annotations
@@ -50,15 +52,6 @@ class LaunchError(RuntimeError):
     def __init__(self, message: str, details: str = ""):
         super().__init__(message)
         self.details = details
-
-
-def free_port() -> int:
-    """A port free right now (kept for callers that need one; launch() itself never races for a port)."""
-    import socket
-
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((_HOST, 0))
-        return s.getsockname()[1]
 
 
 def default_backend(device: str, world_size: int | None = None) -> str:
@@ -103,6 +96,11 @@ def launch(fn, world_size: int, *args, device: str = "cpu", backend: str | None 
             for p in procs:
                 p.start()
             return _collect(procs, results_q, world_size, timeout_s, stacks)
+        except LaunchError as exc:
+            if getattr(fn, "__module__", "") == "__main__" and "before returning a result" in str(exc):
+                raise LaunchError(f"{exc}; fn lives in a script, which every rank imports again: the script "
+                                  "needs its launch() call under `if __name__ == '__main__':`", exc.details) from None
+            raise
         finally:
             _stop(procs)
             results_q.close()
@@ -134,17 +132,16 @@ def _collect(procs, results_q, world_size: int, timeout_s: float, stacks: list[s
             if time.monotonic() > deadline:
                 _raise_hung(procs, results, world_size, timeout_s, stacks)
             continue
-        _take(msg, results, results_q, world_size)
+        _take(msg, procs, results, results_q, world_size)
     for p in procs:  # ranks tear their process group down, then exit
         p.join(timeout=max(1.0, deadline - time.monotonic()))
     return [results[r] for r in range(world_size)]
 
 
-def _take(msg, results: dict, results_q, world_size: int) -> None:
+def _take(msg, procs, results: dict, results_q, world_size: int) -> None:
     status, rank, payload, details = msg
     if status == "error":
-        rank, payload, details = _root_cause(results_q, rank, payload, details)
-        raise LaunchError(f"rank {rank} of {world_size} failed: {payload}", details)
+        _raise_root_cause(procs, results, results_q, world_size, [(rank, payload, details)])
     results[rank] = pickle.loads(payload)
 
 
@@ -155,14 +152,18 @@ def _check_exits(procs, results: dict, results_q, world_size: int) -> None:
         return
     try:
         while True:
-            _take(results_q.get(timeout=0.3), results, results_q, world_size)
+            _take(results_q.get(timeout=0.3), procs, results, results_q, world_size)
     except queue.Empty:
         pass
     for r in gone:
         if r not in results:
-            code = procs[r].exitcode
-            what = f"died with signal {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
-            raise LaunchError(f"rank {r} of {world_size} {what} before returning a result")
+            raise LaunchError(_died(procs, r, world_size))
+
+
+def _died(procs, rank: int, world_size: int) -> str:
+    code = procs[rank].exitcode
+    what = f"died with signal {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
+    return f"rank {rank} of {world_size} {what} before returning a result"
 
 
 def _raise_hung(procs, results: dict, world_size: int, timeout_s: float, stacks: list[str]) -> None:
@@ -211,19 +212,38 @@ def _where(stack_path: str) -> tuple[str, bool] | None:
     return f"{os.path.basename(f)}:{line} in {func}", in_dist
 
 
-def _root_cause(results_q, rank: int, payload: str, details: str) -> tuple[int, str, str]:
-    """When one rank fails, its peers fail too ("connection closed by peer"); name the first rank whose
-    error did not come from the collective layer."""
-    errors = [(rank, payload, details)]
-    end = time.monotonic() + 0.5
-    while time.monotonic() < end:
+def _consequential(error: str) -> bool:
+    """An error raised by the collective layer because a peer went away ("connection reset by peer")."""
+    return "c10d" in error or "gloo" in error.lower() or "nccl" in error.lower()
+
+
+def _raise_root_cause(procs, results: dict, results_q, world_size: int, errors: list) -> None:
+    """When one rank fails or dies, its peers fail too, inside the collective that waited for it. Blame,
+    in this order: a rank that exited without a word (os._exit, a signal, the OOM killer), with its exit
+    code or signal; else the first rank whose error did not come from the collective layer; else the first
+    error. A peer's error usually arrives before the dead rank's exit is seen, so collective-layer errors
+    wait up to a second for the process table to catch up."""
+    end = time.monotonic() + (1.0 if all(_consequential(e[1]) for e in errors) else 0.3)
+    while True:
         try:
             status, r, p, d = results_q.get(timeout=0.05)
+            if status == "error":
+                errors.append((r, p, d))
+            else:
+                results[r] = pickle.loads(p)
+            continue  # drain first: a rank's own error may be queued just before it exits
         except queue.Empty:
-            continue
-        if status == "error":
-            errors.append((r, p, d))
-    return next((e for e in errors if "c10d" not in e[1] and "gloo" not in e[1].lower()), errors[0])
+            pass
+        spoke = {e[0] for e in errors} | set(results)
+        silent = [r for r, proc in enumerate(procs) if r not in spoke and proc.exitcode is not None]
+        if silent:
+            first = errors[0]
+            raise LaunchError(f"{_died(procs, silent[0], world_size)} (then rank {first[0]}: {first[1]})",
+                              first[2])
+        if time.monotonic() > end:
+            break
+    rank, payload, details = next((e for e in errors if not _consequential(e[1])), errors[0])
+    raise LaunchError(f"rank {rank} of {world_size} failed: {payload}", details)
 
 
 def _stop(procs) -> None:

@@ -291,7 +291,7 @@ def planner(device: str) -> Result:
     from distlab.plan_config import USABLE_FRACTION
 
     r.add("usable_fraction", USABLE_FRACTION, "fraction", "share of HBM (and of host memory) a plan may fill")
-    r.add("long_seq", LONG_SEQ, "tokens", "context parallelism is considered from this length")
+    r.add("cp_min_seq", LONG_SEQ, "tokens", "context parallelism is considered from this length")
     r.add("max_micro_batch", MAX_MICRO_BATCH, "sequences", "largest micro-batch searched")
     r.add("resimulate", RESIMULATE, "plans", "plans re-timed with the op-by-op pipeline simulator")
     rows = []

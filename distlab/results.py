@@ -92,12 +92,18 @@ class Quantity:
         return format_quantity(self.value, self.unit)
 
 
+# "value": a formula, a count or a float64 reference; a failure is a wrong number, never re-measured.
+# "timing": depends on a clock on a shared machine; designed with a wide margin from the physics, and
+# re-measured on fresh runs (experiments.TIMING_ATTEMPTS) before it may fail the build.
+CLAIM_KINDS = ("value", "timing")
+
+
 @dataclass(frozen=True)
 class Claim:
     """`measured <relation> expected` within max(abs_tol, rel_tol * |expected|).
 
     relation "==" is a two-sided check; "<=" and ">=" are bounds (a ceiling, a floor), for which the
-    tolerance is slack in the bound's favour.
+    tolerance is slack in the bound's favour. `kind` says whether noise can move it (see CLAIM_KINDS).
     """
 
     name: str
@@ -108,10 +114,13 @@ class Claim:
     abs_tol: float = 0.0
     unit: str = ""
     formula: str = ""
+    kind: str = "value"
 
     def __post_init__(self) -> None:
         if self.relation not in ("==", "<=", ">="):
             raise ValueError(f"claim {self.name!r}: relation must be ==, <= or >=, not {self.relation!r}")
+        if self.kind not in CLAIM_KINDS:
+            raise ValueError(f"claim {self.name!r}: kind must be one of {', '.join(CLAIM_KINDS)}, not {self.kind!r}")
         if self.rel_tol < 0 or self.abs_tol < 0:
             raise ValueError(f"claim {self.name!r}: tolerances must be >= 0")
 
@@ -195,15 +204,18 @@ class Result:
     provenance: dict = field(default_factory=dict)
 
     def add(self, name: str, value: float, unit: str = "", description: str = "") -> float:
+        _new(self.quantities, name, f"{self.name}: quantity")
         self.quantities[name] = Quantity(_to_builtin(value), unit, description)
         return value
 
     def claim(self, name: str, measured, expected, **kwargs) -> Claim:
+        _new({c.name: c for c in self.claims}, name, f"{self.name}: claim")
         c = Claim(name, _to_builtin(measured), _to_builtin(expected), **kwargs)
         self.claims.append(c)
         return c
 
     def table(self, name: str, columns: list[str], rows: list[list], caption: str = "") -> Table:
+        _new(self.tables, name, f"{self.name}: table")
         rows = [[_to_builtin(v) if not isinstance(v, (str, Quantity)) else v for v in row] for row in rows]
         self.tables[name] = Table(columns, rows, caption)
         return self.tables[name]
@@ -212,6 +224,7 @@ class Result:
         """Store a matplotlib figure as PNG bytes with no timestamp, so rebuilds are byte-stable."""
         import matplotlib.pyplot as plt
 
+        _new(self.figures, name, f"{self.name}: figure")
         buf = io.BytesIO()
         fig.savefig(buf, format="png", dpi=110, bbox_inches="tight", metadata={"Software": None})
         plt.close(fig)
@@ -252,6 +265,15 @@ class Result:
             data=obj.get("data", {}),
             provenance=obj.get("provenance", {}),
         )
+
+
+class DuplicateName(ValueError):
+    """One experiment gave two things the same name: a page would silently show only the second."""
+
+
+def _new(existing: dict, name: str, what: str) -> None:
+    if name in existing:
+        raise DuplicateName(f"{what} {name!r} added twice (the page would show only the second value)")
 
 
 def _to_builtin(value):

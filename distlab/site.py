@@ -81,7 +81,15 @@ class Page:
             _fail(f"page {self.path}: experiment {name!r} failed: {type(exc).__name__}: {exc}")
         _log(f"{name:<28} {'cached' if cached else f'ran in {time.perf_counter() - start:.1f} s'}")
         for claim in result.failed_claims:
-            _fail(f"page {self.path}: claim {claim.name!r} of experiment {name!r} failed: {claim.describe()}")
+            if cached:
+                origin = (f"result read from the cache ({experiments.cache_path(name, device)}); delete it or run "
+                          f"`distlab run {name} --no-cache`")
+            else:
+                tries = result.provenance.get("attempts", 1)
+                origin = (f"fresh run{f', {tries} attempts' if tries > 1 else ''}; not cached, so the next build "
+                          f"measures again; `distlab run {name}` re-runs it alone")
+            _fail(f"page {self.path}: {claim.kind} claim {claim.name!r} of experiment {name!r} failed: "
+                  f"{claim.describe()} [{origin}]")
         self.results[name] = result
         self.stored[name] = experiments.stored(name)
         return result

@@ -7,6 +7,7 @@ import uuid
 import pytest
 
 from distlab import experiments
+from distlab.results import Result
 
 
 def test_discover_finds_experiments_without_importing():
@@ -79,3 +80,69 @@ def test_cuda_without_gpu_is_a_clear_error():
         pytest.skip("a GPU is present")
     with pytest.raises(ValueError, match="no CUDA GPU"):
         experiments.check_device("cuda")
+
+
+def _register(name: str, fn, kind: str = "measured"):
+    """An experiment defined in this test file (its cache key is this file's text)."""
+    experiments.experiment(name, "a test experiment", kind=kind)(fn)
+    return name
+
+
+def test_a_failed_result_is_never_cached(tmp_path, monkeypatch):
+    """Would catch the bug where one failed build saved its failing result and every later build failed in
+    a second from the cache with the same numbers."""
+    monkeypatch.setenv("DISTLAB_CACHE", str(tmp_path / "cache"))
+    calls = []
+
+    def flaky(device):
+        calls.append(1)
+        r = Result("test-never-cache-failure")
+        r.claim("two is two", 2 if len(calls) > 1 else 3, 2)
+        return r
+
+    name = _register("test-never-cache-failure", flaky)
+    try:
+        result, cached = experiments.run(name)
+        assert result.failed_claims and not cached
+        assert list((tmp_path / "cache").glob("*.json")) == []
+        result, cached = experiments.run(name)
+        assert not result.failed_claims and not cached and len(calls) == 2
+        _, cached = experiments.run(name)
+        assert cached and len(calls) == 2
+    finally:
+        experiments._REGISTRY.pop(name, None)
+
+
+def test_timing_claims_are_measured_again_value_claims_are_not(tmp_path, monkeypatch):
+    """A timing claim that fails once (noise) gets fresh runs and passes on the second; a value claim that
+    fails (a wrong formula) is reported at once, without re-running."""
+    monkeypatch.setenv("DISTLAB_CACHE", str(tmp_path / "cache"))
+    calls = {"timing": 0, "value": 0}
+
+    def noisy(device):
+        calls["timing"] += 1
+        r = Result("test-timing-retry")
+        r.claim("fast enough", 2.0 if calls["timing"] == 1 else 0.5, 1.0, relation="<=", kind="timing")
+        return r
+
+    def wrong(device):
+        calls["value"] += 1
+        r = Result("test-value-no-retry")
+        r.claim("formula", 3, 2)
+        r.claim("fast enough", 2.0, 1.0, relation="<=", kind="timing")
+        return r
+
+    names = [_register("test-timing-retry", noisy), _register("test-value-no-retry", wrong)]
+    try:
+        result, _ = experiments.run(names[0])
+        assert not result.failed_claims and calls["timing"] == 2 and result.provenance["attempts"] == 2
+        result, _ = experiments.run(names[1])
+        assert result.failed_claims and calls["value"] == 1
+    finally:
+        for n in names:
+            experiments._REGISTRY.pop(n, None)
+
+
+def test_a_claim_kind_must_be_known():
+    with pytest.raises(ValueError, match="kind must be one of"):
+        Result("x").claim("c", 1, 1, kind="noisy")

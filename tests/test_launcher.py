@@ -77,6 +77,16 @@ def _exit_quietly_on_rank_2(rank, world, folder):
     return rank
 
 
+def _exit_in_collective_on_rank_1(rank, world):
+    """Rank 1 leaves with os._exit(3) while its peers wait in an all-reduce: they then fail in gloo
+    ("connection reset"), and those errors usually reach the launcher before rank 1's exit is seen."""
+    if rank == 1:
+        os._exit(3)
+    dist.all_reduce(torch.ones(1))
+    dist.all_reduce(torch.ones(1))
+    return rank
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -164,6 +174,38 @@ def test_ranks_die_when_the_launcher_is_killed(tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_a_rank_that_exits_inside_a_collective_is_named_not_its_victims():
+    """10 of 10 runs must name rank 1 and its exit code, first. Would catch blaming rank 0 or 2 for the
+    gloo error that rank 1's disappearance caused in them (the queue held their errors before the process
+    table showed rank 1 gone)."""
+    for _ in range(10):
+        with pytest.raises(LaunchError, match=r"^rank 1 of 3 exited with code 3 before returning a result") as info:
+            launch(_exit_in_collective_on_rank_1, 3, timeout_s=30)
+        assert "\n" not in str(info.value)
+
+
+def test_a_script_without_a_main_guard_is_told_so(tmp_path):
+    """A script that calls launch() at top level is imported again by every rank, which then dies in
+    multiprocessing's bootstrap check: the launcher must say what to fix, not only that rank 0 died."""
+    script = tmp_path / "unguarded.py"
+    script.write_text(textwrap.dedent("""
+        import torch.distributed as dist
+        from distlab.launcher import LaunchError, launch
+
+        def rank_fn(rank, world):
+            return rank
+
+        try:
+            launch(rank_fn, 2, timeout_s=60)
+        except LaunchError as exc:
+            print("LAUNCH-ERROR", exc)
+    """))
+    proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env=os.environ | {"PYTHONPATH": str(REPO)})
+    line = next((x for x in proc.stdout.splitlines() if x.startswith("LAUNCH-ERROR")), proc.stdout + proc.stderr)
+    assert "if __name__ == '__main__':" in line, line
 
 
 def _world_of_two(rank, world):

@@ -68,3 +68,20 @@ def test_result_round_trips_through_json():
     assert back.quantities == r.quantities
     assert back.claims == r.claims
     assert back.tables["t"].rows == [[1, "two"]]
+
+
+def test_a_name_added_twice_raises():
+    """Would catch the chapter 12 bug: the planner added `long_seq` twice (16,384 and 131,072) and the page
+    silently showed the second under the first one's meaning."""
+    from distlab.results import DuplicateName
+
+    r = Result("exp")
+    r.add("long_seq", 16384, "tokens")
+    with pytest.raises(DuplicateName, match="long_seq"):
+        r.add("long_seq", 131072, "tokens")
+    r.table("t", ["a"], [[1]])
+    with pytest.raises(DuplicateName, match="table 't'"):
+        r.table("t", ["a"], [[2]])
+    r.claim("c", 1, 1)
+    with pytest.raises(DuplicateName, match="claim 'c'"):
+        r.claim("c", 2, 2)

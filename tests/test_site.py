@@ -79,6 +79,24 @@ def test_broken_claim_fails_the_build_with_page_claim_values_and_tolerance(tmp_p
     err = proc.stdout + proc.stderr
     assert "page page.md" in err and "bytes per param" in err
     assert "17 B/param" in err and "16 B/param" in err and "0.01 relative" in err
+    assert "fresh run" in err and "not cached" in err and "distlab run mini-demo" in err
+
+
+def test_a_build_after_a_failed_claim_measures_again(tmp_path):
+    """One forced failure (the first run's claim fails, as noise would make it), then two builds in a row
+    that work: would catch a failed result saved in the cache, which made every later build fail in one
+    second with the same numbers."""
+    marker = tmp_path / "runs"
+    body = (f'import pathlib\np = pathlib.Path({str(marker)!r})\np.write_text(p.read_text() + "x" if p.exists() '
+            f'else "x")\nr.claim("second run onwards", len(p.read_text()) > 1, True)')
+    first = _mini_site(tmp_path, body, "# Page\n")
+    assert first.returncode != 0 and "second run onwards" in first.stderr
+    for _ in range(2):
+        again = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict"], cwd=tmp_path,
+                               capture_output=True, text=True, timeout=300,
+                               env=os.environ | {"DISTLAB_CACHE": str(tmp_path / "cache")})
+        assert again.returncode == 0, again.stderr[-2000:]
+    assert marker.read_text() == "xx", "the third build must come from the cache of the second"
 
 
 def test_unknown_placeholder_fails_the_build(tmp_path):
