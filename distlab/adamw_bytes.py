@@ -14,24 +14,10 @@ from distlab.experiments import experiment
 from distlab.facts import fact
 from distlab.gpt import GPT, GPTConfig, param_count, random_batch
 from distlab.model_shapes import presets
+from distlab.model_states import BYTES_PER_PARAM, STEP_COUNTER_BYTES, model_state_bytes
 from distlab.results import Quantity, Result
 
-# Bytes per parameter that persist across steps, by category, in each convention.
-BYTES_PER_PARAM = {
-    "mixed": {"weights (bf16)": 2, "gradients (bf16)": 2, "master weights (fp32)": 4,
-              "Adam m (fp32)": 4, "Adam v (fp32)": 4},
-    "fp32": {"weights (fp32)": 4, "gradients (fp32)": 4, "Adam m (fp32)": 4, "Adam v (fp32)": 4},
-}
-STEP_COUNTER_BYTES = 4  # AdamW keeps one 0-d fp32 `step` tensor per parameter tensor, not per parameter
 SMALL = GPTConfig(vocab=512, seq=64, layers=2, hidden=64, heads=4)
-
-
-def model_state_bytes(params: int, precision: str = "mixed") -> dict[str, int]:
-    """Persistent bytes by category for `params` parameters (step counters excluded: they scale with
-    the number of tensors, a few KB for any real model)."""
-    if precision not in BYTES_PER_PARAM:
-        raise ValueError(f"precision must be one of {', '.join(BYTES_PER_PARAM)}, not {precision!r}")
-    return {cat: b * params for cat, b in BYTES_PER_PARAM[precision].items()}
 
 
 def _storage_bytes(tensors, seen: set[int]) -> int:

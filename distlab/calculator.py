@@ -27,11 +27,12 @@ from dataclasses import dataclass
 
 from distlab.activations import RECOMPUTE, activation_bytes_per_layer, published_bytes_per_layer
 from distlab.experiments import experiment
+from distlab.formatting import format_quantity
 from distlab.hardware import gpu, gpu_names
 from distlab.model_shapes import ModelShape, presets
-from distlab.results import Quantity, Result, format_quantity
-from distlab.zero_memory import STAGES as ZERO_STAGES
-from distlab.zero_memory import bytes_per_param_by_state, model_state_bytes_per_gpu
+from distlab.results import Quantity, Result
+from distlab.zero import STAGES as ZERO_STAGES
+from distlab.zero import bytes_per_param_by_state, model_state_bytes_per_gpu
 
 CATEGORIES = ("weights", "gradients", "optimizer", "activations")
 

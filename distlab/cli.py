@@ -165,7 +165,7 @@ def run_command(argv: list[str]) -> int:
 
 
 def _describe(r) -> str:
-    from distlab.results import format_quantity
+    from distlab.formatting import format_quantity
 
     p = r.provenance
     lines = [f"== {r.name} ({r.kind}; {p.get('hardware')}, torch {p.get('torch')}, code {p.get('code_version')}, "

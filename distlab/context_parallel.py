@@ -199,7 +199,7 @@ def _long_context(r: Result, seq: int = 131072, ranks: int = 8) -> None:
     r.add("long_forward_bytes", fwd, "B", "bytes each rank forwards per layer, forward pass, bf16")
     r.add("long_backward_bytes", 2 * fwd, "B", "backward: keys/values travel again, and dK/dV with them")
     flops = value("gpus.H100-SXM.bf16_dense_tflops") * 1e12
-    from distlab.collectives import per_direction_bytes_per_s
+    from distlab.links import per_direction_bytes_per_s
 
     link = per_direction_bytes_per_s("InfiniBand-NDR")
     # per hop, c = tokens per rank: attention of c queries on c keys costs 2 c^2 h (Q K^T) + 2 c^2 h (P V)

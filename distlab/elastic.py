@@ -21,9 +21,9 @@ import math
 
 import numpy as np
 
-from distlab.checkpoint_interval import daly_seconds
 from distlab.experiments import experiment
 from distlab.results import Result
+from distlab.young_daly import daly_seconds
 
 HOUR = 3600.0
 

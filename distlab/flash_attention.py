@@ -296,7 +296,7 @@ def flash_attention_memory(device: str) -> Result:
                 for t in (q, k, v):
                     t.grad = None
                 peaks[impl].append(peak_bytes(step, device))
-    from distlab.flash_attention_io import fitted_exponent
+    from distlab.hbm_traffic import fitted_exponent
 
     elem = torch.finfo(dtype).bits // 8
     score_bytes = [heads * n * n * elem for n in sizes]  # one N x N matrix for all heads

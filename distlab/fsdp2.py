@@ -19,11 +19,7 @@ import copy
 import torch
 
 from distlab.comm_counter import CommCounter
-from distlab.experiments import experiment
-from distlab.gpt import GPT, GPTConfig, param_count
-from distlab.launcher import launch
-from distlab.results import Result
-from distlab.zero1 import (
+from distlab.equivalence import (
     ADAMW,
     PER_RANK_BATCH,
     STEPS,
@@ -34,6 +30,10 @@ from distlab.zero1 import (
     seeded_model,
     world_for,
 )
+from distlab.experiments import experiment
+from distlab.gpt import GPT, GPTConfig, param_count
+from distlab.launcher import launch
+from distlab.results import Result
 
 CFG = GPTConfig(tie_embeddings=False)  # every first dimension is even: 2 ranks shard without padding
 WORLD = 2

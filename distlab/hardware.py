@@ -14,13 +14,11 @@ FLOPs per byte it moves than this is memory-bound on that chip, one that does mo
 from __future__ import annotations
 
 import functools
-import math
 from dataclasses import dataclass, field
 
-from distlab.collectives import per_direction_bytes_per_s
-from distlab.experiments import experiment
+from distlab.cli import command, emit, parser
 from distlab.facts import entries, fact
-from distlab.results import Quantity, Result
+from distlab.links import per_direction_bytes_per_s
 
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
 # dtype -> the data file's field for its dense peak (fp32 is the vector units' rate, the others tensor cores)
@@ -130,197 +128,26 @@ def match_device(device_name: str) -> GPU | None:
     return None
 
 
-# ---------------------------------------------------------------- the chapter's hardware tables
-@experiment("gpu-specs", "accelerator data with derived ridge points, SRAM/HBM and bandwidth ratios", kind="computed")
-def gpu_specs(device: str) -> Result:
-    r = Result("gpu-specs", kind="computed")
-    chips = [gpu(n) for n in gpu_names()]
-    rows = []
-    for g in chips:
-        rows.append([g.name, g.sms, Quantity(g.hbm_bytes, "B"), Quantity(g.hbm_bytes_per_s, "B/s"),
-                     _tf(g, "bf16"), _tf(g, "fp8"), _tf(g, "tf32"), _tf(g, "fp32"),
-                     f"{g.smem_per_sm_bytes // KIB} KiB", f"{g.l2_bytes / MIB:g} MiB",
-                     Quantity(g.link_bytes_per_s, "B/s")])
-    r.table("chips", ["chip", "SMs/CUs", "HBM", "HBM bandwidth", "bf16", "fp8", "tf32", "fp32 (vector)",
-                      "smem/SM", "L2", "link, one direction"], rows,
-            caption="Dense peaks (TFLOP/s, no 2:4 sparsity), memory and links per GPU, from distlab/data/gpus.toml; "
-                    "'—' means the chip has no fast path for that dtype.")
-    ridge_rows = []
-    for g in chips:
-        ridge_rows.append([g.name] + [f"{g.ridge(dt):.0f}" if dt in g.peaks else "—" for dt in ("fp32", "tf32",
-                                                                                              "bf16", "fp8")])
-    r.table("ridges", ["chip", "fp32", "tf32", "bf16", "fp8"], ridge_rows,
-            caption="Ridge point, FLOP per HBM byte = dense peak FLOP/s / HBM bytes/s: below it a kernel is "
-                    "memory-bound, above it compute-bound.")
-    ratio_rows = []
-    for g in chips:
-        ratio_rows.append([g.name, Quantity(g.smem_total_bytes, "B"), f"{g.hbm_bytes / g.smem_total_bytes:,.0f}x",
-                           f"{g.hbm_bytes / g.l2_bytes:,.0f}x", f"{g.hbm_bytes_per_s / g.link_bytes_per_s:.1f}x",
-                           f"{g.peak_flops('bf16') / g.peak_flops('fp32'):.1f}x"])
-    r.table("ratios", ["chip", "shared memory, all SMs", "HBM / all shared memory", "HBM / L2",
-                       "HBM bandwidth / link bandwidth", "bf16 tensor / fp32 vector"], ratio_rows,
-            caption="Ratios derived from the data file.")
-    for g in chips:
-        # Data-entry checks: the printed with-sparsity figure is twice the dense one we use, fp16 = bf16.
-        r.claim(f"{g.name}: datasheet sparse bf16 = 2 x the dense peak used here", g.bf16_sparse_flops,
-                2 * g.peak_flops("bf16"), rel_tol=1e-3, unit="FLOP/s", formula="2:4 sparsity doubles the rate")
-        r.claim(f"{g.name}: fp16 dense peak = bf16 dense peak", g.peak_flops("fp16"), g.peak_flops("bf16"),
-                unit="FLOP/s")
-        slug = g.name.split("-")[0].lower()
-        r.add(f"{slug}_ridge_bf16", g.ridge("bf16"), "FLOP/B", f"{g.name} bf16 ridge point")
-        r.add(f"{slug}_ridge_fp32", g.ridge("fp32"), "FLOP/B", f"{g.name} fp32 (vector) ridge point")
-        r.add(f"{slug}_smem_total", g.smem_total_bytes, "B", f"{g.name} shared memory, all SMs")
-        r.add(f"{slug}_hbm_over_smem", g.hbm_bytes / g.smem_total_bytes, "", f"{g.name} HBM / all shared memory")
-        r.add(f"{slug}_hbm_over_link", g.hbm_bytes_per_s / g.link_bytes_per_s, "",
-              f"{g.name} HBM bandwidth / one-direction link bandwidth")
-        r.add(f"{slug}_link", g.link_bytes_per_s, "B/s", f"{g.name} link bandwidth, one direction")
-        r.add(f"{slug}_bf16_over_fp32", g.peak_flops("bf16") / g.peak_flops("fp32"), "",
-              f"{g.name} bf16 tensor-core peak / fp32 vector peak")
-        r.add(f"{slug}_bytes_per_flop_bf16", 1 / g.ridge("bf16"), "B/FLOP", f"{g.name} HBM bytes per bf16 FLOP")
-        # a square bf16 GEMM has intensity 2n / (3 x 2 B): it reaches the ridge at n = 3 x ridge
-        r.add(f"{slug}_square_gemm_n_at_ridge", 3 * g.ridge("bf16"), "", f"{g.name}: bf16 n x n GEMM at the ridge")
-    h100 = gpu("H100-SXM")
-    _worked_problems(r, h100)
-    r.add("h100_smem_per_sm", h100.smem_per_sm_bytes, "B", "H100 shared memory per SM")
-    r.add("h100_l2", h100.l2_bytes, "B", "H100 L2")
-    r.add("h100_sms", h100.sms, "", "H100 SMs")
-    r.add("h100_peak_bf16", h100.peak_flops("bf16"), "FLOP/s", "H100 dense bf16 peak")
-    r.add("h100_hbm_bw", h100.hbm_bytes_per_s, "B/s", "H100 HBM bandwidth")
-    return r
+@command("gpus", "list the accelerators in the hardware data: peaks, memory, SRAM, links, ridge points")
+def gpus_command(argv: list[str]) -> int:
+    p = parser("gpus", "The accelerators in distlab/data/gpus.toml with their derived ridge points.")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    a = p.parse_args(argv)
+    chips = [gpu(name) for name in gpu_names()]
+    obj = [{"name": g.name, "title": g.title, "vendor": g.vendor, "sms": g.sms, "hbm_bytes": g.hbm_bytes,
+            "hbm_bytes_per_s": g.hbm_bytes_per_s, "l2_bytes": g.l2_bytes, "smem_per_sm_bytes": g.smem_per_sm_bytes,
+            "link_name": g.link_name, "link_bytes_per_s": g.link_bytes_per_s,
+            "peak_flops": dict(g.peaks), "ridge": {dt: g.ridge(dt) for dt in g.peaks}} for g in chips]
+    head = f"{'name':<15}{'SMs':>5}{'HBM GB':>8}{'TB/s':>6}{'bf16 TF':>9}{'fp8 TF':>8}{'fp32 TF':>9}" \
+           f"{'L2 MiB':>8}{'smem KiB':>9}{'link GB/s (1 dir)':>19}{'ridge bf16':>12}"
+    lines = [head] + [
+        f"{g.name:<15}{g.sms:>5}{g.hbm_bytes / 1e9:>8g}{g.hbm_bytes_per_s / 1e12:>6g}"
+        f"{g.peak_flops('bf16') / 1e12:>9g}{_tflops(g, 'fp8'):>8}"
+        f"{g.peak_flops('fp32') / 1e12:>9g}{g.l2_bytes / 2**20:>8g}{g.smem_per_sm_bytes / 2**10:>9g}"
+        f"{g.link_bytes_per_s / 1e9:>19g}{g.ridge('bf16'):>12.0f}" for g in chips]
+    emit(obj, a.json, "\n".join(lines) + "\n\nDense peaks (no 2:4 sparsity); sources in distlab/data/gpus.toml.")
+    return 0
 
 
-REPORTED_MFU = 0.60  # worked problem: an MFU a team reports with a peak hard-coded for the A100
-
-
-def _worked_problems(r: Result, h100: GPU) -> None:
-    from distlab.model_shapes import preset
-
-    n = preset("7B").params()
-    weights = 2 * n  # bf16
-    r.add("wp_7b_weights", weights, "B", "Llama 2 7B bf16 weights")
-    r.add("wp_7b_decode_s", weights / h100.hbm_bytes_per_s, "s", "batch-1 decode step: weights / HBM bandwidth")
-    r.add("wp_7b_decode_tokens_per_s", h100.hbm_bytes_per_s / weights, "tokens/s", "batch-1 decode ceiling")
-    r.add("wp_7b_decode_mfu", 2 * n * h100.hbm_bytes_per_s / weights / h100.peak_flops("bf16"), "fraction",
-          "batch-1 decode at the memory roof: share of the bf16 peak")
-    r.add("wp_reported_mfu", REPORTED_MFU, "fraction", "reported MFU with the A100 peak")
-    r.add("wp_true_mfu", REPORTED_MFU * gpu("A100-SXM-80GB").peak_flops("bf16") / h100.peak_flops("bf16"),
-          "fraction", "the same run against the H100 peak")
-
-
-def _tf(g: GPU, dtype: str) -> str:
-    return f"{g.peak_flops(dtype) / 1e12:g}" if dtype in g.peaks else "—"
-
-
-# ---------------------------------------------------------------- tensor cores: the same matmul in each dtype
-# Unit roundoff u = 2^-p for p significand bits (implicit bit included): round-to-nearest is off by at
-# most u relative. fp8 is e4m3 (3 stored mantissa bits).
-UNIT_ROUNDOFF = {"fp32": 2.0**-24, "tf32": 2.0**-11, "bf16": 2.0**-8, "fp16": 2.0**-11, "fp8": 2.0**-4}
-MATMUL_N = {"cpu": 1000, "cuda": 8192}
-
-
-def _matmul_variants(a, b, gpu_paths: bool) -> dict:
-    """dtype -> a zero-argument function computing a @ b in that dtype (inputs cast once, outside timing).
-    gpu_paths adds tf32 (a CUDA flag; elsewhere it is plain fp32) and fp8 (torch._scaled_mm, per-tensor scales)."""
-    import torch
-
-    a16, b16 = a.bfloat16(), b.bfloat16()
-    variants = {"fp32": lambda: _with_tf32(False, lambda: a @ b), "bf16": lambda: a16 @ b16}
-    if gpu_paths:
-        variants["tf32"] = lambda: _with_tf32(True, lambda: a @ b)
-        e4m3 = torch.float8_e4m3fn
-        scale_a = (a.abs().max() / torch.finfo(e4m3).max).float()  # per-tensor scales: largest |x| -> 448
-        scale_b = (b.abs().max() / torch.finfo(e4m3).max).float()
-        a8 = (a / scale_a).to(e4m3)
-        b8 = (b / scale_b).to(e4m3).t().contiguous().t()  # _scaled_mm wants the second operand column-major
-        variants["fp8"] = lambda: torch._scaled_mm(a8, b8, scale_a=scale_a, scale_b=scale_b,
-                                                   out_dtype=torch.bfloat16)
-    return variants
-
-
-def _with_tf32(allow: bool, fn):
-    import torch
-
-    old = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = allow
-    try:
-        return fn()
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = old
-
-
-@experiment("matmul-dtypes", "one matmul in fp32 and bf16 (GPU: also tf32, fp8): speed and error vs float64")
-def matmul_dtypes(device: str) -> Result:
-    """CPU: one core, as the roofline. CUDA: bf16 products accumulate in fp32 throughout (reduced-precision
-    split-K reductions off), so the error is the inputs' and the output's rounding, as the bounds assume."""
-    import torch
-
-    from distlab.threads import one_core
-
-    old_reduction = torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction
-    torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
-    try:
-        with one_core(device):
-            return _matmul_dtypes(device)
-    finally:
-        torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = old_reduction
-
-
-def _matmul_dtypes(device: str) -> Result:
-    import statistics
-
-    import torch
-
-    from distlab.experiments import hardware
-    from distlab.roofline import Kernel, gemm_flops, time_kernels
-
-    r = Result("matmul-dtypes")
-    n = MATMUL_N[device]
-    g = torch.Generator(device=device).manual_seed(0)
-    a = torch.randn(n, n, device=device, generator=g)
-    b = torch.randn(n, n, device=device, generator=g)
-    ref = a.double() @ b.double()
-    flops = gemm_flops(n, n, n)
-    variants, rows, errors, rates, skipped = _matmul_variants(a, b, device == "cuda"), [], {}, {}, []
-    kernels = []
-    for dt, fn in variants.items():
-        try:
-            out = fn()
-        except (RuntimeError, TypeError, AttributeError) as exc:  # e.g. fp8 on a GPU without fp8 tensor cores
-            skipped.append(f"{dt}: {type(exc).__name__}: {str(exc).splitlines()[0][:120]}")
-            continue
-        errors[dt] = ((out.double() - ref).norm() / ref.norm()).item()
-        kernels.append(Kernel(dt, fn, flops, 0))
-    times = time_kernels(kernels, device, rounds=5 if device == "cpu" else 10)
-    rates = {k.name: flops / statistics.median(times[k.name]) for k in kernels}
-    chip = match_device(hardware(device)) if device == "cuda" else None
-    for dt in rates:
-        u = UNIT_ROUNDOFF[dt]
-        peak = chip.peak_flops(dt) if chip and dt in chip.peaks else None
-        rows.append([dt, BYTES_PER_ELEMENT[dt], f"2^{round(math.log2(u))}", f"{errors[dt]:.3g}",
-                     f"{errors[dt] / u:.2f}", Quantity(rates[dt], "FLOP/s"), f"{rates[dt] / rates['fp32']:.2f}x",
-                     f"{100 * rates[dt] / peak:.0f} %" if peak else "—"])
-        r.add(f"{dt}_error", errors[dt], "", f"{dt}: relative error vs float64 (Frobenius)")
-        r.add(f"{dt}_flops_per_s", rates[dt], "FLOP/s", f"{dt}: achieved FLOP/s, {n}^3 matmul (median)")
-        if dt != "fp32":
-            r.add(f"{dt}_over_fp32", rates[dt] / rates["fp32"], "", f"{dt}: speed relative to fp32")
-        if dt == "fp32":  # summation error grows like sqrt(k) u for random data (Higham 2002, section 3.1)
-            r.claim("fp32: error at most sqrt(n) x u", errors[dt], n**0.5 * u, relation="<=",
-                    formula=f"sqrt({n}) x 2^-24")
-        else:  # dominated by rounding the inputs (and a low-precision output) once: of the order of u
-            r.claim(f"{dt}: error at most its unit roundoff u", errors[dt], u, relation="<=", formula="u")
-            r.claim(f"{dt}: error at least u/4 (the low precision was really used)", errors[dt], u / 4,
-                    relation=">=", formula="u/4")
-        if peak:
-            r.claim(f"{chip.name} {dt}: achieved at most the dense datasheet peak", rates[dt], peak, relation="<=",
-                    rel_tol=0.02, unit="FLOP/s")
-    if chip:  # a known datacenter chip: tensor cores for bf16 and tf32
-        r.claim("bf16 at least 4x fp32 (tensor cores vs vector units)", rates["bf16"], 4 * rates["fp32"],
-                relation=">=", unit="FLOP/s")
-        r.claim("tf32 at least 2x fp32", rates["tf32"], 2 * rates["fp32"], relation=">=", unit="FLOP/s")
-    r.add("n", n, "", "matrix size (n x n x n)")
-    r.add("u_bf16", UNIT_ROUNDOFF["bf16"], "", "bf16 unit roundoff")
-    r.table("dtypes", ["dtype", "bytes/element", "unit roundoff u", "relative error", "error / u",
-                       "achieved FLOP/s", "vs fp32", "of datasheet peak"], rows,
-            caption=f"{n}x{n} @ {n}x{n} from the same standard-normal fp32 inputs; error against the float64 product "
-                    "of those inputs." + (" Not run: " + "; ".join(skipped) if skipped else ""))
-    return r
+def _tflops(g, dtype: str) -> str:
+    return f"{g.peaks[dtype] / 1e12:g}" if dtype in g.peaks else "-"

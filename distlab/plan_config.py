@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from distlab.collectives import Link, link
 from distlab.facts import value
 from distlab.hardware import GPU, gpu
+from distlab.links import Link, link
 from distlab.model_shapes import ModelShape, from_json, preset
 
 PRECISIONS = ("mixed", "fp32")  # chapter 1's two conventions (bf16 compute with fp32 master weights, or fp32)

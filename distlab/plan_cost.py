@@ -38,15 +38,16 @@ import functools
 import math
 
 from distlab.activations import activation_bytes_per_layer
-from distlab.collectives import Link, per_direction_bytes_per_s, time_seconds
+from distlab.collectives import time_seconds
 from distlab.facts import value
-from distlab.flop_count import attention_flops_per_token, flops_per_token, preset_matmul_params
+from distlab.flops import attention_flops_per_token, flops_per_token, preset_matmul_params
 from distlab.hardware import GPU
+from distlab.links import Link, per_direction_bytes_per_s
 from distlab.model_shapes import ModelShape
 from distlab.pipeline import bubble_fraction, simulate
-from distlab.placement import DDP_BUCKET_BYTES, flat_ring_link
 from distlab.plan_config import Cluster, Plan, Training
-from distlab.zero_memory import bytes_per_param_by_state, model_state_bytes_per_gpu
+from distlab.topology import DDP_BUCKET_BYTES, flat_ring_link
+from distlab.zero import bytes_per_param_by_state, model_state_bytes_per_gpu
 
 GEMM_FRACTION_OF_MAMF = 0.93  # training GEMM shapes against the best shape a matmul scan finds (see gemm_efficiency)
 MEMORY_EFFICIENCY = 0.8  # element-wise and reduction kernels reach ~80 % of the HBM datasheet bandwidth

@@ -22,8 +22,8 @@ from distlab.facts import entries, value
 from distlab.model_shapes import ModelShape
 from distlab.plan_config import Training, cluster
 from distlab.plan_cost import GEMM_FRACTION_OF_MAMF, MEMORY_EFFICIENCY, gemm_efficiency, nvlink_efficiency
-from distlab.planner import search
 from distlab.results import Result
+from distlab.search import search
 
 TOLERANCE = 0.15  # the aim: every row within 15 %
 SENSITIVITY = ((0.85, 0.8), (1.0, 0.8), (0.93, 0.6), (0.93, 1.0))  # (GEMM share of MAMF, HBM share)

@@ -15,9 +15,9 @@ import math
 from distlab.experiments import experiment
 from distlab.facts import value
 from distlab.plan_config import Plan, Training, cluster
-from distlab.planner import search
 from distlab.planner_validation import h100_optimism
 from distlab.results import Result
+from distlab.search import search
 from distlab.worked_plan import finetune, strategy_table
 
 
@@ -25,9 +25,9 @@ from distlab.worked_plan import finetune, strategy_table
 @experiment("practice-13b", "practice: does a 13B full fine-tune fit on 80 GB GPUs? memory per strategy and the "
             "fewest GPUs", kind="computed")
 def practice_13b(device: str) -> Result:
-    from distlab.planner import NothingFits
     from distlab.results import Quantity
     from distlab.scaling_laws import sft_tokens
+    from distlab.search import NothingFits
 
     r = Result("practice-13b", kind="computed")
     m, c, t = finetune("13B")
@@ -75,8 +75,8 @@ FAMILIES = {
             "on 100 GbE", kind="computed")
 def practice_70b(device: str) -> Result:
     from distlab.plan_config import model
-    from distlab.planner import PRETRAIN_BATCH_TOKENS, NothingFits, explain
     from distlab.results import Quantity
+    from distlab.search import PRETRAIN_BATCH_TOKENS, NothingFits, explain
 
     r = Result("practice-70b", kind="computed")
     m = model("70B")
@@ -131,7 +131,7 @@ def practice_70b(device: str) -> Result:
 def practice_zero3_vs_tp(device: str) -> Result:
     from distlab.plan_cost import data_parallel_exposed, memory, step
     from distlab.results import Quantity
-    from distlab.zero_memory import traffic_bytes_per_gpu
+    from distlab.zero import traffic_bytes_per_gpu
 
     r = Result("practice-zero3-vs-tp", kind="computed")
     rows = []
@@ -181,7 +181,7 @@ def practice_zero3_vs_tp(device: str) -> Result:
 @experiment("practice-flash", "practice: FlashAttention's extra FLOPs against the HBM traffic it saves, for one "
             "Llama 2 7B layer and for the whole fine-tuning step", kind="computed")
 def practice_flash(device: str) -> Result:
-    from distlab.flash_attention_io import flash_backward, flash_forward, standard_backward, standard_forward, total
+    from distlab.hbm_traffic import flash_backward, flash_forward, standard_backward, standard_forward, total
     from distlab.plan_cost import FLASH_BACKWARD, MEMORY_EFFICIENCY, attention_efficiency, gemm_efficiency, layer_work
     from distlab.results import Quantity
 
@@ -243,11 +243,11 @@ RESTART_S = 600.0  # rescheduling, loading the checkpoint, warming up
 @experiment("practice-mfu-budget", "practice: a 32-GPU job at 28 % MFU, its losses (plan, bubble, recompute, "
             "kernels, input, stragglers, checkpoints) and the order to fix them", kind="computed")
 def practice_mfu_budget(device: str) -> Result:
-    from distlab.checkpoint_interval import daly_seconds, llama3_mtbf_seconds, lost_fraction
     from distlab.dataloader_starvation import predicted_step_s
     from distlab.plan_config import model
     from distlab.plan_cost import device_bytes, memory, step
     from distlab.stragglers import JITTER, expected_step_jitter
+    from distlab.young_daly import daly_seconds, llama3_mtbf_seconds, lost_fraction
 
     r = Result("practice-mfu-budget", kind="computed")
     m = model("13B")
@@ -337,7 +337,11 @@ RESTART_70B_S = 900.0  # reschedule 128 nodes, load the checkpoint, warm up (an 
 @experiment("practice-checkpoint", "practice: budget a compute-optimal 70B run on 1024 H100s and choose its "
             "checkpoint interval", kind="computed")
 def practice_checkpoint(device: str) -> Result:
-    from distlab.checkpoint_interval import (
+    from distlab.flops import flops_per_token
+    from distlab.plan_config import model
+    from distlab.scaling_laws import optimal_tokens_for, training_flops
+    from distlab.search import PRETRAIN_BATCH_TOKENS
+    from distlab.young_daly import (
         daly_seconds,
         expected_wall_seconds,
         llama3_mtbf_seconds,
@@ -345,10 +349,6 @@ def practice_checkpoint(device: str) -> Result:
         optimal_seconds,
         young_seconds,
     )
-    from distlab.flop_count import flops_per_token
-    from distlab.plan_config import model
-    from distlab.planner import PRETRAIN_BATCH_TOKENS
-    from distlab.scaling_laws import optimal_tokens_for, training_flops
 
     r = Result("practice-checkpoint", kind="computed")
     m = model("70B")

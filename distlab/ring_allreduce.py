@@ -24,7 +24,8 @@ import numpy as np
 
 from distlab.cli import command, emit, parser, positive
 from distlab.experiments import experiment
-from distlab.results import Result, format_quantity
+from distlab.formatting import format_quantity
+from distlab.results import Result
 
 MAX_RANKS = 16384  # the byte count is O(N^2) array work; 16k ranks take a few seconds
 

@@ -28,7 +28,8 @@ from pathlib import Path
 
 from distlab import experiments
 from distlab.facts import fact
-from distlab.results import Result, format_quantity
+from distlab.formatting import format_quantity
+from distlab.results import Result
 
 PLACEHOLDER = re.compile(r"\{\{\s*(.+?)\s*\}\}")
 ONLY_ENV = "DISTLAB_ONLY"  # comma-separated page paths: build just these (others become a short notice)

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from distlab.experiments import experiment
 from distlab.plan_config import Plan, Training, cluster
-from distlab.planner import search
 from distlab.planner_validation import h100_optimism
 from distlab.results import Result
+from distlab.search import search
 
 STRATEGIES = {  # name -> which plans belong to it
     "DDP": lambda p: p.tp == p.pp == 1 and p.zero == 0,
@@ -34,7 +34,7 @@ SLUGS = {"DDP": "ddp", "ZeRO-1": "zero1", "ZeRO-2": "zero2", "ZeRO-3 / FSDP": "z
 def finetune(name: str, gpu: str = "A100-SXM-80GB", nodes: int = 1, gpus_per_node: int = 8, seq: int | None = None):
     """A full fine-tune as Llama 2-Chat's: 64 sequences per step of the model's length, mixed AdamW."""
     from distlab.plan_config import model
-    from distlab.planner import finetune_batch_sequences
+    from distlab.search import finetune_batch_sequences
 
     m = model(name)
     seq = seq or m.seq
@@ -45,7 +45,7 @@ def finetune(name: str, gpu: str = "A100-SXM-80GB", nodes: int = 1, gpus_per_nod
 def leanest(m, c, t, where):
     """The plan of a family that needs the least GPU memory, with its memory by category."""
     from distlab.plan_cost import device_bytes, memory
-    from distlab.planner import candidates
+    from distlab.search import candidates
 
     plans = [p for p in candidates(m, c, t) if where(p)]
     if not plans:
@@ -57,8 +57,8 @@ def leanest(m, c, t, where):
 def strategy_table(r: Result, key: str, m, c, t, names=tuple(STRATEGIES)) -> dict:
     """Each strategy's best plan (or its leanest, when none fits): memory by category, fits, step, MFU."""
     from distlab.plan_cost import device_bytes
-    from distlab.planner import NothingFits
     from distlab.results import Quantity
+    from distlab.search import NothingFits
 
     budget = c.gpu.hbm_bytes * t.usable_fraction
     out, table = {}, []
@@ -92,9 +92,9 @@ def strategy_table(r: Result, key: str, m, c, t, names=tuple(STRATEGIES)) -> dic
             "micro-batch, step time, MFU", kind="computed")
 def worked_plan_7b(device: str) -> Result:
     from distlab.plan_cost import device_bytes, memory, step
-    from distlab.planner import explain
     from distlab.results import Quantity
     from distlab.scaling_laws import sft_tokens
+    from distlab.search import explain
 
     r = Result("worked-plan-7b", kind="computed")
     m, c, t = finetune("7B")

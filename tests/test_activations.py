@@ -9,12 +9,12 @@ import pytest
 
 from distlab.activations import (
     activation_bytes_per_layer,
-    activations_7b,
     block_bytes,
     block_terms,
     published_bytes_per_layer,
     stack_peak_bytes,
 )
+from distlab.activations_7b import activations_7b
 
 SHAPES = [(2048, 1, 12288, 96), (4096, 8, 4096, 32), (97, 3, 60, 5), (1000, 2, 120, 8)]
 

@@ -2,9 +2,10 @@
 
 import pytest
 
-from distlab.adamw_bytes import measure_fp32, measure_mixed, model_state_bytes
+from distlab.adamw_bytes import measure_fp32, measure_mixed
 from distlab.gpt import GPT, GPTConfig, param_count
 from distlab.model_shapes import preset
+from distlab.model_states import model_state_bytes
 
 # Awkward shapes on purpose: untied head, ffn not 4h, odd vocab.
 CONFIGS = [GPTConfig(), GPTConfig(vocab=97, seq=17, layers=3, hidden=24, heads=3, ffn=50, tie_embeddings=False)]

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from distlab import collectives as c
+from distlab import links
 
 
 def ring_allreduce(inputs: list[np.ndarray]) -> tuple[list[np.ndarray], int, list[int]]:
@@ -61,7 +62,7 @@ def test_bus_bandwidth_factors_are_nccl_tests(n):
 def test_one_gigabyte_allreduce_on_eight_h100_by_hand():
     """1 GB over 8 GPUs on NVLink 4: 14 steps of 0.6 us + 1.75 * 1e9 / 450e9 s. Would catch the 900 GB/s
     bidirectional figure used as a per-direction bandwidth (which halves the prediction)."""
-    lk = c.link("NVLink4-H100")
+    lk = links.link("NVLink4-H100")
     assert lk.bandwidth_bytes_per_s == 450e9
     t = c.link_time_seconds("all-reduce", 1e9, 8, lk)
     assert t == pytest.approx(14 * 0.6e-6 + 1.75 / 450, rel=1e-12)
@@ -69,20 +70,20 @@ def test_one_gigabyte_allreduce_on_eight_h100_by_hand():
 
 def test_link_units():
     """Would catch bits read as bytes, or PCIe's 128b/130b encoding forgotten."""
-    assert c.link("InfiniBand-NDR").bandwidth_bytes_per_s == 50e9
-    assert c.link("InfiniBand-HDR").bandwidth_bytes_per_s == 25e9
-    assert c.link("Ethernet-800G").bandwidth_bytes_per_s == 100e9
-    pcie5 = c.link("PCIe5-x16").bandwidth_bytes_per_s
+    assert links.link("InfiniBand-NDR").bandwidth_bytes_per_s == 50e9
+    assert links.link("InfiniBand-HDR").bandwidth_bytes_per_s == 25e9
+    assert links.link("Ethernet-800G").bandwidth_bytes_per_s == 100e9
+    pcie5 = links.link("PCIe5-x16").bandwidth_bytes_per_s
     assert pcie5 == pytest.approx(32e9 * 16 * 128 / 130 / 8, rel=1e-12)
     # NVIDIA's datasheet rounds it to 128 GB/s bidirectional: within 2 % of the encoded rate.
     assert abs(2 * pcie5 - 128e9) / 128e9 < 0.02
-    assert c.link("PCIe4-x16").bandwidth_bytes_per_s == pytest.approx(pcie5 / 2)
-    assert c.link("InfiniBand-NDR").alpha_s == pytest.approx(2.7e-6)
-    assert c.link("NVLink4-H100", "simple").alpha_s == pytest.approx(3.4e-6)
-    assert set(c.links()) >= {"NVLink3-A100", "NVLink4-H100", "NVLink5-B200", "PCIe4-x16", "InfiniBand-XDR",
+    assert links.link("PCIe4-x16").bandwidth_bytes_per_s == pytest.approx(pcie5 / 2)
+    assert links.link("InfiniBand-NDR").alpha_s == pytest.approx(2.7e-6)
+    assert links.link("NVLink4-H100", "simple").alpha_s == pytest.approx(3.4e-6)
+    assert set(links.links()) >= {"NVLink3-A100", "NVLink4-H100", "NVLink5-B200", "PCIe4-x16", "InfiniBand-XDR",
                               "RoCE-400GbE", "Ethernet-100G", "NVSwitch-HGX-H100", "xGMI-MI300X"}
     # AMD prints Infinity Fabric per link (7 links of 128 GB/s, both directions added): 448 GB/s each way.
-    assert c.link("xGMI-MI300X").bandwidth_bytes_per_s == pytest.approx(7 * 128e9 / 2, rel=1e-12)
+    assert links.link("xGMI-MI300X").bandwidth_bytes_per_s == pytest.approx(7 * 128e9 / 2, rel=1e-12)
 
 
 def test_other_collectives_by_hand():
@@ -121,7 +122,7 @@ def test_hierarchical_reduces_to_flat_ring_at_the_edges():
     one_gpu = c.hierarchical_allreduce_seconds(s, 1, 16)
     assert one_gpu == pytest.approx(c.link_time_seconds("all-reduce", s, 16, "InfiniBand-NDR"), rel=1e-12)
     phases = c.hierarchical_allreduce_phases(s, 8, 4)
-    nd = c.link("InfiniBand-NDR")
+    nd = links.link("InfiniBand-NDR")
     assert phases["all-reduce (inter)"] == pytest.approx(6 * nd.alpha_s + 1.5 * (s / 8) / 50e9, rel=1e-12)
 
 
@@ -135,7 +136,7 @@ def test_bad_input_is_a_value_error():
     with pytest.raises(ValueError, match="bandwidth"):
         c.time_seconds("all-reduce", 1, 2, alpha_s=0, bandwidth_bytes_per_s=0)
     with pytest.raises(ValueError, match="unknown link"):
-        c.link("DGX-H100")
+        links.link("DGX-H100")
     with pytest.raises(ValueError, match="nodes"):
         c.hierarchical_allreduce_seconds(1e6, 8, 0)
     assert math.isfinite(c.hierarchical_allreduce_seconds(0, 8, 2))
@@ -144,7 +145,7 @@ def test_bad_input_is_a_value_error():
 def test_flat_ring_is_limited_by_what_a_node_can_push_out():
     """A ring over 2 nodes with 4 of its GPUs per node: min(450, 4 x 50) = 200 GB/s per rank, network alpha.
     Would catch a flat ring credited with NVLink bandwidth because most of its hops are NVLink."""
-    from distlab.placement import flat_ring_link
+    from distlab.topology import flat_ring_link
 
     lk = flat_ring_link(4, nodes=2)
     assert lk.bandwidth_bytes_per_s == 200e9 and lk.alpha_s == pytest.approx(2.7e-6)
@@ -155,7 +156,7 @@ def test_flat_ring_is_limited_by_what_a_node_can_push_out():
 def test_tp_worked_example_by_hand():
     """Llama 2 70B, TP=8 in one node: 4 x 80 all-reduces of 4096 x 8192 x 2 bytes, each 14 x 0.6 us +
     1.75 x 67,108,864 / 450e9 s. Would catch a TP count of 2 per layer (forward only) or fp32 activations."""
-    from distlab.placement import tp_step_seconds
+    from distlab.topology import tp_step_seconds
 
     t = tp_step_seconds("70B", 8, 8)
     assert t["message_bytes"] == 67_108_864 and t["allreduces"] == 320

@@ -8,13 +8,13 @@ import math
 import pytest
 
 from distlab.facts import entries, fact
-from distlab.flash_attention_io import (
+from distlab.flash_attention_flops import flash_attention_flops
+from distlab.flash_attention_io import flash_attention_io
+from distlab.hbm_traffic import (
     Traffic,
     fa1_blocks,
     fitted_exponent,
     flash2_forward,
-    flash_attention_flops,
-    flash_attention_io,
     flash_backward,
     flash_forward,
     roofline_seconds,

@@ -7,16 +7,8 @@ import sys
 
 import pytest
 
-from distlab.flop_count import (
-    _ElementCounter,
-    count_flops,
-    flops_per_token,
-    hardware_flops_per_token,
-    matmul_params,
-    mfu,
-    mfu_report,
-    preset_matmul_params,
-)
+from distlab.flop_count import _ElementCounter, count_flops, matmul_params
+from distlab.flops import flops_per_token, hardware_flops_per_token, mfu, mfu_report, preset_matmul_params
 from distlab.gpt import GPT, GPTConfig, param_count, random_batch
 from distlab.model_shapes import preset
 

@@ -11,10 +11,10 @@ import math
 import pytest
 import torch
 
+from distlab.equivalence import ADAMW, seeded_model
 from distlab.fsdp2 import fsdp2_rank, single_process
 from distlab.gpt import GPT, GPTConfig
 from distlab.launcher import launch
-from distlab.zero1 import ADAMW, seeded_model
 
 CFG = GPTConfig(vocab=101, seq=19, layers=2, hidden=30, heads=3, ffn=70, tie_embeddings=False)
 WORLD, STEPS = 3, 2

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from distlab.facts import entries, fact
-from distlab.hardware import GPU, UNIT_ROUNDOFF, _matmul_variants, gpu, gpu_names, match_device
+from distlab.hardware import GPU, gpu, gpu_names, match_device
+from distlab.matmul_dtypes import UNIT_ROUNDOFF, _matmul_variants
 
 NUMERIC_FIELDS = ("hbm_gb", "hbm_tbps", "bf16_dense_tflops", "fp16_dense_tflops", "tf32_dense_tflops",
                   "fp32_tflops", "bf16_sparse_tflops", "sms", "l2_mib", "smem_per_sm_kib")

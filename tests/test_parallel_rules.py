@@ -7,7 +7,9 @@ import math
 import pytest
 
 from distlab.model_shapes import ModelShape, preset
-from distlab.parallel_rules import (
+from distlab.plan_config import Plan, Training, cluster
+from distlab.plan_cost import device_bytes, effective, gemm_efficiency, layer_work, memory, stage_times
+from distlab.rules import (
     context_sizes,
     expert_parallel,
     pipeline_sizes,
@@ -15,9 +17,7 @@ from distlab.parallel_rules import (
     tp_overhead_closed_form,
     zero_stage,
 )
-from distlab.plan_config import Plan, Training, cluster
-from distlab.plan_cost import device_bytes, effective, gemm_efficiency, layer_work, memory, stage_times
-from distlab.planner import RULES, candidates, search
+from distlab.search import RULES, candidates, search
 
 H100x8 = cluster("H100-SXM", nodes=8)
 BATCH = 4 * 1024 * 1024

@@ -10,11 +10,11 @@ import time
 
 import pytest
 
-from distlab.flop_count import mfu
+from distlab.flops import mfu
 from distlab.model_shapes import ModelShape, preset
 from distlab.plan_config import Plan, Training, cluster
 from distlab.plan_cost import effective, gemm_efficiency, memory, stage_times, step
-from distlab.planner import NothingFits, search
+from distlab.search import NothingFits, search
 
 H100 = cluster("H100-SXM", nodes=1)
 

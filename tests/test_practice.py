@@ -3,7 +3,7 @@
 
 import pytest
 
-from distlab.planner import search
+from distlab.search import search
 from distlab.worked_plan import STRATEGIES, finetune, leanest
 
 

@@ -2,7 +2,8 @@
 
 import pytest
 
-from distlab.results import Claim, Result, format_quantity
+from distlab.formatting import format_quantity
+from distlab.results import Claim, Result
 
 
 def test_exact_claim_rejects_any_difference():

@@ -10,9 +10,10 @@ agreement are exact.
 import pytest
 import torch
 
+from distlab.equivalence import ADAMW, bias_masks, global_batch, seeded_model
 from distlab.gpt import GPTConfig, param_count
 from distlab.launcher import launch
-from distlab.zero1 import ADAMW, bias_masks, global_batch, seeded_model, zero1_rank
+from distlab.zero1 import zero1_rank
 
 CFG = GPTConfig(vocab=101, seq=19, layers=2, hidden=30, heads=3, ffn=70, tie_embeddings=False)
 PSI, SHARD, STEPS = 22_970, 7_657, 2

@@ -13,12 +13,7 @@ import sys
 import pytest
 
 from distlab.collectives import steps_and_factor
-from distlab.zero_memory import (
-    conventions,
-    model_state_bytes_per_gpu,
-    shard_elements,
-    traffic_bytes_per_gpu,
-)
+from distlab.zero import conventions, model_state_bytes_per_gpu, shard_elements, traffic_bytes_per_gpu
 
 
 @pytest.mark.parametrize(("zero", "published_gb"), [(0, 120), (1, 31.4), (2, 16.6), (3, 1.9)])

@@ -1,0 +1,79 @@
+"""How numbers are written on the site: thousands separators, significant digits, units auto-scaled (GB = 1e9 B
+as on datasheets). Presentation only: it is not part of any result's cache key."""
+
+from __future__ import annotations
+
+import math
+
+# Unit prefixes for auto-scaled display. Bytes use powers of 1000 (GB = 1e9 B) throughout the site,
+# matching datasheets; the site's conventions page says so.
+_SCALED_UNITS = {"B", "B/s", "FLOP", "FLOP/s", "bit/s"}
+
+
+_PREFIXES = [(1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")]
+
+
+_BYTE_PREFIXES = [(1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "K")]
+
+
+def format_number(value: float, sig: int = 4) -> str:
+    """Integers with thousands separators, other numbers with `sig` significant digits."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int) or (isinstance(value, float) and value.is_integer() and abs(value) < 1e15):
+        return f"{int(value):,}"
+    if value == 0 or not math.isfinite(value):
+        return str(value)
+    if abs(value) >= 1e6 or abs(value) < 1e-3:
+        return f"{value:.{sig - 1}e}"
+    text = f"{value:.{sig}g}"
+    return text
+
+
+def format_quantity(value: float, unit: str = "", spec: str = "") -> str:
+    """Render a value with its unit: 16 B/param, 112 GB, 41.3 TFLOP/s, 2.5 ms, 37.5 %.
+
+    `spec` overrides: a unit to express the value in ("GB", "GiB", "TFLOP/s", "%", "ms"),
+    "value" for the bare number, or a Python format spec (".2f").
+    """
+    if spec == "value":
+        return format_number(value)
+    if spec:
+        fixed = _fixed_unit(spec)
+        if fixed is not None:
+            factor, label = fixed
+            return f"{format_number(round_sig(value / factor, 4))} {label}".strip()
+        return format(value, spec) + (f" {unit}" if unit else "")
+    if unit == "fraction":
+        return f"{format_number(round_sig(100 * value, 3))} %"
+    if unit == "s" and value != 0 and abs(value) < 1:
+        if abs(value) >= 1e-3:
+            return f"{format_number(round_sig(value * 1e3, 3))} ms"
+        return f"{format_number(round_sig(value * 1e6, 3))} µs"
+    if unit in _SCALED_UNITS and abs(value) >= 1e3:
+        prefixes = _BYTE_PREFIXES if unit.startswith("B") else _PREFIXES
+        for factor, prefix in prefixes:
+            if abs(value) >= factor:
+                return f"{format_number(round_sig(value / factor, 3))} {prefix}{unit}"
+    return f"{format_number(value if isinstance(value, int) else round_sig(value, 4))} {unit}".strip()
+
+
+def _fixed_unit(spec: str) -> tuple[float, str] | None:
+    binary = {"KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
+    if spec in binary:
+        return binary[spec], spec
+    if spec == "%":
+        return 0.01, "%"
+    if spec in ("ms", "µs", "us"):
+        return (1e-3, "ms") if spec == "ms" else (1e-6, "µs")
+    for factor, prefix in _PREFIXES + [(1e3, "K"), (1.0, "")]:
+        for base in ("B", "B/s", "FLOP", "FLOP/s"):
+            if spec == prefix + base:
+                return factor, spec
+    return None
+
+
+def round_sig(value: float, sig: int) -> float:
+    if value == 0 or not math.isfinite(value) or isinstance(value, int):
+        return value
+    return round(value, sig - 1 - int(math.floor(math.log10(abs(value)))))
