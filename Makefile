@@ -8,7 +8,7 @@ PORT   ?= 8000
 export NO_MKDOCS_2_WARNING := 1
 export DISABLE_MKDOCS_2_WARNING := true
 # The site's math is rendered by KaTeX served from the site itself (no CDN): installed from the npm
-# registry into the venv, copied into each build by gen/calculator.py.
+# registry into the venv, copied into each build by gen/assets.py.
 KATEX_VERSION := 0.19.1
 KATEX_DIR     := $(VENV)/share/katex
 KATEX_STAMP   := $(KATEX_DIR)/.katex-$(KATEX_VERSION)

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from distlab.results import Result
+from distlab.results import RESULT_SCHEMA, Result
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 REPO_DIR = PACKAGE_DIR.parent
@@ -126,18 +126,20 @@ def _module_path(module: str) -> Path:
     return PACKAGE_DIR / (module.split(".", 1)[1] + ".py")
 
 
-# Modules that shape how results are shown, not what they are: an experiment module imports distlab.cli for
-# its @command decorator, and a CLI change must not invalidate every cached result and stored GPU measurement.
-PRESENTATION_MODULES = frozenset({"distlab.cli", "distlab.site"})
+# The machinery every experiment imports, which says how results are kept and shown, not what they are: the
+# registry and cache (this module), the Result types (versioned by RESULT_SCHEMA instead), number formatting,
+# the site and the CLI. Editing them must not invalidate cached results or mark stored GPU measurements stale.
+MACHINERY_MODULES = frozenset({"distlab.experiments", "distlab.results", "distlab.formatting", "distlab.site",
+                               "distlab.cli"})
 
 
 def code_files(module: str) -> list[Path]:
-    """The source files an experiment's result depends on: its module, what it imports from
-    distlab (transitively), and the data files when it reads facts."""
+    """The source files an experiment's result depends on: its module, what it imports from distlab
+    (transitively, the machinery aside), and the data files when it reads facts."""
     seen, todo = set(), [module]
     while todo:
         m = todo.pop()
-        if m in seen or m in PRESENTATION_MODULES or not _module_path(m).exists():
+        if m in seen or m in MACHINERY_MODULES or not _module_path(m).exists():
             continue
         seen.add(m)
         todo += _scan(_module_path(m)).imports
@@ -148,8 +150,9 @@ def code_files(module: str) -> list[Path]:
 
 
 def code_hash(name: str) -> str:
+    """What a result's identity is made of: the text of its code and data, and the Result format's version."""
     exp = spec(name)
-    h = hashlib.sha256()
+    h = hashlib.sha256(f"result schema {RESULT_SCHEMA}\0".encode())
     if exp.module.startswith("distlab."):
         files = code_files(exp.module)
     else:  # an experiment defined outside the package (a test, a reader's script): its own file
@@ -163,7 +166,8 @@ def code_hash(name: str) -> str:
 
 # ---------------------------------------------------------------- provenance
 @functools.cache
-def hardware(device: str) -> str:
+def device_name(device: str) -> str:
+    """The machine a result was measured on, as provenance names it: the GPU's name, or the CPU model and cores."""
     if device == "cuda":
         import torch
 
@@ -180,7 +184,7 @@ def hardware(device: str) -> str:
 
 
 def hardware_slug(device: str) -> str:
-    return hardware_slug_of(hardware(device))
+    return hardware_slug_of(device_name(device))
 
 
 def hardware_slug_of(name: str) -> str:
@@ -205,7 +209,7 @@ def provenance(name: str, device: str, seconds: float) -> dict:
     return {
         "experiment": name,
         "device": device,
-        "hardware": hardware(device),
+        "hardware": device_name(device),
         "torch": torch.__version__,
         "python": platform.python_version(),
         "code_hash": code_hash(name),
@@ -234,9 +238,8 @@ def torch_version() -> str:
 
 
 def _cache_key(name: str, device: str) -> str:
-    # Stored GPU results are inputs too: a page that draws them must rebuild when they change.
-    stored_hash = hashlib.sha256(b"".join(p.read_bytes() for p in sorted(results_dir().glob(f"*/{name}.json"))))
-    raw = json.dumps([name, code_hash(name), device, torch_version(), hardware(device), stored_hash.hexdigest()])
+    # Stored GPU results are not inputs: experiments never read them; the page layer shows them beside.
+    raw = json.dumps([name, code_hash(name), device, torch_version(), device_name(device)])
     return hashlib.sha256(raw.encode()).hexdigest()[:20]
 
 

@@ -245,7 +245,7 @@ def _worked_mfu(r: Result, device: str) -> None:
 
     import torch
 
-    from distlab.experiments import hardware
+    from distlab.experiments import device_name
     from distlab.gpt import GPTConfig, param_count
     from distlab.hardware import match_device
     from distlab.roofline import Kernel, gemm_kernel, time_kernels
@@ -262,7 +262,7 @@ def _worked_mfu(r: Result, device: str) -> None:
                Kernel("recompute", training_step(cfg, batch, device, recompute=True), 0, 0)]
     times = {k: statistics.median(v) for k, v in time_kernels(kernels, device, rounds=spec["steps"]).items()}
     peak = kernels[0].flops / times["ceiling"]
-    chip = match_device(hardware(device)) if device == "cuda" else None
+    chip = match_device(device_name(device)) if device == "cuda" else None
     hw_plain = count_flops(cfg, 1, device=device)[0] / cfg.seq
     hw_rc = count_flops(cfg, 1, recompute=True, device=device)[0] / cfg.seq
     tps, tps_rc = tokens / times["plain"], tokens / times["recompute"]

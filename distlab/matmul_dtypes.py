@@ -71,7 +71,7 @@ def _matmul_dtypes(device: str) -> Result:
 
     import torch
 
-    from distlab.experiments import hardware
+    from distlab.experiments import device_name
     from distlab.roofline import Kernel, gemm_flops, time_kernels
 
     r = Result("matmul-dtypes")
@@ -93,7 +93,7 @@ def _matmul_dtypes(device: str) -> Result:
         kernels.append(Kernel(dt, fn, flops, 0))
     times = time_kernels(kernels, device, rounds=5 if device == "cpu" else 10)
     rates = {k.name: flops / statistics.median(times[k.name]) for k in kernels}
-    chip = match_device(hardware(device)) if device == "cuda" else None
+    chip = match_device(device_name(device)) if device == "cuda" else None
     for dt in rates:
         u = UNIT_ROUNDOFF[dt]
         peak = chip.peak_flops(dt) if chip and dt in chip.peaks else None

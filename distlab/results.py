@@ -25,6 +25,10 @@ class Quantity:
         return format_quantity(self.value, self.unit)
 
 
+# The shape of a Result's JSON. Part of every cache key instead of this file's text: bump it when to_json or
+# from_json change what a stored result means, and every cached result is measured again.
+RESULT_SCHEMA = 2
+
 # "value": a formula, a count or a float64 reference; a failure is a wrong number, never re-measured.
 # "timing": depends on a clock on a shared machine; designed with a wide margin from the physics, and
 # re-measured on fresh runs (experiments.TIMING_ATTEMPTS) before it may fail the build.

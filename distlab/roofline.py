@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from distlab.experiments import experiment, hardware, stored
+from distlab.experiments import device_name, experiment
 from distlab.hardware import BYTES_PER_ELEMENT, gpu, gpu_names, match_device
 from distlab.results import Quantity, Result
 from distlab.threads import one_core
@@ -222,7 +222,7 @@ def _roofline(device: str) -> Result:
     peak = max(peak, again[0].flops / min(t2[again[0].name]))
     bw = max([bw] + [k.bytes / min(t2[k.name]) for k in again[1:]])
     del again
-    roof = Ceilings(f"{hardware(device)} {dname} (measured)", peak, bw)
+    roof = Ceilings(f"{device_name(device)} {dname} (measured)", peak, bw)
 
     r.add("compute_ceiling", peak, "FLOP/s", f"measured compute ceiling ({dname} matmul {cfg['ceiling_n']}^3, best)")
     r.add("memory_ceiling", bw, "B/s", "measured memory ceiling (best STREAM-like kernel)")
@@ -275,18 +275,17 @@ def _roofline(device: str) -> Result:
 
     panel = _panel_gpu(device, r, points, b)
     if device == "cuda":
-        _check_against_datasheet(r, roof, match_device(hardware(device)))
+        _check_against_datasheet(r, roof, match_device(device_name(device)))
     _figures(r, roof, pts, sweep, panel, device)
     return r
 
 
 def _panel_gpu(device: str, r: Result, points: list[Kernel], b: int):
-    """The datacenter GPU whose datasheet roofline the page shows: this GPU on a GPU run, else the GPU
-    of a stored measurement, else H100. The kernels' bf16 intensities must sit on the same sides of
-    every datasheet ridge as on the measured one."""
-    own = match_device(hardware(device)) if device == "cuda" else None
-    stored_chips = [match_device(res.provenance.get("hardware", "")) for res, _ in stored("roofline")]
-    chip = own or next((c for c in stored_chips if c), None) or gpu(DEFAULT_PANEL_GPU)
+    """The datacenter GPU whose datasheet roofline the page shows: this GPU on a GPU run, else H100 (a stored
+    GPU measurement is shown beside by the page, with its own figure). The kernels' bf16 intensities must sit
+    on the same sides of every datasheet ridge as on the measured one."""
+    own = match_device(device_name(device)) if device == "cuda" else None
+    chip = own or gpu(DEFAULT_PANEL_GPU)
     for name in gpu_names():
         g = gpu(name)
         for k in points:
@@ -326,7 +325,7 @@ def _figures(r: Result, roof: Ceilings, pts: list[dict], sweep: list, chip, devi
 
     markers = {"large GEMM": "s", "elementwise add": "o", "batch-1 matvec": "^"}
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-    here = "one core of the build machine" if device == "cpu" else hardware(device)
+    here = "one core of the build machine" if device == "cpu" else device_name(device)
     _roof_axes(axes[0], roof, f"{here}: measured ceilings")
     for p in pts:
         axes[0].plot(p["intensity"], p["flops_per_s"], markers[p["name"]], ms=8, label=f"{p['name']} (measured)")
@@ -337,20 +336,15 @@ def _figures(r: Result, roof: Ceilings, pts: list[dict], sweep: list, chip, devi
     for p in pts:  # the same shapes in bf16, at the roof they could reach
         i = p["intensity"] * b / 2
         axes[1].plot(i, sheet.attainable(i), markers[p["name"]], ms=8, mfc="none", label=f"{p['name']} (bound)")
-    gpu_runs = [(res.data.get("points", []), res.provenance, stale) for res, stale in stored("roofline")
-                if match_device(res.provenance.get("hardware", "")) == chip]
-    if device == "cuda":
-        gpu_runs = [(pts, {"hardware": hardware(device), "date": "this run"}, False)]
-    for run_pts, prov, stale in gpu_runs[:1]:
-        for p in run_pts:
+    if device == "cuda":  # this GPU's own kernels on its datasheet roofline
+        for p in pts:
             axes[1].plot(p["intensity"], p["flops_per_s"], markers.get(p["name"], "x"), ms=8,
-                         label=f"{p['name']} measured{' (stale)' if stale else ''}")
-        axes[1].set_title(axes[1].get_title() + f"\nfilled: measured on {prov.get('hardware')}, {prov.get('date')}",
-                          fontsize=8)
+                         label=f"{p['name']} measured")
+        axes[1].set_title(axes[1].get_title() + f"\nfilled: measured on {device_name(device)}", fontsize=8)
     axes[1].legend(fontsize=7, loc="lower right")
     r.figure("roofline", fig, "Left: the roofline of the machine that built this page, with its measured ceilings "
              "and the three kernels. Right: a datacenter GPU's roofline from its datasheet; hollow markers are where "
-             "the same shapes in bf16 would sit at best, filled ones stored GPU measurements when there are any")
+             "the same shapes in bf16 would sit at best, filled ones this GPU's measurements on a GPU run")
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     _roof_axes(axes[0], roof, f"Square GEMM sweep, {here}")

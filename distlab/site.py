@@ -1,11 +1,8 @@
 """Build-time glue for gen/ scripts: run a page's experiments, fill its placeholders, list its claims.
 
-A page's prose lives in docs/; its gen script does
-
-    with Page("01-where-the-bytes-go.md") as page:
-        page.run("adamw-bytes")
-
-and the prose refers to computed values by name:
+A page's prose lives in docs/ and refers to computed values by name; the placeholders are the list of what
+the page needs. gen/pages.py calls `build_pages()`, which reads every page, runs the experiments its
+placeholders name (in the order they first appear) and fills them in:
 
     {{ adamw-bytes.mixed_bytes_per_param }}     value with unit (or `| GB`, `| value`, `| .2f`)
     {{ table adamw-bytes.categories }}          a markdown table
@@ -33,7 +30,6 @@ from distlab.results import Result
 
 PLACEHOLDER = re.compile(r"\{\{\s*(.+?)\s*\}\}")
 ONLY_ENV = "DISTLAB_ONLY"  # comma-separated page paths: build just these (others become a short notice)
-_PROCESSED: set[str] = set()
 
 
 class BuildError(Exception):
@@ -206,7 +202,6 @@ class Page:
     def write(self) -> None:
         import mkdocs_gen_files
 
-        _PROCESSED.add(self.path)
         src = Path(mkdocs_gen_files.config["docs_dir"]) / self.path
         text = src.read_text(encoding="utf-8")
         if self.skipped:
@@ -254,14 +249,35 @@ def _write_bytes(target: str, data: bytes) -> None:
         f.write(data)
 
 
-def check_unprocessed_pages() -> None:
-    """Fail the build when a page that no gen script processed still holds a placeholder."""
+def experiments_named(text: str) -> list[str]:
+    """The experiments a page's placeholders name, in the order they first appear (facts and the claims box
+    name none)."""
+    names: list[str] = []
+    for m in PLACEHOLDER.finditer(text):
+        body = m.group(1)
+        word, _, rest = body.partition(" ")
+        if body == "claims" or word == "fact":
+            continue
+        if word in ("table", "figure"):
+            name = rest.strip().partition(".")[0]
+        elif word == "stored":
+            name = rest.strip()
+        else:
+            name = body.partition("|")[0].strip().partition(".")[0]
+        if name not in names:
+            names.append(name)
+    return names
+
+
+def build_pages() -> None:
+    """Every page of docs/ that holds a placeholder: run the experiments it names, render it (gen/pages.py)."""
     import mkdocs_gen_files
 
     docs = Path(mkdocs_gen_files.config["docs_dir"])
     for md in sorted(docs.rglob("*.md")):
-        rel = md.relative_to(docs).as_posix()
-        if rel not in _PROCESSED:
-            m = PLACEHOLDER.search(md.read_text(encoding="utf-8"))
-            if m:
-                _fail(f"page {rel}: placeholder {m.group(0)} but no gen script processes this page")
+        text = md.read_text(encoding="utf-8")
+        if not PLACEHOLDER.search(text):
+            continue  # plain prose: mkdocs serves it as it is
+        with Page(md.relative_to(docs).as_posix()) as page:
+            for name in experiments_named(text):
+                page.run(name)

@@ -146,3 +146,31 @@ def test_timing_claims_are_measured_again_value_claims_are_not(tmp_path, monkeyp
 def test_a_claim_kind_must_be_known():
     with pytest.raises(ValueError, match="kind must be one of"):
         Result("x").claim("c", 1, 1, kind="noisy")
+
+
+def test_a_formatting_edit_keeps_stored_results_fresh_a_formula_edit_does_not(temp_experiment, tmp_path,
+                                                                               monkeypatch):
+    """Would catch the cache key that hashed experiments.py, results.py and the formatting code into every
+    result: editing how a number is printed marked every stored GPU measurement stale."""
+    name, module, helper, helper_mod, exp_mod = temp_experiment
+    monkeypatch.setenv("DISTLAB_RESULTS", str(tmp_path / "results"))
+    result, _ = experiments.run(name)
+    experiments.store(result)
+    real = experiments._module_path
+    edited = {}
+    for machinery in ("distlab.formatting", "distlab.results", "distlab.experiments", "distlab.site"):
+        copy = tmp_path / f"{machinery}.py"
+        copy.write_text(real(machinery).read_text() + "\n# a presentation edit\n")
+        edited[machinery] = copy
+    monkeypatch.setattr(experiments, "_module_path", lambda m: edited.get(m) or real(m))
+    [(_, stale)] = experiments.stored(name)
+    assert not stale
+    helper.write_text("VALUE = 5\n")  # the formula the experiment computes with
+    [(_, stale)] = experiments.stored(name)
+    assert stale
+
+
+def test_cache_keys_leave_out_the_machinery_and_keep_the_formulas():
+    files = {p.stem for p in experiments.code_files("distlab.zero_memory")}
+    assert {"zero_memory", "zero", "model_states", "facts"} <= files
+    assert not files & {"experiments", "results", "formatting", "site", "cli"}

@@ -56,14 +56,14 @@ def _mini_site(tmp_path, experiment_body: str, page_text: str):
     (tmp_path / "gen.py").write_text(
         "from distlab.experiments import experiment\n"
         "from distlab.results import Result\n"
-        "from distlab.site import Page\n\n"
+        "from distlab.site import build_pages\n\n"
         '@experiment("mini-demo", "a tiny experiment for the build tests", kind="computed")\n'
         "def mini(device):\n"
         '    r = Result("mini-demo")\n'
+        '    r.add("shown", 1)\n'
         f"{body}\n"
         "    return r\n\n"
-        'with Page("page.md") as page:\n'
-        '    page.run("mini-demo")\n'
+        "build_pages()\n"
     )
     (tmp_path / "mkdocs.yml").write_text(
         "site_name: mini\nnav:\n  - page.md\nplugins:\n  - gen-files:\n      scripts:\n        - gen.py\n")
@@ -74,7 +74,7 @@ def _mini_site(tmp_path, experiment_body: str, page_text: str):
 
 def test_broken_claim_fails_the_build_with_page_claim_values_and_tolerance(tmp_path):
     proc = _mini_site(tmp_path, 'r.claim("bytes per param", 17, 16, rel_tol=0.01, unit="B/param")',
-                      "# Page\n")
+                      "# Page\n{{ mini-demo.shown }}\n")
     assert proc.returncode != 0
     err = proc.stdout + proc.stderr
     assert "page page.md" in err and "bytes per param" in err
@@ -89,7 +89,7 @@ def test_a_build_after_a_failed_claim_measures_again(tmp_path):
     marker = tmp_path / "runs"
     body = (f'import pathlib\np = pathlib.Path({str(marker)!r})\np.write_text(p.read_text() + "x" if p.exists() '
             f'else "x")\nr.claim("second run onwards", len(p.read_text()) > 1, True)')
-    first = _mini_site(tmp_path, body, "# Page\n")
+    first = _mini_site(tmp_path, body, "# Page\n{{ mini-demo.shown }}\n")
     assert first.returncode != 0 and "second run onwards" in first.stderr
     for _ in range(2):
         again = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict"], cwd=tmp_path,
@@ -122,3 +122,13 @@ def test_real_site_builds_strict_and_has_no_raw_placeholders(built_site):
         assert "{{" not in text.split("<article", 1)[-1].split("</article>", 1)[0], page
     chapter = (built_site / "01-where-the-bytes-go" / "index.html").read_text()
     assert "Checked on this page" in chapter and "measured on" in chapter
+
+
+def test_a_page_runs_exactly_the_experiments_its_placeholders_name():
+    """The placeholders are the only list of what a page needs: facts and the claims box name none, tables,
+    figures and stored results name theirs, in first-appearance order, each once."""
+    from distlab.site import experiments_named
+
+    text = ("{{ fact gpus.H100-SXM.hbm_gb }} {{ b.x | GB }} {{ table a.t }} {{ claims }} {{ figure c.f }} "
+            "{{ stored d }} {{ a.y }}")
+    assert experiments_named(text) == ["b", "a", "c", "d"]

@@ -1,4 +1,5 @@
-# The live memory calculator page, the data and test vectors its JavaScript reads, and the site's offline math.
+# Site assets that are not pages: the data and test vectors the calculator's JavaScript reads, and the site's
+# offline math (KaTeX). The calculator page itself is a page like any other (gen/pages.py).
 import json
 import os
 import sys
@@ -7,10 +8,6 @@ from pathlib import Path
 import mkdocs_gen_files
 
 from distlab.calculator import site_data, vectors
-from distlab.site import Page
-
-with Page("calculator.md") as page:
-    page.run("calculator")
 
 # What assets/calculator.js reads (presets, GPUs, bytes per parameter, defaults), and the vectors that
 # tests/test_browser.py enters into the live page. Sorted keys and fixed indentation: byte-stable rebuilds.
