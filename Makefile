@@ -51,7 +51,7 @@ experiments: setup         ## run every experiment with progress, print claims
 	$(BIN)/distlab run --all
 
 gpu-results:               ## on a GPU machine, with the python that has CUDA torch (no venv, no network)
-	PYTHONPATH=$(CURDIR) $(PYTHON) -m distlab.cli run --all --device cuda --store --no-cache
+	PYTHONPATH=$(CURDIR) $(PYTHON) -m distlab run --all --device cuda --store --no-cache
 
 clean:
 	rm -rf site .cache

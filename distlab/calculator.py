@@ -8,7 +8,7 @@ One GPU of a (data x tensor x pipeline)-parallel job with mixed-precision AdamW 
     activations  L x A_layer(s, b, h, a, t)      (Korthikanti et al. 2022, Table 2)
 
 with d = GPUs / (t p) data-parallel replicas. The three model states are chapter 6's
-`distlab.zero_memory.model_state_bytes_per_gpu(Ψ', d, stage)`: exact integers, a sharded state padded to
+`distlab.sharding.zero.model_state_bytes_per_gpu(Ψ', d, stage)`: exact integers, a sharded state padded to
 d⌈Ψ'/d⌉ elements. The model-parallel split is taken as even (Ψ' each), an approximation: real pipelines
 put the embedding on the first stage and the head on the last.
 
@@ -25,20 +25,20 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from distlab.activations import RECOMPUTE, activation_bytes_per_layer, published_bytes_per_layer
-from distlab.experiments import experiment
-from distlab.formatting import format_quantity
-from distlab.hardware import gpu, gpu_names
-from distlab.model_shapes import ModelShape, presets
-from distlab.results import Quantity, Result
-from distlab.zero import STAGES as ZERO_STAGES
-from distlab.zero import bytes_per_param_by_state, model_state_bytes_per_gpu
+from distlab.core.experiments import experiment
+from distlab.core.formatting import format_quantity
+from distlab.core.results import Quantity, Result
+from distlab.hardware.gpus import gpu, gpu_names
+from distlab.memory.activations import RECOMPUTE, activation_bytes_per_layer, published_bytes_per_layer
+from distlab.models.shapes import ModelShape, presets
+from distlab.sharding.zero import STAGES as ZERO_STAGES
+from distlab.sharding.zero import bytes_per_param_by_state, model_state_bytes_per_gpu
 
 CATEGORIES = ("weights", "gradients", "optimizer", "activations")
 
 
 def gpu_memory_bytes() -> dict[str, float]:
-    """GPU name -> memory capacity in bytes (datasheet GB = 1e9 bytes), from distlab.hardware."""
+    """GPU name -> memory capacity in bytes (datasheet GB = 1e9 bytes), from distlab.hardware.gpus."""
     return {name: gpu(name).hbm_bytes for name in gpu_names()}
 
 

@@ -5,29 +5,29 @@ checkpoint interval (practice-checkpoint).
 
 Each applies the planner to a scenario; the scenario's inputs are named constants here, everything else is
 computed. The H100 figures are divided by the model's optimism measured in chapter 13
-(distlab.planner_validation.h100_optimism).
+(distlab.planner.planner_validation.h100_optimism).
 """
 
 from __future__ import annotations
 
 import math
 
-from distlab.experiments import experiment
-from distlab.facts import value
-from distlab.plan_config import Plan, Training, cluster
-from distlab.planner_validation import h100_optimism
-from distlab.results import Result
-from distlab.search import search
-from distlab.worked_plan import finetune, strategy_table
+from distlab.core.experiments import experiment
+from distlab.core.facts import value
+from distlab.core.results import Result
+from distlab.planner.config import Plan, Training, cluster
+from distlab.planner.planner_validation import h100_optimism
+from distlab.planner.search import search
+from distlab.planner.worked_plan_7b import finetune, strategy_table
 
 
 # ---------------------------------------------------------------- practice (a): will a 13B full fine-tune fit?
 @experiment("practice-13b", "practice: does a 13B full fine-tune fit on 80 GB GPUs? memory per strategy and the "
             "fewest GPUs", kind="computed")
 def practice_13b(device: str) -> Result:
-    from distlab.results import Quantity
+    from distlab.core.results import Quantity
+    from distlab.planner.search import NothingFits
     from distlab.scaling_laws import sft_tokens
-    from distlab.search import NothingFits
 
     r = Result("practice-13b", kind="computed")
     m, c, t = finetune("13B")
@@ -74,9 +74,9 @@ FAMILIES = {
 @experiment("practice-70b", "practice: a parallelism plan for 70B on 64 GPUs, plan families on InfiniBand NDR and "
             "on 100 GbE", kind="computed")
 def practice_70b(device: str) -> Result:
-    from distlab.plan_config import model
-    from distlab.results import Quantity
-    from distlab.search import PRETRAIN_BATCH_TOKENS, NothingFits, explain
+    from distlab.core.results import Quantity
+    from distlab.planner.config import model
+    from distlab.planner.search import PRETRAIN_BATCH_TOKENS, NothingFits, explain
 
     r = Result("practice-70b", kind="computed")
     m = model("70B")
@@ -129,9 +129,9 @@ def practice_70b(device: str) -> Result:
 @experiment("practice-zero3-vs-tp", "practice: ZeRO-3/FSDP vs tensor parallelism for 13B on 8 and 16 GPUs: what is "
             "sharded, bytes per step, time", kind="computed")
 def practice_zero3_vs_tp(device: str) -> Result:
-    from distlab.plan_cost import data_parallel_exposed, memory, step
-    from distlab.results import Quantity
-    from distlab.zero import traffic_bytes_per_gpu
+    from distlab.core.results import Quantity
+    from distlab.planner.cost import data_parallel_exposed, memory, step
+    from distlab.sharding.zero import traffic_bytes_per_gpu
 
     r = Result("practice-zero3-vs-tp", kind="computed")
     rows = []
@@ -181,9 +181,15 @@ def practice_zero3_vs_tp(device: str) -> Result:
 @experiment("practice-flash", "practice: FlashAttention's extra FLOPs against the HBM traffic it saves, for one "
             "Llama 2 7B layer and for the whole fine-tuning step", kind="computed")
 def practice_flash(device: str) -> Result:
-    from distlab.hbm_traffic import flash_backward, flash_forward, standard_backward, standard_forward, total
-    from distlab.plan_cost import FLASH_BACKWARD, MEMORY_EFFICIENCY, attention_efficiency, gemm_efficiency, layer_work
-    from distlab.results import Quantity
+    from distlab.attention.hbm_traffic import flash_backward, flash_forward, standard_backward, standard_forward, total
+    from distlab.core.results import Quantity
+    from distlab.planner.cost import (
+        FLASH_BACKWARD,
+        MEMORY_EFFICIENCY,
+        attention_efficiency,
+        gemm_efficiency,
+        layer_work,
+    )
 
     r = Result("practice-flash", kind="computed")
     m, c, t = finetune("7B", gpu="H100-SXM")
@@ -243,11 +249,11 @@ RESTART_S = 600.0  # rescheduling, loading the checkpoint, warming up
 @experiment("practice-mfu-budget", "practice: a 32-GPU job at 28 % MFU, its losses (plan, bubble, recompute, "
             "kernels, input, stragglers, checkpoints) and the order to fix them", kind="computed")
 def practice_mfu_budget(device: str) -> Result:
-    from distlab.dataloader_starvation import predicted_step_s
-    from distlab.plan_config import model
-    from distlab.plan_cost import device_bytes, memory, step
-    from distlab.stragglers import JITTER, expected_step_jitter
-    from distlab.young_daly import daly_seconds, llama3_mtbf_seconds, lost_fraction
+    from distlab.planner.config import model
+    from distlab.planner.cost import device_bytes, memory, step
+    from distlab.throughput.dataloader_starvation import predicted_step_s
+    from distlab.throughput.stragglers import JITTER, expected_step_jitter
+    from distlab.throughput.young_daly import daly_seconds, llama3_mtbf_seconds, lost_fraction
 
     r = Result("practice-mfu-budget", kind="computed")
     m = model("13B")
@@ -337,11 +343,11 @@ RESTART_70B_S = 900.0  # reschedule 128 nodes, load the checkpoint, warm up (an 
 @experiment("practice-checkpoint", "practice: budget a compute-optimal 70B run on 1024 H100s and choose its "
             "checkpoint interval", kind="computed")
 def practice_checkpoint(device: str) -> Result:
-    from distlab.flops import flops_per_token
-    from distlab.plan_config import model
+    from distlab.gpu.flops import flops_per_token
+    from distlab.planner.config import model
+    from distlab.planner.search import PRETRAIN_BATCH_TOKENS
     from distlab.scaling_laws import optimal_tokens_for, training_flops
-    from distlab.search import PRETRAIN_BATCH_TOKENS
-    from distlab.young_daly import (
+    from distlab.throughput.young_daly import (
         daly_seconds,
         expected_wall_seconds,
         llama3_mtbf_seconds,

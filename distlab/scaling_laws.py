@@ -26,10 +26,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from distlab.cli import command, emit, parser, positive
-from distlab.experiments import experiment
-from distlab.facts import entries, value
-from distlab.results import Result
+from distlab.core.cli import command, emit, parser, positive
+from distlab.core.experiments import experiment
+from distlab.core.facts import entries, value
+from distlab.core.results import Result
 
 FLOPS_PER_PARAM_TOKEN = 6  # forward 2 + backward 4 (input and weight gradients)
 HOUR = 3600.0
@@ -158,8 +158,8 @@ def gpu_hours(flops: float, peak_flops_per_gpu: float, mfu: float) -> float:
 
 def implied_mfu(name: str = "Llama2-7B") -> float:
     """The MFU a published run's GPU-hours imply: 6 N D / (hours x 3600 x peak)."""
-    from distlab.hardware import gpu
-    from distlab.model_shapes import preset
+    from distlab.hardware.gpus import gpu
+    from distlab.models.shapes import preset
 
     row = entries("scaling_laws")[name]
     params = preset(name.split("-")[1]).params()
@@ -176,7 +176,7 @@ def sft_tokens() -> float:
 # ---------------------------------------------------------------- the `scaling` calculator
 def report(flops: float, gpu_name: str = "A100-SXM-80GB", mfu: float | None = None) -> dict:
     """Everything `distlab scaling --flops C` prints (its --json)."""
-    from distlab.hardware import gpu
+    from distlab.hardware.gpus import gpu
 
     params, tokens = compute_optimal(flops)
     chin, refit = law("chinchilla"), law("epoch-refit")
@@ -240,7 +240,7 @@ BUDGETS = (1e20, 1e21, 1e22, 1e23, 1e24, 1e25)  # FLOPs, for the iso-FLOP figure
 @experiment("scaling-laws", "C = 6ND, Chinchilla's fitted loss and compute-optimal N and D, iso-FLOP curves, "
             "and fine-tune vs pretraining budgets", kind="computed")
 def scaling_laws(device: str) -> Result:
-    from distlab.model_shapes import preset
+    from distlab.models.shapes import preset
 
     r = Result("scaling-laws", kind="computed")
     chin, refit = law("chinchilla"), law("epoch-refit")
@@ -313,8 +313,8 @@ def _optima_table(r: Result, chin: Law, refit: Law) -> None:
 
 def _budgets(r: Result, n7: int) -> None:
     """A 7B model: Chinchilla-optimal pretraining, Llama 2's pretraining, and Llama 2-Chat's fine-tune."""
-    from distlab.hardware import gpu
-    from distlab.model_shapes import preset
+    from distlab.hardware.gpus import gpu
+    from distlab.models.shapes import preset
 
     a100 = gpu("A100-SXM-80GB").peak_flops("bf16")
     mfu = implied_mfu("Llama2-7B")

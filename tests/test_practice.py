@@ -1,10 +1,10 @@
-"""The planner applied: chapter 14's worked 7B plan (distlab.worked_plan) and the practice questions
+"""The planner applied: chapter 14's worked 7B plan (distlab.planner.worked_plan_7b) and the practice questions
 (distlab.practice), against hand arithmetic and chapter 10's models."""
 
 import pytest
 
-from distlab.search import search
-from distlab.worked_plan import STRATEGIES, finetune, leanest
+from distlab.planner.search import search
+from distlab.planner.worked_plan_7b import STRATEGIES, finetune, leanest
 
 
 def test_worked_plan_strategies_7b():
@@ -23,9 +23,9 @@ def test_worked_plan_strategies_7b():
 def test_mfu_budget_input_line_by_hand():
     """Practice 5's input-pipeline line is chapter 10's model: a step takes max(C, L/w) with w workers, so
     with one worker and L > C the MFU is multiplied by C / L; and the lines multiply to the final MFU."""
-    from distlab.plan_config import Plan, Training, cluster, model
-    from distlab.plan_cost import step
-    from distlab.planner_validation import h100_optimism
+    from distlab.planner.config import Plan, Training, cluster, model
+    from distlab.planner.cost import step
+    from distlab.planner.planner_validation import h100_optimism
     from distlab.practice import LOADER_SECONDS, LOADER_WORKERS, TEAM_PLAN, practice_mfu_budget
 
     m = model("13B")

@@ -97,7 +97,7 @@ def test_llama2_implied_mfu_and_sft_tokens():
 
 
 def distlab(*args):
-    return subprocess.run([sys.executable, "-m", "distlab.cli", *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-m", "distlab", *args], capture_output=True, text=True, timeout=120)
 
 
 def test_scaling_cli_json():

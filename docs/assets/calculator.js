@@ -17,7 +17,7 @@
   };
 
   // ------------------------------------------------------------------ formulas (distlab's, in order)
-  // distlab.model_shapes.ModelShape.params
+  // distlab.models.shapes.ModelShape.params
   function params(m) {
     const h = m.hidden, f = m.ffn;
     const kvWidth = m.kv_heads * Math.floor(h / m.heads);
@@ -30,7 +30,7 @@
     return m.layers * perLayer + embed + head + finalNorm;
   }
 
-  // distlab.activations.activation_bytes_per_layer (Korthikanti et al. 2022, Table 2)
+  // distlab.memory.activations.activation_bytes_per_layer (Korthikanti et al. 2022, Table 2)
   function activationBytesPerLayer(seq, batch, hidden, heads, t, sequenceParallel, recompute) {
     const sbh = seq * batch * hidden;
     const attentionCore = 5 * heads * seq / (hidden * t);
@@ -64,7 +64,7 @@
     const d = Math.floor(inp.gpus / (t * p));
     const n = params(m);
     const shard = ceilDiv(n, t * p);  // Ψ' on one model-parallel rank
-    // distlab.zero_memory.model_state_bytes_per_gpu(Ψ', d, stage): a sharded state holds ⌈Ψ'/d⌉ elements
+    // distlab.sharding.zero.model_state_bytes_per_gpu(Ψ', d, stage): a sharded state holds ⌈Ψ'/d⌉ elements
     const rank = ceilDiv(shard, d);
     const per = data.bytes_per_param;
     const weights = per.params * (inp.zero >= 3 ? rank : shard);
@@ -80,7 +80,7 @@
   }
 
   // ------------------------------------------------------------------ the site's number format
-  // distlab.results.format_quantity(value, "B") and format_number: 3 significant digits with a
+  // distlab.core.results.format_quantity(value, "B") and format_number: 3 significant digits with a
   // power-of-1000 prefix (GB = 1e9 bytes), integers with thousands separators.
   function withCommas(v) {
     return String(Math.abs(v)).replace(/\B(?=(\d{3})+(?!\d))/g, ",").replace(/^/, v < 0 ? "-" : "");

@@ -1,0 +1,1 @@
+"""Chapter 8: FlashAttention (tiling and online softmax, HBM traffic, FLOPs, the Triton kernel)."""

@@ -1,0 +1,96 @@
+"""Facts from outside (datasheets, papers), each living once in distlab/data/*.toml with its source.
+
+Layout of a data file:
+
+    [units]                       # field -> unit, shared by every entry
+    hbm_gb = "GB"
+    [sources.h100-datasheet]      # a source: title (and url / table / page)
+    title = "NVIDIA H100 Tensor Core GPU datasheet"
+    [H100-SXM]                    # an entry
+    source = "h100-datasheet"     # default source of its fields
+    hbm_gb = 80
+    [H100-SXM.sources]            # per-field override
+    sms = "hopper-whitepaper"
+
+Prose refers to a fact as `{{ fact gpus.H100-SXM.hbm_gb }}`; code calls `fact("gpus.H100-SXM.hbm_gb")`.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+DATA_DIR = Path(__file__).resolve().parent.parent / "data"
+
+
+@dataclass(frozen=True)
+class Source:
+    key: str
+    title: str
+    url: str = ""
+    detail: str = ""  # table, page or section
+
+    def citation(self) -> str:
+        text = self.title + (f", {self.detail}" if self.detail else "")
+        return f"[{text}]({self.url})" if self.url else text
+
+
+@dataclass(frozen=True)
+class Fact:
+    path: str
+    value: object
+    unit: str
+    source: Source
+
+
+@functools.cache
+def dataset(name: str) -> dict:
+    path = DATA_DIR / f"{name}.toml"
+    if not path.exists():
+        known = ", ".join(sorted(p.stem for p in DATA_DIR.glob("*.toml")))
+        raise KeyError(f"no data file {name!r}; known: {known}")
+    with path.open("rb") as f:
+        return tomllib.load(f)
+
+
+def entries(name: str) -> dict[str, dict]:
+    """The entries of a data file (everything but its units and sources tables)."""
+    return {k: v for k, v in dataset(name).items() if k not in ("units", "sources")}
+
+
+def source(name: str, key: str) -> Source:
+    sources = dataset(name).get("sources", {})
+    if key not in sources:
+        raise KeyError(f"data file {name!r} names source {key!r} but does not define it")
+    s = sources[key]
+    return Source(key, s["title"], s.get("url", ""), s.get("detail", ""))
+
+
+def fact(path: str) -> Fact:
+    """`"file.entry.field"` -> the value with its unit and source."""
+    try:
+        name, entry, field = path.split(".", 2)
+    except ValueError:
+        raise KeyError(f"fact path {path!r} must be file.entry.field") from None
+    data = entries(name)
+    if entry not in data:
+        raise KeyError(f"unknown entry {entry!r} in {name}.toml; known: {', '.join(sorted(data))}")
+    row = data[entry]
+    if field not in row or field in ("source", "sources"):
+        fields = sorted(k for k in row if k not in ("source", "sources"))
+        raise KeyError(f"unknown field {field!r} for {name}.{entry}; known: {', '.join(fields)}")
+    key = row.get("sources", {}).get(field, row.get("source"))
+    if key is None:
+        raise KeyError(f"{path} has no source: every fact must name one")
+    unit = dataset(name).get("units", {}).get(field, "")
+    return Fact(path, row[field], unit, source(name, key))
+
+
+def value(path: str):
+    return fact(path).value

@@ -1,0 +1,190 @@
+"""batch-lr-scaling: the global batch, the learning rate, and where the linear scaling rule breaks.
+
+Data parallelism over W ranks with b samples each is one SGD step on the global batch B = W b
+(ddp-consistency checks this), so adding ranks means a bigger batch and fewer steps for the same data.
+To make the same progress per sample the learning rate must grow with B:
+
+- linear rule (Goyal et al. 2017, "Accurate, Large Minibatch SGD"): lr = lr0 * B / B0. For SGD it keeps
+  lr / B, the gradient-noise "temperature", constant, and lr * steps, the distance travelled, too.
+- square-root rule (Hoffer et al. 2017; Malladi et al. 2022 for Adam): lr = lr0 * sqrt(B / B0). It keeps
+  the noise variance per step constant: the natural rule for adaptive optimizers, too timid for SGD.
+- warm-up: ramp lr from ~0 over the first steps, for networks whose early curvature is higher than
+  later; it does not move a curvature limit that holds for the whole run.
+
+The linear rule breaks when lr * lambda_max passes 2 (the step overshoots along the sharpest direction
+and diverges): with lr = lr0 B / B0 that happens at B* = 2 B0 / (lr0 lambda_max). Past B* the best one
+can do is cap the learning rate, and then more batch no longer means fewer steps (McCandlish et al.
+2018's critical batch size).
+
+The experiment is real SGD on noisy linear regression with a known spectrum (eigenvalues 1 to 0.01),
+where lambda_max and therefore B* are known in advance: loss after a fixed number of samples vs batch
+size, for each rule, averaged over seeds. Claims only where the effect is large and deterministic.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from distlab.core.experiments import experiment
+from distlab.core.results import Result
+from distlab.runtime.threads import single_threaded
+
+DIM = 32
+SAMPLES = 2**14  # the fixed data budget
+B0, LR0 = 8, 0.02  # the base batch and its tuned learning rate
+EIGEN_MAX, EIGEN_MIN = 1.0, 0.01
+NOISE = 0.5  # label noise standard deviation
+SEEDS = 4
+BATCHES = [2**k for k in range(3, 13)]  # 8 ... 4096
+WARMUP = 0.25  # fraction of the steps
+RULES = ("linear", "square root", "constant", "linear + warm-up", "linear, capped at 1/λmax")
+
+
+def eigenvalues() -> torch.Tensor:
+    return torch.logspace(math.log10(EIGEN_MAX), math.log10(EIGEN_MIN), DIM, dtype=torch.float64)
+
+
+def learning_rate(rule: str, batch: int) -> float:
+    if rule in ("linear", "linear + warm-up"):
+        return LR0 * batch / B0
+    if rule == "square root":
+        return LR0 * math.sqrt(batch / B0)
+    if rule == "constant":
+        return LR0
+    if rule == "linear, capped at 1/λmax":
+        return min(LR0 * batch / B0, 1 / EIGEN_MAX)
+    raise ValueError(f"unknown rule {rule!r}")
+
+
+def critical_batch() -> float:
+    """Where the linear rule's lr reaches 2 / lambda_max, the stability limit of gradient descent."""
+    return 2 * B0 / (LR0 * EIGEN_MAX)
+
+
+def excess_loss(w: torch.Tensor, w_star: torch.Tensor, lam: torch.Tensor) -> torch.Tensor:
+    """E[loss] - noise floor = 1/2 (w - w*)^T diag(lam) (w - w*), per seed."""
+    d = w - w_star
+    return 0.5 * (d * d * lam).sum(-1)
+
+
+def train(batch: int, rule: str, seeds: int = SEEDS, samples: int = SAMPLES) -> float:
+    """SGD on `samples` fresh samples in steps of `batch`; mean excess loss over seeds (inf if diverged)."""
+    lam = eigenvalues()
+    w_star = torch.randn(seeds, DIM, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    w = torch.zeros(seeds, DIM, dtype=torch.float64)
+    g = torch.Generator().manual_seed(batch)
+    steps = samples // batch
+    lr = learning_rate(rule, batch)
+    for t in range(steps):
+        ramp = min(1.0, (t + 1) / (WARMUP * steps)) if rule == "linear + warm-up" else 1.0
+        x = torch.randn(seeds, batch, DIM, generator=g, dtype=torch.float64) * lam.sqrt()  # (S, B, D)
+        y = (x * w_star[:, None]).sum(-1) + NOISE * torch.randn(seeds, batch, generator=g, dtype=torch.float64)
+        err = (x * w[:, None]).sum(-1) - y  # (S, B)
+        w = w - lr * ramp * (x * err[..., None]).mean(1)  # the mean-squared-error gradient / 2
+        if not torch.isfinite(w).all():
+            return math.inf
+    return float(excess_loss(w, w_star, lam).mean())
+
+
+def expected_loss(batch: int, rule: str, seeds: int = SEEDS, samples: int = SAMPLES) -> float:
+    """The same quantity predicted without sampling: the exact mean-square recursion of SGD on this
+    problem. With d = w - w*, H the batch's x x^T / B and diagonal covariance Lambda, Gaussian x gives
+    E[x x^T D x x^T] = 2 Lambda D Lambda + tr(Lambda D) Lambda, so v_i = E[d_i^2] obeys
+        v' = (1 - 2 lr lam) v + lr^2 [(1 + 1/B) lam^2 v + lam (sum_j lam_j v_j) / B] + lr^2 sigma^2 lam / B
+    and the excess loss is 1/2 sum_i lam_i v_i. It diverges exactly where mean-square SGD does."""
+    lam = eigenvalues()
+    w_star = torch.randn(seeds, DIM, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    v = w_star**2  # w starts at 0
+    steps = samples // batch
+    for t in range(steps):
+        ramp = min(1.0, (t + 1) / (WARMUP * steps)) if rule == "linear + warm-up" else 1.0
+        lr = learning_rate(rule, batch) * ramp
+        cross = (lam * v).sum(-1, keepdim=True)
+        v = ((1 - 2 * lr * lam) * v + lr**2 * ((1 + 1 / batch) * lam**2 * v + lam * cross / batch)
+             + lr**2 * NOISE**2 * lam / batch)
+    return float((0.5 * lam * v).sum(-1).mean())
+
+
+@experiment("batch-lr-scaling", "loss after a fixed number of samples vs global batch: linear, square-root and "
+            "capped learning-rate rules, warm-up, and where the linear rule breaks", kind="measured")
+@single_threaded
+def batch_lr_scaling(device: str) -> Result:
+    r = Result("batch-lr-scaling")
+    lam = eigenvalues()
+    w_star = torch.randn(SEEDS, DIM, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    start = float(excess_loss(torch.zeros_like(w_star), w_star, lam).mean())
+    loss = {rule: [train(b, rule) for b in BATCHES] for rule in RULES}
+    b_star = critical_batch()
+    r.add("samples", SAMPLES, "samples", "data budget of every run")
+    r.add("b0", B0, "samples", "base batch")
+    r.add("lr0", LR0, "", "base learning rate")
+    r.add("eigen_max", EIGEN_MAX, "", "largest curvature λmax")
+    r.add("eigen_min", EIGEN_MIN, "", "smallest curvature")
+    r.add("b_star", b_star, "samples", "predicted break of the linear rule: 2 B0 / (lr0 λmax)")
+    r.add("start_loss", start, "", "excess loss before training")
+    predicted = {rule: [expected_loss(b, rule) for b in BATCHES] for rule in RULES}
+    ratios = [m / p for rule in RULES for m, p in zip(loss[rule], predicted[rule]) if m < start and p < start]
+    agree = sum(1 for rule in RULES for m, p in zip(loss[rule], predicted[rule]) if (m < start) == (p < start))
+    r.claim("every run: measured loss / predicted loss (runs that trained), worst |ratio - 1|",
+            max(abs(x - 1) for x in ratios), 0.2, relation="<=", formula="exact mean-square recursion; 4 seeds")
+    r.claim("the prediction says which runs diverge", agree, len(RULES) * len(BATCHES))
+    r.add("worst_ratio_error", max(abs(x - 1) for x in ratios), "fraction", "worst |measured / predicted - 1|")
+    lin = loss["linear"]
+    holds = [v for b, v in zip(BATCHES, lin) if b <= b_star / 2]
+    stable = [b for b, v in zip(BATCHES, lin) if v < start]
+    unstable = [b for b, v in zip(BATCHES, lin) if not v < start]
+    r.add("linear_small", lin[0], "", f"linear rule, B = {BATCHES[0]}")
+    r.add("holds_spread", max(holds) / min(holds), "", "linear rule: worst / best loss for B <= B*/2")
+    r.add("last_stable", max(stable), "samples", "largest batch at which the linear rule still trained")
+    r.add("first_unstable", min(unstable) if unstable else math.inf, "samples", "smallest batch at which it diverged")
+    r.claim("linear rule holds below B∗/2: worst / best loss after the same samples", max(holds) / min(holds), 1.25,
+            relation="<=", formula=f"B = {BATCHES[0]} ... {max(b for b in BATCHES if b <= b_star / 2)}")
+    r.claim("linear rule breaks: B∗ = 2 B0/(lr0 λmax) is above the last batch that trained", b_star, max(stable),
+            relation=">=", unit="samples")
+    r.claim("... and below the first batch that diverged", b_star, min(unstable), relation="<=", unit="samples")
+    past = min(b for b in BATCHES if b > b_star)
+    r.claim(f"linear rule at B = {past}, the first batch past B∗: loss / starting loss (diverged: at least 10)",
+            lin[BATCHES.index(past)] / start, 10.0, relation=">=")
+    sqrt_at = loss["square root"][BATCHES.index(256)] / lin[BATCHES.index(256)]
+    r.claim("square-root rule with SGD at B = 256: loss / the linear rule's (too timid: at least 5)", sqrt_at, 5.0,
+            relation=">=")
+    capped = loss["linear, capped at 1/λmax"]
+    r.claim("capped lr past B∗: loss at the largest batch / loss at B0 (no more free speed-up: at least 3)",
+            capped[-1] / capped[0], 3.0, relation=">=")
+    r.add("sqrt_over_linear_256", sqrt_at, "", "square-root rule / linear rule at B = 256")
+    r.add("capped_growth", capped[-1] / capped[0], "", "capped rule: loss at the largest batch / at B0")
+    fmt = lambda v: "diverged" if not v < start else v  # noqa: E731
+    r.table("loss", ["global batch B", "steps"] + [f"{rule}" for rule in RULES] + ["linear, predicted"],
+            [[b, SAMPLES // b] + [fmt(loss[rule][i]) for rule in RULES] + [fmt(predicted["linear"][i])]
+             for i, b in enumerate(BATCHES)],
+            caption=f"Excess loss after {SAMPLES:,} samples (mean of {SEEDS} seeds); 'diverged': above the "
+                    f"starting loss {start:.3g}")
+    r.data["loss"] = {rule: [v if math.isfinite(v) else None for v in vals] for rule, vals in loss.items()}
+    _figure(r, loss, start, b_star)
+    return r
+
+
+def _figure(r: Result, loss: dict, start: float, b_star: float) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 3.8))
+    top = start * 3
+    for i, (rule, vals) in enumerate(loss.items()):
+        ax.plot(BATCHES, [min(v, top) for v in vals], "-o", ms=3, color=f"C{i}", label=rule)
+    ax.axvline(b_star, color="grey", ls=":", lw=1)
+    ax.text(b_star * 1.05, start * 1.2, "B* = 2 B0 / (lr0 λmax)", fontsize=7, color="grey")
+    ax.axhline(start, color="grey", lw=0.5)
+    ax.set(xscale="log", yscale="log", xlabel="global batch B (samples per step)",
+           ylabel=f"excess loss after {SAMPLES:,} samples", ylim=(None, top * 1.3))
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(BATCHES, [str(b) for b in BATCHES], fontsize=7)
+    ax.set_xticks([], minor=True)
+    ax.legend(fontsize=7, loc="upper left")
+    ax.grid(alpha=0.3, which="both", lw=0.3)
+    r.figure("loss", fig, "Same data, different batch sizes: SGD on noisy linear regression (curvatures 1 to 0.01); "
+             "diverged runs drawn at the top edge; grey line: the starting loss")

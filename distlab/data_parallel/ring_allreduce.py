@@ -1,0 +1,376 @@
+"""All-reduce simulated step by step: ring (reduce-scatter, then all-gather), a binomial tree and the
+naive reduce-to-one + broadcast, each really reducing N buffers and counting every byte each rank sends
+and receives.
+
+An algorithm is a *schedule*: a sequence of steps, each a set of messages (source, destination, element
+range, reduce-or-copy) that travel at the same time. One model of the wire for all three (the
+"single-port" model): in one step a rank sends at most one message and receives at most one, over a
+full-duplex link of bandwidth beta, and a step costs alpha + (largest message of the step) / beta.
+
+Chunking (ring): a buffer of L elements is cut into N contiguous chunks like `numpy.array_split` and
+`torch.tensor_split`: the first L mod N chunks have ceil(L/N) elements, the rest floor(L/N). Rank r
+sends every chunk but one in each phase, so it sends 2L - c[r+1] - c[r+2] elements: exactly 2(N-1)/N of
+the buffer when N divides L, within two elements of it otherwise, and 2(N-1) buffers summed over ranks
+in every case.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from distlab.core.cli import command, emit, parser, positive
+from distlab.core.experiments import experiment
+from distlab.core.formatting import format_quantity
+from distlab.core.results import Result
+
+MAX_RANKS = 16384  # the byte count is O(N^2) array work; 16k ranks take a few seconds
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of a schedule: messages that travel at the same time."""
+
+    phase: str
+    """"reduce-scatter", "all-gather", "reduce" or "broadcast"."""
+    src: np.ndarray
+    """(M,) sending rank of each message."""
+    dst: np.ndarray
+    """(M,) receiving rank of each message."""
+    lo: np.ndarray
+    """(M,) first element of each message's range."""
+    hi: np.ndarray
+    """(M,) one past the last element."""
+    reduce: bool
+    """True: the receiver adds the message into its buffer; False: it overwrites that range."""
+
+
+def chunk_offsets(elements: int, n: int) -> np.ndarray:
+    """(n + 1,) chunk boundaries: the first `elements % n` chunks get one extra element."""
+    sizes = np.full(n, elements // n, dtype=np.int64)
+    sizes[: elements % n] += 1
+    return np.concatenate([[0], np.cumsum(sizes)])
+
+
+def ring_schedule(elements: int, n: int) -> Iterator[Step]:
+    """Reduce-scatter: at step s rank r sends chunk (r - s) mod N to rank r + 1, which adds it in; after
+    N - 1 steps rank r holds the full sum of chunk (r + 1) mod N. All-gather: at step s rank r forwards
+    chunk (r + 1 - s) mod N, which the receiver copies. 2(N - 1) steps."""
+    off = chunk_offsets(elements, n)
+    src = np.arange(n)
+    dst = (src + 1) % n
+    for phase, first in (("reduce-scatter", 0), ("all-gather", 1)):
+        for s in range(n - 1):
+            chunk = (src + first - s) % n
+            yield Step(phase, src, dst, off[chunk], off[chunk + 1], reduce=phase == "reduce-scatter")
+
+
+def tree_schedule(elements: int, n: int) -> Iterator[Step]:
+    """Binomial tree, not pipelined: at step k every rank r with r mod 2^(k+1) = 2^k sends its whole
+    buffer to r - 2^k, which adds it in (rank 0 ends with the sum after ceil(log2 N) steps); the
+    broadcast runs the same tree backwards. 2 ceil(log2 N) steps, whole buffers each."""
+    distances = [2**k for k in range(math.ceil(math.log2(n)))] if n > 1 else []
+    for phase, order in (("reduce", distances), ("broadcast", distances[::-1])):
+        for d in order:
+            parents = np.arange(0, n - d, 2 * d)  # ranks r = 0 mod 2d with a partner r + d < n
+            children = parents + d
+            src, dst = (children, parents) if phase == "reduce" else (parents, children)
+            full = np.full(len(parents), elements, dtype=np.int64)
+            yield Step(phase, src, dst, np.zeros_like(full), full, reduce=phase == "reduce")
+
+
+def naive_schedule(elements: int, n: int) -> Iterator[Step]:
+    """Every rank sends its buffer to rank 0, one per step (rank 0 has one receive port), then rank 0
+    sends the sum to each rank in turn. 2(N - 1) steps; rank 0 moves (N - 1) buffers each way."""
+    one = np.ones(1, dtype=np.int64)
+    for r in range(1, n):
+        yield Step("reduce", one * r, one * 0, one * 0, one * elements, reduce=True)
+    for r in range(1, n):
+        yield Step("broadcast", one * 0, one * r, one * 0, one * elements, reduce=False)
+
+
+SCHEDULES = {"ring": ring_schedule, "tree": tree_schedule, "naive": naive_schedule}
+
+
+def schedule(algorithm: str, elements: int, n: int) -> Iterator[Step]:
+    if algorithm not in SCHEDULES:
+        raise ValueError(f"unknown algorithm {algorithm!r}; known: {', '.join(SCHEDULES)}")
+    if n < 1 or elements < 0:
+        raise ValueError(f"need ranks >= 1 and elements >= 0, got {n} and {elements}")
+    return SCHEDULES[algorithm](elements, n)
+
+
+def simulate(buffers: list[np.ndarray], algorithm: str = "ring") -> list[np.ndarray]:
+    """Run the schedule on real buffers (one per rank, same shape) and return each rank's result. All
+    messages of a step are read before any is applied, as if they were on the wire at once."""
+    out = [np.array(b, copy=True) for b in buffers]
+    for step in schedule(algorithm, len(out[0]), len(out)):
+        payloads = [out[s][lo:hi].copy() for s, lo, hi in zip(step.src, step.lo, step.hi)]
+        for d, lo, hi, data in zip(step.dst, step.lo, step.hi, payloads):
+            if step.reduce:
+                out[d][lo:hi] += data
+            else:
+                out[d][lo:hi] = data
+    return out
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """What a schedule puts on the wire, in bytes."""
+
+    algorithm: str
+    ranks: int
+    buffer_bytes: int
+    sent: list[int]
+    """Bytes each rank sends, in rank order."""
+    received: list[int]
+    """Bytes each rank receives."""
+    step_bytes: list[int]
+    """Per step, the most bytes any one rank sends or receives (what the step's time depends on)."""
+
+    @property
+    def steps(self) -> int:
+        return len(self.step_bytes)
+
+    def seconds(self, latency_s: float, bandwidth_bytes_per_s: float) -> float:
+        """Alpha-beta time: each step costs alpha + (its largest per-rank message) / beta."""
+        return sum(latency_s + b / bandwidth_bytes_per_s for b in self.step_bytes)
+
+
+def traffic(buffer_bytes: int, ranks: int, algorithm: str = "ring", element_bytes: int = 1) -> Traffic:
+    """Count the bytes of every message of the schedule (no buffers needed, so any size works)."""
+    if buffer_bytes % element_bytes:
+        raise ValueError(f"{buffer_bytes} bytes is not a whole number of {element_bytes}-byte elements")
+    if ranks > MAX_RANKS:
+        raise ValueError(f"at most {MAX_RANKS} ranks (the count does O(ranks^2) work), got {ranks}")
+    sent = np.zeros(ranks, dtype=np.int64)
+    received = np.zeros(ranks, dtype=np.int64)
+    step_bytes = []
+    for step in schedule(algorithm, buffer_bytes // element_bytes, ranks):
+        nbytes = (step.hi - step.lo) * element_bytes
+        out = np.bincount(step.src, nbytes, minlength=ranks)
+        into = np.bincount(step.dst, nbytes, minlength=ranks)
+        sent += out.astype(np.int64)
+        received += into.astype(np.int64)
+        step_bytes.append(int(max(out.max(), into.max())))
+    return Traffic(algorithm, ranks, buffer_bytes, sent.tolist(), received.tolist(), step_bytes)
+
+
+def ring_bytes_per_rank(buffer_bytes: float, ranks: int) -> float:
+    """The textbook figure: 2(N - 1)/N of the buffer, each way."""
+    return 2 * (ranks - 1) / ranks * buffer_bytes
+
+
+def ring_seconds(buffer_bytes: float, ranks: int, latency_s: float, bandwidth_bytes_per_s: float) -> float:
+    """Closed form for a divisible buffer: 2(N - 1) (alpha + B / (N beta))."""
+    return 2 * (ranks - 1) * (latency_s + buffer_bytes / ranks / bandwidth_bytes_per_s)
+
+
+# ---------------------------------------------------------------- the experiment
+CASES = [(2, 12), (3, 12), (3, 1000), (4, 997), (5, 3), (8, 1024), (7, 100)]  # (ranks, elements)
+EXAMPLE_LATENCY_S = 5e-6  # illustrative alpha: a few microseconds per hop, typical of one GPU-to-GPU step
+EXAMPLE_BANDWIDTH = 100e9  # illustrative beta: 100 GB/s per direction
+EXAMPLE_BUFFER = 960_000_000  # bytes; divisible by 2, 3, 8 and 64, so every ring chunk is equal
+GROWTH_RANKS = [2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64]
+
+
+@experiment("ring-allreduce", "ring all-reduce simulated step by step: exact sums, 2(N-1)/N bytes per rank, "
+            "vs tree and naive", kind="simulated")
+def ring_allreduce(device: str) -> Result:
+    r = Result("ring-allreduce")
+    rng = np.random.default_rng(0)
+    rows = []
+    exact_err = spread = total_err = 0
+    dev_max = 0.0
+    for n, elements in CASES:
+        ints = [rng.integers(-1000, 1000, elements) for _ in range(n)]
+        direct = np.sum(ints, axis=0)
+        for alg in SCHEDULES:
+            res = simulate(ints, alg)
+            exact_err = max(exact_err, max(int(np.abs(x - direct).max()) for x in res))
+            spread = max(spread, max(int(np.abs(x - res[0]).max()) for x in res))
+        t = traffic(8 * elements, n, "ring", element_bytes=8)
+        formula = ring_bytes_per_rank(t.buffer_bytes, n)
+        dev = max(abs(b - formula) for b in t.sent + t.received)
+        total_err = max(total_err, abs(sum(t.sent) - 2 * (n - 1) * t.buffer_bytes),
+                        abs(sum(t.received) - 2 * (n - 1) * t.buffer_bytes))
+        if elements % n == 0:
+            r.claim(f"ring, N={n}, L={elements} (divisible): largest |per-rank bytes - 2(N-1)/N x buffer|, "
+                    "sent and received", dev, 0, unit="B")
+        else:
+            dev_max = max(dev_max, dev / 8)
+        rows.append([n, elements, f"{elements % n} of {n} chunks one longer", t.buffer_bytes, min(t.sent),
+                     max(t.sent), f"{formula:,.2f}", t.steps])
+    r.table("cases", ["ranks N", "elements L (int64)", "chunking", "buffer (B)", "min sent per rank (B)",
+                      "max sent per rank (B)", "2(N-1)/N x buffer (B)", "steps"], rows,
+            caption="Ring all-reduce on int64 buffers; received counts are the same figures shifted by one rank")
+    r.claim("ring, tree and naive results equal the direct sum (integer data)", exact_err, 0)
+    r.claim("every rank ends with the same buffer", spread, 0)
+    r.claim("every case: bytes sent (and received) by all ranks together - 2(N-1) x buffer", total_err, 0,
+            unit="B")
+    r.claim("uneven chunks: per-rank bytes within 2 elements of 2(N-1)/N x buffer", dev_max, 2.0,
+            relation="<=", unit="elements", formula="|2L/N - c[r+1] - c[r+2]| < 2")
+    r.add("uneven_max_deviation_elements", dev_max, "elements", "largest per-rank deviation from 2(N-1)/N, uneven L")
+
+    # Float32: the ring adds in a different order than a direct sum; bounded by (N-1) u sum|x|.
+    n, elements = 8, 4099
+    xs = [rng.standard_normal(elements).astype(np.float32) for _ in range(n)]
+    exact = np.sum(np.asarray(xs, dtype=np.float64), axis=0)
+    ring = simulate(xs, "ring")[0].astype(np.float64)
+    bound = (n - 1) * np.finfo(np.float32).eps / 2 * np.sum(np.abs(np.asarray(xs, np.float64)), axis=0)
+    ratio = float(np.max(np.abs(ring - exact) / bound))
+    r.claim("float32 ring sum: error / ((N-1) u sum|x|) (the recursive-summation bound)", ratio, 1.0,
+            relation="<=", formula="N=8, L=4099, u = 2^-24")
+    r.add("float32_error_over_bound", ratio, "", "worst float32 error as a fraction of its bound")
+
+    _algorithms(r)
+    _growth_figure(r)
+    _seven_b(r)
+    return r
+
+
+def _seven_b(r: Result) -> None:
+    """A worked problem: the bf16 gradients of Llama 2 7B, ring all-reduced in one node and across nodes."""
+    from distlab.core.facts import fact
+    from distlab.models.shapes import presets
+
+    grad = 2 * presets()["7B"].params()  # bf16: 2 bytes per parameter
+    nvlink = fact("interconnect.NVLink4-H100.bidirectional_gbytes_per_s").value * 1e9 / 2  # quoted both ways
+    ndr = fact("interconnect.InfiniBand-NDR.gbits_per_s_per_direction").value * 1e9 / 8  # bits -> bytes
+    r.add("7b_grad_bytes", grad, "B", "Llama 2 7B gradients in bf16")
+    for n, link, name in ((8, nvlink, "nvlink"), (64, ndr, "ndr")):
+        t = traffic(grad - grad % n, n, "ring")
+        r.add(f"7b_ring_{n}_bytes", max(t.sent), "B", f"7B, ring over {n}: bytes each GPU sends")
+        r.add(f"7b_ring_{n}_{name}_s", max(t.sent) / link, "s", f"7B, ring over {n}: bandwidth term on {name}")
+    r.add("7b_64_over_8", r.quantities["7b_ring_64_ndr_s"].value / r.quantities["7b_ring_8_nvlink_s"].value, "",
+          "7B: flat ring over 64 on NDR / ring over 8 on NVLink, bandwidth term")
+    r.add("nvlink_per_direction", nvlink, "B/s", "NVLink 4 (H100), one direction")
+    r.add("ndr_per_direction", ndr, "B/s", "InfiniBand NDR port, one direction")
+    naive = traffic(grad - grad % 8, 8, "naive")
+    r.add("7b_naive_8_bytes", max(naive.sent), "B", "7B, naive over 8: bytes rank 0 sends")
+
+
+def _algorithms(r: Result) -> None:
+    """Bytes and steps per algorithm at a few N, each checked against its closed form."""
+    buffer = EXAMPLE_BUFFER
+    rows = []
+    for n in (2, 3, 8, 64):
+        logn = math.ceil(math.log2(n))
+        expect = {"ring": (ring_bytes_per_rank(buffer, n), 2 * (n - 1)), "tree": (logn * buffer, 2 * logn),
+                  "naive": ((n - 1) * buffer, 2 * (n - 1))}
+        for alg in SCHEDULES:
+            t = traffic(buffer, n, alg)
+            worst = max(t.sent + t.received)
+            r.claim(f"{alg}, N={n}: busiest rank's bytes each way", worst, expect[alg][0], unit="B",
+                    formula={"ring": "2(N-1)/N B", "tree": "ceil(log2 N) B", "naive": "(N-1) B"}[alg])
+            r.claim(f"{alg}, N={n}: steps", t.steps, expect[alg][1],
+                    formula={"ring": "2(N-1)", "tree": "2 ceil(log2 N)", "naive": "2(N-1)"}[alg])
+            secs = t.seconds(EXAMPLE_LATENCY_S, EXAMPLE_BANDWIDTH)
+            rows.append([alg, n, worst / buffer, t.steps, secs * 1e3])
+            r.add(f"{alg}_{n}_seconds", secs, "s", f"{alg}, N={n}: alpha-beta time for the example buffer")
+            r.add(f"{alg}_{n}_busiest_bytes", worst, "B", f"{alg}, N={n}: busiest rank's bytes, each way")
+        t = traffic(buffer, n, "ring")
+        r.claim(f"ring, N={n}: simulated alpha-beta time = 2(N-1)(alpha + B/(N beta))",
+                t.seconds(EXAMPLE_LATENCY_S, EXAMPLE_BANDWIDTH),
+                ring_seconds(buffer, n, EXAMPLE_LATENCY_S, EXAMPLE_BANDWIDTH), rel_tol=1e-12, unit="s")
+    r.table("algorithms", ["algorithm", "ranks N", "busiest rank sends (x buffer)", "steps",
+                           "time (ms)"], rows,
+            caption=f"Buffer {format_quantity(buffer, 'B')}; time with the illustrative alpha = "
+                    f"{format_quantity(EXAMPLE_LATENCY_S, 's')}, beta = {format_quantity(EXAMPLE_BANDWIDTH, 'B/s')} "
+                    "per direction")
+    r.add("example_buffer", buffer, "B", "example buffer")
+    r.add("example_latency_s", EXAMPLE_LATENCY_S, "s", "illustrative alpha")
+    r.add("example_bandwidth", EXAMPLE_BANDWIDTH, "B/s", "illustrative beta")
+    # Where the unpipelined tree beats the ring (N = 64): alpha-dominated small messages.
+    n = 64
+    logn = math.ceil(math.log2(n))
+    # 2(N-1)(a + B/(N b)) = 2 log N (a + B/b)  =>  B = a b (N-1-log N) / (log N - (N-1)/N)
+    crossover = EXAMPLE_LATENCY_S * EXAMPLE_BANDWIDTH * (n - 1 - logn) / (logn - (n - 1) / n)
+    r.add("crossover_bytes_64", crossover, "B", "N=64: below this buffer size the tree is faster than the ring")
+    below = traffic(int(crossover // 2), n, "tree").seconds(EXAMPLE_LATENCY_S, EXAMPLE_BANDWIDTH) < \
+        traffic(int(crossover // 2), n, "ring").seconds(EXAMPLE_LATENCY_S, EXAMPLE_BANDWIDTH)
+    above = traffic(int(crossover * 2), n, "tree").seconds(EXAMPLE_LATENCY_S, EXAMPLE_BANDWIDTH) > \
+        traffic(int(crossover * 2), n, "ring").seconds(EXAMPLE_LATENCY_S, EXAMPLE_BANDWIDTH)
+    r.claim("N=64: tree faster at half the crossover size and slower at twice it", int(below and above), 1)
+
+
+def _growth_figure(r: Result) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    buffer = 1_000_000
+    fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(11, 3.4))
+    sizes = np.logspace(3, 10, 36)
+    for alg, style in (("ring", "-o"), ("tree", "-s"), ("naive", "-^")):
+        ts = [traffic(buffer, n, alg) for n in GROWTH_RANKS]
+        ax1.plot(GROWTH_RANKS, [max(t.sent + t.received) / buffer for t in ts], style, ms=3, label=alg)
+        ax2.plot(GROWTH_RANKS, [t.steps for t in ts], style, ms=3, label=alg)
+        times = [traffic(int(s), 64, alg).seconds(EXAMPLE_LATENCY_S, EXAMPLE_BANDWIDTH) for s in sizes]
+        ax3.plot(sizes, times, style, ms=2, label=alg)
+    for ax in (ax1, ax2):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks([2, 4, 8, 16, 32, 64], ["2", "4", "8", "16", "32", "64"])
+        ax.set_xticks([], minor=True)
+    ax1.set(yscale="log", xlabel="ranks N", ylabel="busiest rank's bytes / buffer")
+    ax2.set(yscale="log", xlabel="ranks N", ylabel="steps (ring and naive coincide)")
+    ax3.set(xscale="log", yscale="log", xlabel="buffer (bytes), N = 64", ylabel="alpha-beta time (s)")
+    ax1.axhline(2, color="grey", lw=0.6, ls=":")
+    for ax in (ax1, ax2, ax3):
+        ax.legend(fontsize=7)
+        ax.grid(alpha=0.3, which="both", lw=0.3)
+    fig.tight_layout()
+    r.figure("growth", fig, "Simulated all-reduce: the busiest rank's bytes (the ring's approach 2 x buffer), "
+             "steps, and alpha-beta time at N = 64 with the illustrative alpha and beta")
+
+
+# ---------------------------------------------------------------- the CLI
+@command("allreduce", "bytes each rank sends and receives in an all-reduce (ring, tree, naive), alpha-beta time")
+def allreduce_command(argv: list[str]) -> int:
+    p = parser("allreduce", "Simulate an all-reduce schedule and count the bytes of every message.\n"
+               "Ring chunks like numpy.array_split: the first (elements mod N) chunks are one element longer.\n"
+               "example: distlab allreduce --ranks 8 --bytes 1e9 --latency 5e-6 --bandwidth 100e9")
+    p.add_argument("--ranks", type=positive(int), required=True, help="number of ranks N")
+    p.add_argument("--bytes", type=positive(int), required=True, help="buffer size per rank, bytes")
+    p.add_argument("--algorithm", choices=list(SCHEDULES), default="ring", help="schedule (default ring)")
+    p.add_argument("--element-bytes", type=positive(int), default=1,
+                   help="bytes per element: chunks never split an element (default 1)")
+    p.add_argument("--latency", type=positive(float), help="alpha: seconds per step")
+    p.add_argument("--bandwidth", type=positive(float), help="beta: bytes per second per direction")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    args = p.parse_args(argv)
+    if (args.latency is None) != (args.bandwidth is None):
+        raise ValueError("--latency and --bandwidth go together (the alpha-beta time needs both)")
+    t = traffic(args.bytes, args.ranks, args.algorithm, args.element_bytes)
+    seconds = t.seconds(args.latency, args.bandwidth) if args.latency is not None else None
+    out = {
+        "algorithm": args.algorithm,
+        "ranks": args.ranks,
+        "bytes": args.bytes,
+        "element_bytes": args.element_bytes,
+        "steps": t.steps,
+        "bytes_sent_per_rank": t.sent,
+        "bytes_received_per_rank": t.received,
+        "bytes_sent_max": max(t.sent),
+        "bytes_received_max": max(t.received),
+        "bytes_total": sum(t.sent),
+        "ring_formula_bytes_per_rank": ring_bytes_per_rank(args.bytes, args.ranks),
+        "latency_s": args.latency,
+        "bandwidth_bytes_per_s": args.bandwidth,
+        "time_s": seconds,
+    }
+    q = lambda b: format_quantity(b, "B")
+    lines = [f"{args.algorithm} all-reduce of {q(args.bytes)} over {args.ranks} ranks: {t.steps} steps",
+             f"  bytes sent per rank:     {q(min(t.sent))} .. {q(max(t.sent))}",
+             f"  bytes received per rank: {q(min(t.received))} .. {q(max(t.received))}",
+             f"  all ranks together:      {q(sum(t.sent))}",
+             f"  ring formula 2(N-1)/N x B = {q(ring_bytes_per_rank(args.bytes, args.ranks))}"]
+    if seconds is not None:
+        lines.append(f"  alpha-beta time: {format_quantity(seconds, 's')} "
+                     f"(alpha {args.latency:g} s x {t.steps} steps + bytes / {q(args.bandwidth)}/s)")
+    emit(out, args.json, "\n".join(lines))
+    return 0

@@ -1,0 +1,153 @@
+"""Accelerators as the rest of distlab sees them: peaks, memory, SRAM and links from distlab/data/gpus.toml.
+
+The data file holds what datasheets print; this module derives everything else (bytes, bytes per second,
+unidirectional link bandwidth, the ridge point) so no derived number is ever typed. Each chip names its
+GPU-to-GPU link, whose bandwidth lives in distlab/data/interconnect.toml (read via distlab.hardware.collectives).
+The planner and the calculators call `gpu(name)`; the roofline and FlashAttention chapters call
+`GPU.ridge(dtype)`.
+
+The ridge point of a chip for a dtype is peak FLOP/s divided by HBM bytes/s: a kernel that does fewer
+FLOPs per byte it moves than this is memory-bound on that chip, one that does more is compute-bound
+(Williams, Waterman, Patterson 2009, "Roofline: an insightful visual performance model").
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+
+from distlab.core.cli import command, emit, parser
+from distlab.core.facts import entries, fact
+from distlab.hardware.links import per_direction_bytes_per_s
+
+DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
+# dtype -> the data file's field for its dense peak (fp32 is the vector units' rate, the others tensor cores)
+PEAK_FIELDS = {"fp32": "fp32_tflops", "tf32": "tf32_dense_tflops", "bf16": "bf16_dense_tflops",
+               "fp16": "fp16_dense_tflops", "fp8": "fp8_dense_tflops"}
+BYTES_PER_ELEMENT = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+KIB, MIB = 2**10, 2**20  # on-chip SRAM sizes are printed in binary units (a "50 MB" L2 is 50 MiB)
+
+
+@dataclass(frozen=True, kw_only=True)
+class GPU:
+    """One accelerator. Bytes are bytes, rates are per second, peaks are dense (no 2:4 sparsity)."""
+
+    name: str
+    """The data file's key, e.g. "H100-SXM"."""
+    title: str
+    """Marketing name, e.g. "NVIDIA H100 SXM5 80 GB"."""
+    vendor: str
+    sms: int
+    """Streaming multiprocessors (NVIDIA) or compute units (AMD)."""
+    hbm_bytes: float
+    hbm_bytes_per_s: float
+    l2_bytes: int
+    smem_per_sm_bytes: int
+    """Most programmer-managed SRAM one SM gives a kernel (shared memory / LDS)."""
+    link_bytes_per_s: float
+    """GPU-to-GPU bandwidth per GPU, one direction (printed figures add both directions)."""
+    link_name: str
+    peaks: dict[str, float] = field(default_factory=dict, hash=False)
+    """dtype -> dense peak FLOP/s; a dtype the chip has no fast path for is absent."""
+    bf16_sparse_flops: float = 0.0
+    """The datasheet's with-sparsity bf16 figure (only to show what confusing it with dense does)."""
+
+    def __post_init__(self) -> None:
+        for name in ("sms", "hbm_bytes", "hbm_bytes_per_s", "l2_bytes", "smem_per_sm_bytes", "link_bytes_per_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"GPU {self.name}: {name} must be positive, got {getattr(self, name)}")
+        unknown = set(self.peaks) - set(DTYPES)
+        if unknown:
+            raise ValueError(f"GPU {self.name}: unknown dtypes {sorted(unknown)}; known: {', '.join(DTYPES)}")
+
+    def peak_flops(self, dtype: str = "bf16") -> float:
+        """Dense peak FLOP/s for `dtype` (fp32 = vector units; tf32/bf16/fp16/fp8 = tensor cores)."""
+        _check_dtype(dtype)
+        if dtype not in self.peaks:
+            raise ValueError(f"{self.name} has no {dtype} tensor-core path; it has {', '.join(self.peaks)}")
+        return self.peaks[dtype]
+
+    def ridge(self, dtype: str = "bf16") -> float:
+        """FLOP per HBM byte at which the compute roof meets the memory roof."""
+        return self.peak_flops(dtype) / self.hbm_bytes_per_s
+
+    @property
+    def smem_total_bytes(self) -> int:
+        """Shared memory of the whole chip: every SM's carve-out added up."""
+        return self.sms * self.smem_per_sm_bytes
+
+
+def _check_dtype(dtype: str) -> None:
+    if dtype not in DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}; known: {', '.join(DTYPES)}")
+
+
+def gpu_names() -> list[str]:
+    """Every accelerator in the data file, in file order."""
+    return list(entries("gpus"))
+
+
+@functools.cache
+def gpu(name: str) -> GPU:
+    """The accelerator called `name` (case-insensitive). Unknown names raise ValueError listing the known."""
+    known = gpu_names()
+    key = next((k for k in known if k.lower() == name.strip().lower()), None)
+    if key is None:
+        raise ValueError(f"unknown GPU {name!r}; known: {', '.join(known)}")
+    row = entries("gpus")[key]
+
+    def value(field_name: str):
+        return fact(f"gpus.{key}.{field_name}").value  # fact() insists every value has a source
+
+    peaks = {dt: value(f) * 1e12 for dt, f in PEAK_FIELDS.items() if f in row}
+    link = value("link")  # the chip's GPU-to-GPU link: an entry of interconnect.toml
+    return GPU(
+        name=key, title=value("name"), vendor=value("vendor"), sms=value("sms"),
+        hbm_bytes=value("hbm_gb") * 1e9, hbm_bytes_per_s=value("hbm_tbps") * 1e12,
+        l2_bytes=round(value("l2_mib") * MIB), smem_per_sm_bytes=round(value("smem_per_sm_kib") * KIB),
+        link_bytes_per_s=per_direction_bytes_per_s(link), link_name=fact(f"interconnect.{link}.name").value,
+        peaks=peaks, bf16_sparse_flops=value("bf16_sparse_tflops") * 1e12,
+    )
+
+
+# Device names as torch reports them -> data-file entries. Variants we do not have data for (PCIe cards,
+# NVL, 40 GB A100) match nothing rather than the wrong row.
+_DEVICE_PATTERNS = [("H200", "H200"), ("H100", "H100-SXM"), ("A100", "A100-SXM-80GB"), ("B200", "B200"),
+                    ("MI300X", "MI300X")]
+_EXCLUDE = ("PCIE", "NVL", "40GB", "GH200", "GB200")
+
+
+def match_device(device_name: str) -> GPU | None:
+    """The data-file entry for a device name such as "NVIDIA H100 80GB HBM3", or None when we have none."""
+    upper = device_name.upper()
+    if any(x in upper for x in _EXCLUDE):
+        return None
+    for pattern, key in _DEVICE_PATTERNS:
+        if pattern in upper:
+            return gpu(key)
+    return None
+
+
+@command("gpus", "list the accelerators in the hardware data: peaks, memory, SRAM, links, ridge points")
+def gpus_command(argv: list[str]) -> int:
+    p = parser("gpus", "The accelerators in distlab/data/gpus.toml with their derived ridge points.")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    a = p.parse_args(argv)
+    chips = [gpu(name) for name in gpu_names()]
+    obj = [{"name": g.name, "title": g.title, "vendor": g.vendor, "sms": g.sms, "hbm_bytes": g.hbm_bytes,
+            "hbm_bytes_per_s": g.hbm_bytes_per_s, "l2_bytes": g.l2_bytes, "smem_per_sm_bytes": g.smem_per_sm_bytes,
+            "link_name": g.link_name, "link_bytes_per_s": g.link_bytes_per_s,
+            "peak_flops": dict(g.peaks), "ridge": {dt: g.ridge(dt) for dt in g.peaks}} for g in chips]
+    head = f"{'name':<15}{'SMs':>5}{'HBM GB':>8}{'TB/s':>6}{'bf16 TF':>9}{'fp8 TF':>8}{'fp32 TF':>9}" \
+           f"{'L2 MiB':>8}{'smem KiB':>9}{'link GB/s (1 dir)':>19}{'ridge bf16':>12}"
+    lines = [head] + [
+        f"{g.name:<15}{g.sms:>5}{g.hbm_bytes / 1e9:>8g}{g.hbm_bytes_per_s / 1e12:>6g}"
+        f"{g.peak_flops('bf16') / 1e12:>9g}{_tflops(g, 'fp8'):>8}"
+        f"{g.peak_flops('fp32') / 1e12:>9g}{g.l2_bytes / 2**20:>8g}{g.smem_per_sm_bytes / 2**10:>9g}"
+        f"{g.link_bytes_per_s / 1e9:>19g}{g.ridge('bf16'):>12.0f}" for g in chips]
+    emit(obj, a.json, "\n".join(lines) + "\n\nDense peaks (no 2:4 sparsity); sources in distlab/data/gpus.toml.")
+    return 0
+
+
+def _tflops(g, dtype: str) -> str:
+    return f"{g.peaks[dtype] / 1e12:g}" if dtype in g.peaks else "-"

@@ -1,0 +1,177 @@
+"""Where the bytes of an AdamW step go: counted from real tensors after a real training step.
+
+Mixed precision (the ZeRO paper's convention, Rajbhandari et al. 2020, Section 3.1): bf16 weights and
+gradients for forward and backward, an fp32 master copy that the optimizer updates, and fp32 Adam
+moments m and v: 2 + 2 + 4 + 4 + 4 = 16 bytes per parameter. Plain fp32 AdamW: 4 + 4 + 4 + 4 = 16.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from distlab.core.experiments import experiment
+from distlab.core.facts import fact
+from distlab.core.results import Quantity, Result
+from distlab.memory.activations import published_bytes_per_layer
+from distlab.memory.model_states import BYTES_PER_PARAM, STEP_COUNTER_BYTES, model_state_bytes
+from distlab.models.gpt import GPT, GPTConfig, param_count, random_batch
+from distlab.models.shapes import presets
+
+SMALL = GPTConfig(vocab=512, seq=64, layers=2, hidden=64, heads=4)
+
+
+def _storage_bytes(tensors, seen: set[int]) -> int:
+    """Bytes of the distinct storages behind `tensors` (a tied weight or a view counts once)."""
+    total = 0
+    for t in tensors:
+        s = t.untyped_storage()
+        if s.data_ptr() not in seen:
+            seen.add(s.data_ptr())
+            total += s.nbytes()
+    return total
+
+
+def measure_mixed(cfg: GPTConfig = SMALL, steps: int = 2, seed: int = 0) -> dict[str, int]:
+    """Real mixed-precision AdamW steps; returns bytes by category from the tensors' storage."""
+    torch.manual_seed(seed)
+    model = GPT(cfg).to(torch.bfloat16)
+    params = list(model.parameters())
+    master = [p.detach().float().clone().requires_grad_(True) for p in params]
+    opt = torch.optim.AdamW(master, lr=1e-3)
+    transient = 0
+    for step in range(steps):
+        x, y = random_batch(cfg, 4, seed=seed + step)
+        for p in params:  # keep the bf16 gradient buffers alive, as DDP's buckets do
+            if p.grad is not None:
+                p.grad.zero_()
+        model(x, y).backward()
+        for mp, p in zip(master, params):
+            mp.grad = p.grad.float()  # transient fp32 copy for the update
+        transient = _storage_bytes([mp.grad for mp in master], set())
+        opt.step()
+        with torch.no_grad():
+            for mp, p in zip(master, params):
+                p.copy_(mp)  # round the updated master weights back to bf16
+                mp.grad = None
+    seen: set[int] = set()
+    state = [opt.state[mp] for mp in master]
+    return {
+        "weights (bf16)": _storage_bytes(params, seen),
+        "gradients (bf16)": _storage_bytes([p.grad for p in params], seen),
+        "master weights (fp32)": _storage_bytes(master, seen),
+        "Adam m (fp32)": _storage_bytes([s["exp_avg"] for s in state], seen),
+        "Adam v (fp32)": _storage_bytes([s["exp_avg_sq"] for s in state], seen),
+        "step counters": _storage_bytes([s["step"] for s in state], seen),
+        "transient fp32 gradients": transient,
+        "tensors": len(params),
+    }
+
+
+def measure_fp32(cfg: GPTConfig = SMALL, steps: int = 2, seed: int = 0) -> dict[str, int]:
+    torch.manual_seed(seed)
+    model = GPT(cfg)
+    params = list(model.parameters())
+    opt = torch.optim.AdamW(params, lr=1e-3)
+    for step in range(steps):
+        x, y = random_batch(cfg, 4, seed=seed + step)
+        opt.zero_grad(set_to_none=False)
+        model(x, y).backward()
+        opt.step()
+    seen: set[int] = set()
+    state = [opt.state[p] for p in params]
+    return {
+        "weights (fp32)": _storage_bytes(params, seen),
+        "gradients (fp32)": _storage_bytes([p.grad for p in params], seen),
+        "Adam m (fp32)": _storage_bytes([s["exp_avg"] for s in state], seen),
+        "Adam v (fp32)": _storage_bytes([s["exp_avg_sq"] for s in state], seen),
+        "step counters": _storage_bytes([s["step"] for s in state], seen),
+        "tensors": len(params),
+    }
+
+
+@experiment("adamw-bytes", "bytes per parameter of a real mixed-precision and fp32 AdamW step, by category")
+def adamw_bytes(device: str) -> Result:
+    r = Result("adamw-bytes")
+    n = param_count(SMALL)
+    r.add("model_params", n, "params", "parameters of the small model (closed form)")
+    r.add("model_layers", SMALL.layers, "", "layers")
+    r.add("model_hidden", SMALL.hidden, "", "hidden width")
+    mixed = measure_mixed()
+    for precision, counts in (("mixed", mixed), ("fp32", measure_fp32())):
+        rows, total = [], 0
+        for cat, expected in BYTES_PER_PARAM[precision].items():
+            per_param = counts[cat] / n
+            total += counts[cat]
+            r.claim(f"{precision}: {cat} bytes/param", per_param, expected, unit="B/param")
+            rows.append([cat, counts[cat], per_param, expected])
+        tensors = counts["tensors"]
+        r.claim(f"{precision}: step counters = 4 B x parameter tensors", counts["step counters"],
+                STEP_COUNTER_BYTES * tensors, unit="B", formula=f"{tensors} tensors")
+        rows.append(["step counters (per tensor)", counts["step counters"], counts["step counters"] / n, "—"])
+        r.claim(f"{precision}: total bytes/param (without step counters)", total / n,
+                sum(BYTES_PER_PARAM[precision].values()), unit="B/param")
+        r.add(f"{precision}_bytes_per_param", total / n, "B/param", f"{precision}: persistent bytes per parameter")
+        r.add(f"{precision}_step_counter_bytes", counts["step counters"], "B", "step counters")
+        r.add(f"{precision}_tensors", tensors, "", "parameter tensors")
+        r.table(precision, ["category", "bytes measured", "bytes/param measured", "bytes/param formula"], rows)
+    transient = mixed["transient fp32 gradients"] / n
+    r.claim("mixed: transient fp32 gradient copies bytes/param", transient, 4, unit="B/param")
+    r.add("transient_bytes_per_param", transient, "B/param", "transient fp32 gradients during the step")
+    _seven_b(r)
+    _dominance_figure(r)
+    return r
+
+
+def _seven_b(r: Result) -> None:
+    """The 7B estimate, each row with its formula, against one 80 GB GPU."""
+    model = presets()["7B"]
+    n = model.params()
+    hbm = fact("gpus.H100-SXM.hbm_gb").value * 1e9
+    r.add("7b_params", n, "params", f"{model.name} parameters")
+    r.add("7b_params_billions", n / 1e9, "billion", f"{model.name} parameters, in billions")
+    formulas = {"weights (bf16)": "2Ψ", "gradients (bf16)": "2Ψ", "master weights (fp32)": "4Ψ",
+                "Adam m (fp32)": "4Ψ", "Adam v (fp32)": "4Ψ"}
+    states = model_state_bytes(n, "mixed")
+    rows = [[cat, formulas[cat], Quantity(states[cat], "B")] for cat in states]
+    total = sum(states.values())
+    rows.append(["**total (training)**", "16Ψ", Quantity(total, "B")])
+    r.table("seven_b", ["category", "formula", "bytes"], rows)
+    thirteen = presets()["13B"].params()
+    r.add("13b_params", thirteen, "params", "Llama 2 13B parameters")
+    r.add("13b_total_bytes", 16 * thirteen, "B", "13B model states, 16 B/param")
+    r.add("7b_weights_bytes", states["weights (bf16)"], "B", "bf16 weights")
+    r.add("7b_total_bytes", total, "B", "mixed-precision AdamW model states")
+    r.add("7b_optimizer_bytes", 12 * n, "B", "master + m + v")
+    r.add("7b_total_over_hbm", total / hbm, "", "model states / one 80 GB GPU")
+    r.add("7b_min_gpus_states", -(-total // hbm), "GPUs", "GPUs needed to hold the states alone, sharded")
+    r.add("7b_states_per_gpu_min", total / -(-total // hbm), "B", "states per GPU, sharded evenly over that many")
+    r.add("7b_left_per_gpu_min", hbm - total / -(-total // hbm), "B", "HBM left per GPU beside those states")
+    r.add("optimizer_share", 12 / 16, "fraction", "share of model states that is optimizer state")
+
+
+def _dominance_figure(r: Result, seq: int = 4096, batch: int = 1) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names, shares = [], []
+    cats = ["weights", "gradients", "optimizer (master + m + v)", "activations (s=4096, b=1, no recompute)"]
+    for name, m in presets().items():
+        n = m.params()
+        act = m.layers * published_bytes_per_layer(seq, batch, m.hidden, m.heads)
+        parts = [2 * n, 2 * n, 12 * n, act]
+        names.append(f"{name}\n({n / 1e9:.1f}B)")
+        shares.append([p / sum(parts) for p in parts])
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    bottom = [0.0] * len(names)
+    for i, cat in enumerate(cats):
+        vals = [s[i] for s in shares]
+        ax.bar(names, vals, bottom=bottom, label=cat)
+        bottom = [b + v for b, v in zip(bottom, vals)]
+    ax.set_ylabel("share of training memory")
+    ax.legend(fontsize=7, loc="lower right")
+    ax.set_ylim(0, 1)
+    r.figure("share", fig, "Share of per-GPU training memory by category (mixed-precision AdamW, one GPU, "
+             "activations from the published per-layer formula)")
+    r.data["shares"] = dict(zip([n.split("\n")[0] for n in names], shares))

@@ -1,0 +1,1 @@
+"""Chapter 7: tensor, sequence, pipeline, context and expert parallelism."""

@@ -1,0 +1,73 @@
+"""Sequence parallelism (Korthikanti et al. 2022, https://arxiv.org/abs/2205.05198, Section 4.2.2) by the
+numbers: what it saves in activation memory and what it costs in communication (nothing extra).
+
+Tensor parallelism splits the attention and MLP activations by t but leaves the LayerNorm and dropout
+regions replicated: 10sbh bytes per layer that every rank of the group holds in full. Sequence
+parallelism splits those along the sequence, so every activation is divided by t. The all-reduce
+that ended each sub-layer becomes a reduce-scatter (into sequence shards) and the identity that
+began it an all-gather: in a ring, (t-1)/t N + (t-1)/t N = 2(t-1)/t N bytes, the all-reduce's own.
+The operators themselves run on real processes in distlab.model_parallel.tensor_parallel (experiment tensor-parallel).
+"""
+
+from __future__ import annotations
+
+from distlab.core.experiments import experiment
+from distlab.core.results import Quantity, Result
+from distlab.memory.activations import activation_bytes_per_layer
+from distlab.model_parallel.tensor_parallel import ring_wire_bytes
+from distlab.models.shapes import presets
+
+MODELS = ("7B", "13B", "70B", "175B")
+
+
+def replicated_bytes_saved(seq: int, batch: int, hidden: int, tp: int) -> float:
+    """What sequence parallelism saves per layer and GPU: the 10sbh replicated bytes, less the 10sbh/t
+    each rank keeps of them (Korthikanti et al., Table 2, rows with and without it)."""
+    return 10 * seq * batch * hidden * (tp - 1) / tp
+
+
+def tp_wire_bytes_per_layer(seq: int, batch: int, hidden: int, tp: int, bytes_per_element: int = 2) -> float:
+    """Bytes each rank sends per layer, forward and backward: four all-reduces of sbh elements (two
+    forward, two backward), or with sequence parallelism four reduce-scatters and four all-gathers."""
+    n = seq * batch * hidden * bytes_per_element
+    return 4 * ring_wire_bytes("all-reduce", n, tp)
+
+
+@experiment("sequence-parallel", "activation memory per layer with and without sequence parallelism "
+            "(Korthikanti et al. 2022), and its communication, for 7B to 175B", kind="computed")
+def sequence_parallel(device: str) -> Result:
+    r = Result("sequence-parallel")
+    rows = []
+    for name in MODELS:
+        m = presets()[name]
+        s, b, h, a = m.seq, 1, m.hidden, m.heads
+        for t in (4, 8):
+            for recompute in ("none", "selective"):
+                without = activation_bytes_per_layer(s, b, h, a, tp=t, sequence_parallel=False, recompute=recompute)
+                with_sp = activation_bytes_per_layer(s, b, h, a, tp=t, sequence_parallel=True, recompute=recompute)
+                r.claim(f"{name}, t={t}, recompute {recompute}: saving = 10sbh(t-1)/t", without - with_sp,
+                        replicated_bytes_saved(s, b, h, t), rel_tol=1e-12, unit="B")
+                rows.append([name, t, recompute, Quantity(without, "B"), Quantity(with_sp, "B"),
+                             Quantity(m.layers * (without - with_sp), "B")])
+        act = s * b * h * 2  # one (s, b, h) bf16 activation
+        rs_ag = 4 * (ring_wire_bytes("reduce-scatter", act, 8) + ring_wire_bytes("all-gather", act, 8))
+        r.claim(f"{name}, t=8: reduce-scatters + all-gathers send what the all-reduces did", rs_ag,
+                tp_wire_bytes_per_layer(s, b, h, 8), rel_tol=1e-12, unit="B")
+    r.table("memory", ["model", "t", "recompute", "per layer, TP only", "per layer, TP + SP",
+                       "saved over all layers"], rows,
+            caption="Activation bytes per GPU, micro-batch 1 at each model's training sequence length, 16-bit "
+                    "activations (Korthikanti et al. 2022, Table 2).")
+    m = presets()["70B"]
+    s, h, a = m.seq, m.hidden, m.heads
+    for sp in (False, True):
+        key = "sp" if sp else "tp"
+        r.add(f"70b_{key}_selective_layer", activation_bytes_per_layer(s, 1, h, a, tp=8, sequence_parallel=sp,
+                                                                       recompute="selective"), "B",
+              f"70B, t=8, selective recompute, per layer{' with SP' if sp else ''}")
+        r.add(f"70b_{key}_selective_model", m.layers * activation_bytes_per_layer(
+            s, 1, h, a, tp=8, sequence_parallel=sp, recompute="selective"), "B", f"70B, all {m.layers} layers")
+    r.add("70b_wire_bytes_layer", tp_wire_bytes_per_layer(s, 1, h, 8), "B",
+          "70B, t=8: bytes each rank sends per layer, forward + backward, bf16")
+    r.add("70b_layers", m.layers, "", "layers of Llama 2 70B")
+    r.add("70b_seq", s, "tokens", "training sequence of Llama 2 70B")
+    return r

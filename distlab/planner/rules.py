@@ -1,0 +1,170 @@
+"""Chapter 7's decision rules for 3D (4D, 5D) parallelism, as the code the planner runs.
+
+Each rule is a small function of the request (model shape, cluster, training settings: distlab.planner.config)
+that returns a `Choice`: what it allows or picks, and one line saying why. The planner (distlab.planner.search)
+enumerates its plans through them, so every `distlab plan` call applies them; memory and time come from
+the planner's single cost model (distlab.planner.cost), never from a model of their own.
+
+    tensor_sizes     TP inside the NVLink domain, in powers of two that divide the heads, the KV heads and
+                     the FFN width (Narayanan et al. 2021, takeaway 1: its all-reduces are on every layer's
+                     critical path, 2(t-1)F/(9hB) of its compute)
+    context_sizes    CP only for long sequences (from LONG_SEQ tokens), in sizes that split the sequence
+                     into 2c zigzag chunks
+    pipeline_sizes   PP only when it is needed: when a pipeline-free plan at this TP and CP, with ZeRO-1
+                     and no recomputation, does not fit (takeaway 2: PP across nodes for larger models);
+                     otherwise a pipeline only adds its bubble
+    zero_stages      ZeRO-0/1 with a pipeline (stages 2 and 3 would re-gather every micro-batch), 0-3 without
+    zero_stage       which ZeRO stage a plan needs: the lowest whose model states and activations fit
+    expert_parallel  for mixture-of-experts layers: the smallest EP, over data-parallel ranks, at which the
+                     experts' states fit beside the dense plan; inside a node if it can be
+
+Two rules prune: TP within a node and PP only when needed (CP from LONG_SEQ is the planner's long-standing
+cut). `tests/test_parallel_rules.py` checks that the pruned search finds the same best plan as the
+exhaustive one (`search(..., rules=())`) on the chapter's requests.
+
+The experiment `parallel-rules` runs the planner, with these rules, on 7B-175B models and four clusters,
+a long-sequence request and a mixture-of-experts request, and prints each rule's verdict beside the plan.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, NamedTuple
+
+from distlab.models.shapes import ModelShape
+from distlab.planner.config import Cluster, Plan, Training
+from distlab.planner.cost import device_bytes, memory
+
+LONG_SEQ = 16384  # context parallelism is considered from this sequence length on
+
+
+class Choice(NamedTuple):
+    """What a rule allows (a list of sizes) or picks (one value), and why, in one line."""
+
+    value: Any
+    reason: str
+
+
+def powers_of_two(limit: int) -> list[int]:
+    out, v = [], 1
+    while v <= limit:
+        out.append(v)
+        v *= 2
+    return out
+
+
+def budget_bytes(c: Cluster, t: Training) -> float:
+    """HBM a plan may fill: the usable fraction of one GPU's memory."""
+    return c.gpu.hbm_bytes * t.usable_fraction
+
+
+# ---------------------------------------------------------------- the rules
+def tensor_sizes(m: ModelShape, c: Cluster, *, within_node: bool = True) -> Choice:
+    """TP sizes allowed: powers of two up to the NVLink domain (the whole cluster if not within_node) that
+    divide the query heads, the KV heads, the FFN width and the GPU count."""
+    limit = c.gpus_per_node if within_node else c.gpus
+    sizes = [tp for tp in powers_of_two(limit) if not (m.heads % tp or m.kv % tp or m.ffn % tp or c.gpus % tp)]
+    where = f"inside the {c.gpus_per_node}-GPU NVLink domain" if within_node else "anywhere"
+    return Choice(sizes, f"TP in {{{', '.join(map(str, sizes))}}}: powers of two {where} that divide the "
+                         f"{m.heads} heads, {m.kv} KV heads and FFN width {m.ffn}")
+
+
+def context_sizes(m: ModelShape, c: Cluster, t: Training, tp: int, *, long_only: bool = True) -> Choice:
+    """CP sizes allowed at tensor-parallel size tp: 1, and, for sequences of LONG_SEQ tokens or more (any
+    length if not long_only), powers of two up to the GPUs left that split the sequence into 2c chunks."""
+    if long_only and t.seq < LONG_SEQ:
+        return Choice([1], f"no CP: {t.seq:,}-token sequences are shorter than {LONG_SEQ:,}")
+    sizes = [cp for cp in powers_of_two(c.gpus // tp) if cp == 1 or t.seq % (2 * cp) == 0]
+    return Choice(sizes, f"CP up to {sizes[-1]}: {t.seq:,}-token sequences, split into 2c zigzag chunks")
+
+
+def fits_without_pipeline(m: ModelShape, c: Cluster, t: Training, tp: int, cp: int) -> tuple[bool, float]:
+    """Does a pipeline-free plan at this TP and CP fit with ZeRO-1 (DDP when there is nothing to shard over),
+    one sequence per micro-batch and no recomputation? Returns (fits, bytes per GPU)."""
+    dp = c.gpus // (tp * cp)
+    plan = Plan(tp=tp, pp=1, dp=dp, cp=cp, zero=1 if dp * cp > 1 else 0, micro_batch=1, microbatches=1)
+    need = device_bytes(memory(m, c, t, plan))
+    return need <= budget_bytes(c, t), need
+
+
+def pipeline_sizes(m: ModelShape, c: Cluster, t: Training, tp: int, cp: int, *, only_when_needed: bool = True
+                   ) -> Choice:
+    """PP sizes allowed at this TP and CP: the divisors of the layer count that tile the GPUs, or only 1
+    when a pipeline-free ZeRO-1 plan without recomputation already fits (a pipeline would only add its
+    bubble: it does not shrink the first stage's activations, and ZeRO-1 already shards the optimizer)."""
+    sizes = [pp for pp in range(1, m.layers + 1) if m.layers % pp == 0 and c.gpus % (tp * cp * pp) == 0]
+    if only_when_needed:
+        fits, need = fits_without_pipeline(m, c, t, tp, cp)
+        if fits:
+            return Choice([1], f"no PP: at TP {tp} ZeRO-1 fits without one ({need / 1e9:.1f} of "
+                               f"{budget_bytes(c, t) / 1e9:.0f} GB)")
+        return Choice(sizes, f"PP allowed: at TP {tp} ZeRO-1 without one needs {need / 1e9:.0f} GB of "
+                             f"{budget_bytes(c, t) / 1e9:.0f}")
+    return Choice(sizes, f"PP in any of the {len(sizes)} divisors of {m.layers} layers that tile the GPUs")
+
+
+def zero_stages(pp: int, group: int) -> Choice:
+    """ZeRO stages to try: 0-1 with a pipeline (2 and 3 would re-gather what every micro-batch needs), 0-3
+    without; only 0 (and offload's stages) when the data-parallel group is one GPU."""
+    stages = (0, 1) if pp > 1 else (0, 1, 2, 3)
+    why = "with a pipeline only ZeRO-0/1" if pp > 1 else "ZeRO-0 to 3"
+    if group == 1:
+        why += "; one GPU per group: sharding only with CPU offload"
+    return Choice(stages, why)
+
+
+def zero_stage(m: ModelShape, c: Cluster, t: Training, p: Plan) -> Choice:
+    """The lowest ZeRO stage (no offload) at which plan p's memory fits, everything else unchanged."""
+    budget = budget_bytes(c, t)
+    for z in zero_stages(p.pp, p.dp * p.cp).value:
+        need = device_bytes(memory(m, c, t, dataclasses.replace(p, zero=z, offload="none")))
+        if need <= budget:
+            name = "DDP" if z == 0 else f"ZeRO-{z}"
+            return Choice(z, f"{name} is the lowest stage that fits ({need / 1e9:.1f} of {budget / 1e9:.0f} GB)")
+    return Choice(None, "no ZeRO stage fits without CPU offload")
+
+
+def expert_parallel(m: ModelShape, c: Cluster, t: Training, p: Plan, *, experts: int, top_k: int = 2) -> Choice:
+    """EP for a mixture-of-experts version of m (every MLP replaced by `experts` copies, `top_k` per token),
+    run with dense plan p: the smallest EP that divides the experts and the data-parallel size at which each
+    GPU's extra experts fit beside p's memory. Each expert's weights, gradients and optimizer state are
+    sharded by p's ZeRO stage over the dp / EP ranks that hold it (distlab.sharding.zero)."""
+    from distlab.sharding.zero import model_state_bytes_per_gpu
+
+    if experts < 1 or top_k < 1 or top_k > experts:
+        raise ValueError(f"experts must be >= top_k >= 1, got {experts} experts, top-{top_k}")
+    mlp = (3 if m.mlp == "swiglu" else 2) * m.hidden * m.ffn  # one expert of one layer
+    base = device_bytes(memory(m, c, t, p))
+    budget = budget_bytes(c, t)
+    for ep in (e for e in range(1, experts + 1) if experts % e == 0 and p.dp % e == 0):
+        extra_params = (m.layers // p.pp) * mlp * (experts // ep - 1) // p.tp  # beyond the dense MLP, this GPU
+        replicas = p.dp * p.cp // ep
+        extra = 0.0
+        if extra_params:
+            states = model_state_bytes_per_gpu(extra_params, replicas, p.zero if replicas > 1 else 0,
+                                               precision=t.precision)
+            extra = states["params_bytes"] + states["grads_bytes"] + states["optimizer_bytes"]
+        if base + extra <= budget:
+            where = "inside a node" if p.tp * ep <= c.gpus_per_node else "across nodes"
+            return Choice(ep, f"EP {ep}: {experts // ep} experts per GPU, {(base + extra) / 1e9:.1f} of "
+                              f"{budget / 1e9:.0f} GB; top-{top_k} all-to-alls {where}")
+    return Choice(None, f"the {experts} experts fit at no EP that divides DP {p.dp}")
+
+
+def decisions(m: ModelShape, c: Cluster, t: Training, p: Plan) -> dict[str, Choice]:
+    """Every rule's verdict for the request, at plan p's TP and CP: what `distlab plan` searched and why."""
+    return {"tensor": tensor_sizes(m, c), "context": context_sizes(m, c, t, p.tp),
+            "pipeline": pipeline_sizes(m, c, t, p.tp, p.cp), "zero": zero_stage(m, c, t, p)}
+
+
+# ---------------------------------------------------------------- closed forms the page quotes
+def tp_overhead_closed_form(tp: int, hidden: int, flops: float, link_bytes_per_s: float) -> float:
+    """TP all-reduce time over layer compute for a 12h^2-parameter layer: four all-reduces of sbh x 2
+    bytes at 2(t-1)/t each, against 6 x 12h^2 x sb / t FLOPs: 2(t-1)F / (9 h B)."""
+    return 2 * (tp - 1) * flops / (9 * hidden * link_bytes_per_s)
+
+
+def zero3_hidden_tokens(flops: float, link_bytes_per_s: float) -> float:
+    """ZeRO-3 sends 3 x 2 bytes per (local) parameter per step and computes 6 FLOPs per parameter per
+    token: its traffic fits under compute when each replica processes more than F / B tokens per step."""
+    return flops / link_bytes_per_s

@@ -1,0 +1,165 @@
+"""Chapter 14, the worked plan: fine-tuning Llama 2 7B on 8 x 80 GB, from memory per strategy to the chosen
+plan's micro-batch, recomputation, step time and MFU, and the same job on H100s.
+
+The helpers here (a fine-tune as Llama 2-Chat's, the strategy families, the table of each family's best or
+leanest plan) are shared with the practice questions (distlab/practice.py). Scenario inputs are named
+constants; everything else is computed by the planner (distlab.planner.search, distlab.planner.cost).
+"""
+
+from __future__ import annotations
+
+from distlab.core.experiments import experiment
+from distlab.core.results import Result
+from distlab.planner.config import Plan, Training, cluster
+from distlab.planner.planner_validation import h100_optimism
+from distlab.planner.search import search
+
+STRATEGIES = {  # name -> which plans belong to it
+    "DDP": lambda p: p.tp == p.pp == 1 and p.zero == 0,
+    "ZeRO-1": lambda p: p.tp == p.pp == 1 and p.zero == 1 and p.offload == "none",
+    "ZeRO-2": lambda p: p.tp == p.pp == 1 and p.zero == 2 and p.offload == "none",
+    "ZeRO-3 / FSDP": lambda p: p.tp == p.pp == 1 and p.zero == 3 and p.offload == "none",
+    "ZeRO-3 + CPU offload": lambda p: p.tp == p.pp == 1 and p.zero == 3 and p.offload != "none",
+    "TP 8 (no ZeRO)": lambda p: p.tp == 8 and p.pp == 1 and p.zero == 0,
+    "TP 2 x ZeRO-3": lambda p: p.tp == 2 and p.pp == 1 and p.zero == 3 and p.offload == "none",
+    "PP 4 x DP 2, ZeRO-1": lambda p: p.tp == 1 and p.pp == 4 and p.zero == 1 and p.offload == "none",
+}
+
+
+SLUGS = {"DDP": "ddp", "ZeRO-1": "zero1", "ZeRO-2": "zero2", "ZeRO-3 / FSDP": "zero3",
+         "ZeRO-3 + CPU offload": "offload", "TP 8 (no ZeRO)": "tp8", "TP 2 x ZeRO-3": "tp2",
+         "PP 4 x DP 2, ZeRO-1": "pp4"}
+
+
+def finetune(name: str, gpu: str = "A100-SXM-80GB", nodes: int = 1, gpus_per_node: int = 8, seq: int | None = None):
+    """A full fine-tune as Llama 2-Chat's: 64 sequences per step of the model's length, mixed AdamW."""
+    from distlab.planner.config import model
+    from distlab.planner.search import finetune_batch_sequences
+
+    m = model(name)
+    seq = seq or m.seq
+    t = Training(global_batch_tokens=finetune_batch_sequences() * seq, seq=seq, task="finetune")
+    return m, cluster(gpu, nodes=nodes, gpus_per_node=gpus_per_node), t
+
+
+def leanest(m, c, t, where):
+    """The plan of a family that needs the least GPU memory, with its memory by category."""
+    from distlab.planner.cost import device_bytes, memory
+    from distlab.planner.search import candidates
+
+    plans = [p for p in candidates(m, c, t) if where(p)]
+    if not plans:
+        return None, None
+    p = min(plans, key=lambda q: device_bytes(memory(m, c, t, q)))
+    return p, memory(m, c, t, p)
+
+
+def strategy_table(r: Result, key: str, m, c, t, names=tuple(STRATEGIES)) -> dict:
+    """Each strategy's best plan (or its leanest, when none fits): memory by category, fits, step, MFU."""
+    from distlab.core.results import Quantity
+    from distlab.planner.cost import device_bytes
+    from distlab.planner.search import NothingFits
+
+    budget = c.gpu.hbm_bytes * t.usable_fraction
+    out, table = {}, []
+    for name in names:
+        try:
+            e = search(m, c, t, where=STRATEGIES[name])[0]
+            plan, mem, fits = e.plan, e.memory, True
+        except NothingFits:
+            e, (plan, mem), fits = None, leanest(m, c, t, STRATEGIES[name]), False
+        if plan is None:
+            continue
+        total = device_bytes(mem)
+        out[name] = (plan, mem, e)
+        biggest = max((k for k in mem if k != "host"), key=mem.get)
+        table.append([name, f"{plan.micro_batch} x {plan.microbatches}", plan.recompute,
+                      *(Quantity(mem[k], "B") for k in ("weights", "gradients", "optimizer", "activations")),
+                      Quantity(total, "B"), "yes" if fits else f"no: {biggest}",
+                      Quantity(e.step_seconds, "s") if e else "—", f"{e.time['mfu']:.1%}" if e else "—"])
+        slug = SLUGS[name]
+        r.add(f"{key}_{slug}_bytes", total, "B", f"{name}: memory per GPU ({'best' if fits else 'leanest'} plan)")
+        if e:
+            r.add(f"{key}_{slug}_mfu", e.time["mfu"], "fraction", f"{name}: MFU of its best plan")
+    r.table(key, ["strategy", "micro-batch x accumulation", "recompute", "weights", "gradients", "optimizer",
+                  "activations", "total per GPU", f"fits {budget / 1e9:.0f} GB?", "step", "MFU"], table,
+            caption=f"{m.name}, {t.task}, {t.global_batch_tokens:,} tokens per step, on {c.gpus} x {c.gpu.name}: the "
+                    "best plan of each strategy, or, where none fits, the one that needs least memory")
+    return out
+
+
+@experiment("worked-plan-7b", "the full plan for fine-tuning Llama 2 7B on 8 x 80 GB: memory per strategy, "
+            "micro-batch, step time, MFU", kind="computed")
+def worked_plan_7b(device: str) -> Result:
+    from distlab.core.results import Quantity
+    from distlab.planner.cost import device_bytes, memory, step
+    from distlab.planner.search import explain
+    from distlab.scaling_laws import sft_tokens
+
+    r = Result("worked-plan-7b", kind="computed")
+    m, c, t = finetune("7B")
+    n = m.params()
+    budget = c.gpu.hbm_bytes * t.usable_fraction
+    r.add("params", n / 1e9, "billion", "Llama 2 7B parameters")
+    r.add("states_bytes", 16 * n, "B", "16 bytes per parameter of model state")
+    r.add("budget", budget, "B", "usable memory per GPU")
+    r.add("global_sequences", t.sequences, "sequences", "global batch")
+    r.add("global_tokens", t.global_batch_tokens, "tokens", "global batch")
+    r.claim("DDP cannot fit: 16 bytes per parameter exceed one GPU before any activation", 16 * n, budget,
+            relation=">=", unit="B", formula="16Ψ")
+    strat = strategy_table(r, "strategies", m, c, t)
+    ranked = search(m, c, t)
+    best = ranked[0]
+    p = best.plan
+    r.table("why", ["why the first plan"], [[line] for line in explain(m, c, t, ranked)],
+            caption="distlab plan --model 7B --task finetune --gpu A100-SXM-80GB")
+    r.add("best_label_zero", p.zero, "", "the best plan's ZeRO stage")
+    r.add("best_micro_batch", p.micro_batch, "sequences", "the best plan's micro-batch")
+    r.add("best_accumulation", p.microbatches, "", "the best plan's gradient-accumulation steps")
+    r.add("best_memory", best.memory_bytes, "B", "the best plan's memory per GPU")
+    r.add("best_activations", best.memory["activations"], "B", "its activations")
+    r.add("best_step", best.step_seconds, "s", "its step time")
+    r.add("best_mfu", best.time["mfu"], "fraction", "its MFU")
+    r.add("best_tokens_per_s", best.time["tokens_per_second"], "tokens/s", "its throughput")
+    r.claim("the chosen plan fits", best.memory_bytes, budget, relation="<=", unit="B")
+    r.claim("global batch = dp x micro-batch x accumulation x sequence", p.dp * p.micro_batch * p.microbatches * t.seq,
+            t.global_batch_tokens, unit="tokens")
+    parts = best.time["parts"]
+    ordered = sorted(((k, v) for k, v in parts.items() if v > 0), key=lambda x: -x[1])
+    r.table("time", ["component", "seconds per step", "share"],
+            [[k, Quantity(v, "s"), f"{v / best.step_seconds:.1%}"] for k, v in ordered],
+            caption="Where the chosen plan's step goes (distlab.planner.cost)")
+    # micro-batch and recomputation for the chosen layout
+    rows = []
+    for b in (1, 2, 4, 8):
+        for rc in ("none", "full"):
+            q = Plan(tp=p.tp, pp=p.pp, dp=p.dp, zero=p.zero, offload=p.offload, micro_batch=b,
+                     microbatches=t.sequences // (p.dp * b), recompute=rc)
+            mem = device_bytes(memory(m, c, t, q))
+            s = step(m, c, t, q)
+            rows.append([b, q.microbatches, rc, Quantity(mem, "B"), "yes" if mem <= budget else "no",
+                         Quantity(s["step_seconds"], "s"), f"{s['mfu']:.1%}"])
+            if b == 1 and rc == "full":
+                r.add("full_recompute_mfu", s["mfu"], "fraction", "the same layout with full recomputation")
+    r.table("micro_batches", ["micro-batch", "accumulation", "recompute", "memory per GPU", "fits?", "step", "MFU"],
+            rows, caption=f"The chosen layout ({p.label().split(', micro')[0]}) with other micro-batches")
+    a1 = memory(m, c, t, Plan(dp=p.dp, zero=p.zero, micro_batch=1, microbatches=8))["activations"]
+    a2 = memory(m, c, t, Plan(dp=p.dp, zero=p.zero, micro_batch=2, microbatches=4))["activations"]
+    r.claim("activations double with the micro-batch (no recompute)", a2, 2 * a1, rel_tol=1e-12, unit="B")
+    steps = sft_tokens() / t.global_batch_tokens
+    r.add("sft_steps", steps, "steps", "Llama 2-Chat's SFT in steps of this batch")
+    r.add("sft_hours", steps * best.step_seconds / 3600, "h", "... on these 8 GPUs")
+    _h100_variant(r, strat)
+    return r
+
+
+def _h100_variant(r: Result, strat) -> None:
+    m, c, t = finetune("7B", gpu="H100-SXM")
+    best = search(m, c, t)[0]
+    ratio = h100_optimism()
+    r.add("h100_label_zero", best.plan.zero, "", "H100: the best plan's ZeRO stage")
+    r.add("h100_step", best.step_seconds, "s", "H100: step")
+    r.add("h100_mfu", best.time["mfu"], "fraction", "H100: the model's MFU")
+    r.add("h100_ratio", ratio, "", "the model's optimism on H100 (chapter 13)")
+    r.add("h100_expected_mfu", best.time["mfu"] / ratio, "fraction", "H100: MFU divided by that optimism")
+    r.add("h100_expected_step", best.step_seconds * ratio, "s", "H100: step times that optimism")

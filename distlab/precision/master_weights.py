@@ -1,0 +1,157 @@
+"""Why mixed precision keeps fp32 master weights: an update smaller than half the gap from a bf16 weight to
+its next value rounds away, on every step, however many steps there are.
+
+bf16 has 7 mantissa bits, so the gap above a weight w in [2^e, 2^(e+1)) is 2^(e-7): an update below
+|w|/512 is always lost, and one below |w|/256 may be. An fp32 master copy (23 mantissa bits) adds it up;
+the bf16 weight the forward pass reads is then rounded from the master.
+
+Measured twice on chapter 1's small model: a constant small update applied to every real initial weight,
+and real AdamW training with the update applied to bf16 weights directly vs through fp32 masters.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.nn import functional as F
+
+from distlab.core.experiments import experiment
+from distlab.core.results import Quantity, Result
+from distlab.precision.number_formats import counting_batch, small_model
+from distlab.runtime.threads import single_threaded
+
+DELTA, STEPS = 1e-4, 500  # a constant update (not a dyadic number: no rounding ties) and how often
+TRAIN_STEPS, LR, BATCH = 50, 1e-3, 4
+
+
+def gap_up(w: torch.Tensor) -> torch.Tensor:
+    """Distance from each bf16 value to the next bf16 value towards +inf (float64)."""
+    return torch.nextafter(w, torch.full_like(w, float("inf"))).double() - w.double()
+
+
+def constant_updates(w0: torch.Tensor, delta: float = DELTA, steps: int = STEPS) -> dict:
+    """Add `delta` `steps` times: to bf16 weights directly, to fp32 master weights (read back as bf16),
+    and in float64 (the reference)."""
+    direct = w0.to(torch.bfloat16)
+    master = w0.float().clone()
+    for _ in range(steps):
+        direct = direct + delta  # bf16 + float -> rounded to bf16
+        master = master + delta
+    exact = w0.double() + steps * delta
+    start = w0.to(torch.bfloat16)
+    return {"direct": direct, "master": master, "exact": exact,
+            "never_moved": direct == start, "predicted_stuck": delta < gap_up(start) / 2}
+
+
+def train(master: bool, *, steps: int = TRAIN_STEPS, lr: float = LR, device: str = "cpu") -> dict:
+    """AdamW on the bf16 model: applied to the bf16 weights themselves (optimizer state in bf16 too), or
+    to fp32 master weights copied back to bf16 after each step."""
+    model = small_model(dtype=torch.bfloat16, device=device)
+    params = list(model.parameters())
+    start = [p.detach().clone() for p in params]
+    masters = [p.detach().float().clone().requires_grad_(True) for p in params] if master else None
+    opt = torch.optim.AdamW(masters if master else params, lr=lr)
+    losses = []
+    for step in range(steps):
+        x, y = counting_batch(BATCH, seed=step, device=device)
+        model.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(model(x).flatten(0, 1).float(), y.flatten())
+        loss.backward()
+        losses.append(loss.item())
+        if master:
+            for m, p in zip(masters, params):
+                m.grad = p.grad.float()
+        opt.step()
+        if master:
+            with torch.no_grad():
+                for m, p in zip(masters, params):
+                    p.copy_(m)
+    moved = {}
+    for (name, p), s in zip(model.named_parameters(), start):
+        group = _group(name, p)
+        count, total = moved.get(group, (0, 0))
+        moved[group] = (count + int((p != s).sum()), total + p.numel())
+    return {"losses": losses, "moved": {g: c / n for g, (c, n) in moved.items()}}
+
+
+def _group(name: str, p: torch.Tensor) -> str:
+    if p.dim() >= 2:
+        return "matrices and embeddings (N(0, 0.02))"
+    return "LayerNorm gains (1.0)" if ("ln" in name and name.endswith("weight")) else "biases (0)"
+
+
+@experiment("master-weights", "small updates applied to bf16 weights vs to fp32 master weights: the bf16 weight "
+            "stagnates")
+@single_threaded
+def master_weights(device: str) -> Result:
+    r = Result("master-weights")
+    model = small_model(device=device)
+    rows, all_moved, all_pred, master_err = [], 0, 0, 0.0
+    groups: dict[str, list[torch.Tensor]] = {}
+    for name, p in model.named_parameters():
+        groups.setdefault(_group(name, p), []).append(p.detach().flatten())
+    for group, tensors in groups.items():
+        out = constant_updates(torch.cat(tensors))
+        stuck, pred = int(out["never_moved"].sum()), int(out["predicted_stuck"].sum())
+        all_moved, all_pred = all_moved + stuck, all_pred + pred
+        n = out["exact"].numel()
+        err_direct = (out["direct"].double() - out["exact"]).abs().mean().item()
+        err_master = (out["master"].double() - out["exact"]).abs().max().item()
+        master_err = max(master_err, err_master)
+        rows.append([group, n, Quantity(stuck / n, "fraction"), Quantity(pred / n, "fraction"), err_direct,
+                     err_master])
+        if group.startswith("matrices"):
+            r.add("matrix_stuck", stuck / n, "fraction", "matrix entries that never moved in bf16")
+        if group.startswith("LayerNorm"):
+            r.claim(f"bf16 LayerNorm gains after {STEPS} updates of {DELTA:g}: still exactly 1 (largest change)",
+                    (out["direct"].double() - 1).abs().max().item(), 0)
+            r.add("ln_direct", out["direct"][0].item(), "", "a bf16 LayerNorm gain after the updates")
+            r.add("ln_master", out["master"][0].item(), "", "the same gain through an fp32 master")
+    r.table("constant", ["weights", "elements", "never moved in bf16", "predicted: update < half the gap",
+                         "bf16 weights: mean abs. error", "fp32 masters: largest abs. error"], rows,
+            caption=f"Every initial weight of the small model, plus {DELTA:g} added {STEPS} times; error against "
+            "float64")
+    r.claim("bf16 weights that never moved = those whose update is below half the gap to the next bf16 value",
+            all_moved, all_pred)
+    bound = STEPS * 2.0**-24 * 1.1  # STEPS roundings of at most half an fp32 ulp of values below 1.1
+    r.claim("fp32 masters track the float64 sum (largest |error|)", master_err, bound, relation="<=",
+            formula=f"at most {STEPS} × half an fp32 ulp at 1.1")
+    r.add("delta", DELTA, "", "the update")
+    r.add("steps", STEPS, "", "updates applied")
+    r.add("total", DELTA * STEPS, "", "the sum of the updates")
+    r.add("threshold", 2.0**-5, "", "the magnitude from which a 1e-4 update is lost in bf16 (2^-5)")
+
+    runs = {m: train(m, device=device) for m in (False, True)}
+    groups_out = list(runs[True]["moved"])
+    r.table("training", ["weights", "moved from init, AdamW on bf16 weights", "moved from init, fp32 masters"],
+            [[g, Quantity(runs[False]["moved"][g], "fraction"), Quantity(runs[True]["moved"][g], "fraction")]
+             for g in groups_out],
+            caption=f"{TRAIN_STEPS} AdamW steps at lr {LR:g} on the counting task ({device})")
+    ln = "LayerNorm gains (1.0)"
+    r.claim(f"AdamW on bf16 weights: LayerNorm gains never move in {TRAIN_STEPS} steps", runs[False]["moved"][ln], 0,
+            unit="fraction")
+    r.claim("AdamW through fp32 masters: most LayerNorm gains move", runs[True]["moved"][ln], 0.5, relation=">=",
+            unit="fraction")
+    r.add("lr", LR, "", "AdamW learning rate")
+    r.add("train_steps", TRAIN_STEPS, "", "training steps")
+    r.add("ln_moved_master", runs[True]["moved"][ln], "fraction", "LayerNorm gains moved with masters")
+    r.add("loss_direct", runs[False]["losses"][-1], "", "final loss, AdamW on bf16 weights")
+    r.add("loss_master", runs[True]["losses"][-1], "", "final loss, fp32 masters")
+    r.add("half_gap_at_one", 2.0**-8, "", "half the bf16 gap above 1.0")
+    _figure(r, runs)
+    return r
+
+
+def _figure(r: Result, runs: dict) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 3.4))
+    ax.plot(runs[False]["losses"], label="AdamW on bf16 weights")
+    ax.plot(runs[True]["losses"], label="fp32 master weights")
+    ax.set_xlabel("step")
+    ax.set_ylabel("training loss")
+    ax.legend(fontsize=8)
+    r.figure("training", fig, f"The small model learning to count, lr {LR:g}: bf16-only updates against fp32 "
+             "masters")

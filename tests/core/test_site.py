@@ -1,0 +1,134 @@
+"""The build machinery: placeholders, claims that fail the build, and the strict build of the real site."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from distlab.core.results import Result
+from distlab.core.site import Page
+
+
+def _page_with(result: Result) -> Page:
+    page = Page("demo.md")
+    page.results[result.name] = result
+    page.stored[result.name] = []
+    return page
+
+
+def test_placeholders_render_values_with_units_and_formats():
+    r = Result("exp")
+    r.add("total", 107_814_649_856, "B")
+    r.add("n", 6_738_415_616, "params")
+    out = _page_with(r).render("A {{ exp.total }} B {{ exp.total | GiB }} C {{ exp.n | value }}")
+    assert out.startswith("A 108 GB B 100.4 GiB C 6,738,415,616")
+
+
+def test_unknown_placeholder_fails_naming_page_and_known_names():
+    """Would catch a typo rendering as literal braces (or blank) on the published page."""
+    r = Result("exp")
+    r.add("total", 1, "B")
+    with pytest.raises(Exception, match=r"demo\.md.*totl.*known: total"):
+        _page_with(r).render("{{ exp.totl }}")
+    with pytest.raises(Exception, match="not run by this page"):
+        _page_with(r).render("{{ other.total }}")
+
+
+def test_fact_placeholder_cites_its_source():
+    out = _page_with(Result("exp")).render("{{ fact gpus.H100-SXM.hbm_gb }}")
+    assert out.startswith("80 GB[^h100-datasheet]")
+    assert "[^h100-datasheet]: [NVIDIA H100" in out
+
+
+def test_claims_box_lists_every_claim():
+    r = Result("exp")
+    r.claim("sixteen", 16, 16, unit="B/param")
+    out = _page_with(r).render("text\n{{ claims }}\nend")
+    assert "Checked on this page: 1 claims" in out and "sixteen" in out and out.rstrip().endswith("end")
+
+
+def _mini_site(tmp_path, experiment_body: str, page_text: str):
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "page.md").write_text(page_text)
+    body = textwrap.indent(textwrap.dedent(experiment_body), "    ")
+    (tmp_path / "gen.py").write_text(
+        "from distlab.core.experiments import experiment\n"
+        "from distlab.core.results import Result\n"
+        "from distlab.core.site import build_pages\n\n"
+        '@experiment("mini-demo", "a tiny experiment for the build tests", kind="computed")\n'
+        "def mini(device):\n"
+        '    r = Result("mini-demo")\n'
+        '    r.add("shown", 1)\n'
+        f"{body}\n"
+        "    return r\n\n"
+        "build_pages()\n"
+    )
+    (tmp_path / "mkdocs.yml").write_text(
+        "site_name: mini\nnav:\n  - page.md\nplugins:\n  - gen-files:\n      scripts:\n        - gen.py\n")
+    env = os.environ | {"DISTLAB_CACHE": str(tmp_path / "cache")}
+    return subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300, env=env)
+
+
+def test_broken_claim_fails_the_build_with_page_claim_values_and_tolerance(tmp_path):
+    proc = _mini_site(tmp_path, 'r.claim("bytes per param", 17, 16, rel_tol=0.01, unit="B/param")',
+                      "# Page\n{{ mini-demo.shown }}\n")
+    assert proc.returncode != 0
+    err = proc.stdout + proc.stderr
+    assert "page page.md" in err and "bytes per param" in err
+    assert "17 B/param" in err and "16 B/param" in err and "0.01 relative" in err
+    assert "fresh run" in err and "not cached" in err and "distlab run mini-demo" in err
+
+
+def test_a_build_after_a_failed_claim_measures_again(tmp_path):
+    """One forced failure (the first run's claim fails, as noise would make it), then two builds in a row
+    that work: would catch a failed result saved in the cache, which made every later build fail in one
+    second with the same numbers."""
+    marker = tmp_path / "runs"
+    body = (f'import pathlib\np = pathlib.Path({str(marker)!r})\np.write_text(p.read_text() + "x" if p.exists() '
+            f'else "x")\nr.claim("second run onwards", len(p.read_text()) > 1, True)')
+    first = _mini_site(tmp_path, body, "# Page\n{{ mini-demo.shown }}\n")
+    assert first.returncode != 0 and "second run onwards" in first.stderr
+    for _ in range(2):
+        again = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict"], cwd=tmp_path,
+                               capture_output=True, text=True, timeout=300,
+                               env=os.environ | {"DISTLAB_CACHE": str(tmp_path / "cache")})
+        assert again.returncode == 0, again.stderr[-2000:]
+    assert marker.read_text() == "xx", "the third build must come from the cache of the second"
+
+
+def test_unknown_placeholder_fails_the_build(tmp_path):
+    proc = _mini_site(tmp_path, 'r.add("x", 1)', "# Page\n{{ mini-demo.y }}\n")
+    assert proc.returncode != 0
+    assert "page.md" in proc.stderr and "mini-demo.y" in proc.stderr
+
+
+def test_passing_mini_site_builds(tmp_path):
+    body = 'r.add("x", 42, "B")\nr.claim("x is 42", 42, 42)'
+    proc = _mini_site(tmp_path, body, "# Page\nx = {{ mini-demo.x }}\n")
+    assert proc.returncode == 0, proc.stderr
+    html = (tmp_path / "site" / "page" / "index.html").read_text()
+    assert "x = 42 B" in html and "x is 42" in html
+
+
+def test_real_site_builds_strict_and_has_no_raw_placeholders(built_site):
+    """Every page of the real site: strict build, every placeholder filled."""
+    pages = list(built_site.rglob("index.html"))
+    assert len(pages) >= 20
+    for page in pages:
+        text = page.read_text()
+        assert "{{" not in text.split("<article", 1)[-1].split("</article>", 1)[0], page
+    chapter = (built_site / "01-where-the-bytes-go" / "index.html").read_text()
+    assert "Checked on this page" in chapter and "measured on" in chapter
+
+
+def test_a_page_runs_exactly_the_experiments_its_placeholders_name():
+    """The placeholders are the only list of what a page needs: facts and the claims box name none, tables,
+    figures and stored results name theirs, in first-appearance order, each once."""
+    from distlab.core.site import experiments_named
+
+    text = ("{{ fact gpus.H100-SXM.hbm_gb }} {{ b.x | GB }} {{ table a.t }} {{ claims }} {{ figure c.f }} "
+            "{{ stored d }} {{ a.y }}")
+    assert experiments_named(text) == ["b", "a", "c", "d"]

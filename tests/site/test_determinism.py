@@ -1,0 +1,77 @@
+"""Deterministic build: two builds of the same commit give byte-identical pages, figures and assets,
+except provenance dates (a build that crosses midnight dates its sitemap and fresh results anew).
+
+The second build reads the experiment cache the first one filled, so it is cheap; the figure test runs
+an experiment afresh to show that a cached figure and a new one are the same bytes.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from distlab.core import experiments
+
+REPO = Path(__file__).resolve().parents[2]
+DATE = re.compile(rb"\b20\d\d-[01]\d-[0-3]\d\b")  # provenance dates (results, sitemap lastmod)
+
+
+def _files(root: Path) -> dict[str, Path]:
+    return {p.relative_to(root).as_posix(): p for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _normalised(path: Path) -> bytes:
+    data = path.read_bytes()
+    if path.suffix == ".gz":  # the sitemap's gzip header carries the build date as its mtime
+        data = gzip.decompress(data)
+    return DATE.sub(b"YYYY-MM-DD", data)
+
+
+def _first_difference(a: Path, b: Path) -> str:
+    x, y = _normalised(a), _normalised(b)
+    i = next((k for k in range(min(len(x), len(y))) if x[k] != y[k]), min(len(x), len(y)))
+    return f"byte {i}: {x[max(0, i - 80):i + 80]!r} vs {y[max(0, i - 80):i + 80]!r}"
+
+
+def test_two_builds_of_one_commit_are_byte_identical(built_site, require_same_code, tmp_path):
+    """Every file of a second build (pages, figures, search index, calculator data and vectors,
+    KaTeX) against the first: identical bytes, or identical once dates are masked. Would catch a PNG
+    with a timestamp, a dict or set written in hash order, a random seed that was not fixed, a
+    per-build id in a template, or a file one build writes and the other does not."""
+    second = tmp_path / "site"
+    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(second)], cwd=REPO,
+                          capture_output=True, text=True, timeout=1800, env=os.environ.copy())
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    require_same_code()
+    first_files, second_files = _files(built_site), _files(second)
+    assert sorted(first_files) == sorted(second_files), set(first_files) ^ set(second_files)
+    differ = [rel for rel in first_files
+              if first_files[rel].read_bytes() != second_files[rel].read_bytes()
+              and _normalised(first_files[rel]) != _normalised(second_files[rel])]
+    if differ:
+        first = _first_difference(first_files[differ[0]], second_files[differ[0]])
+        pytest.fail(f"differ beyond dates: {differ[:20]}; {differ[0]} at {first}")
+    assert any(rel.endswith(".png") and rel.startswith("figures/") for rel in first_files)
+    assert "assets/calculator/vectors.json" in first_files
+
+
+def test_a_fresh_run_reproduces_the_built_figure_and_numbers(built_site, require_same_code):
+    """Chapter 1's experiment run afresh in this process: its figure is byte-identical to the one the
+    build took from the cache (made by another process, maybe another day), and its quantities,
+    tables and claims are equal. Would catch matplotlib metadata (Software, dates) in the PNG, or an
+    unseeded measurement."""
+    require_same_code()
+    fresh, cached = experiments.run("adamw-bytes", use_cache=False)
+    assert not cached
+    built = built_site / "figures" / "adamw-bytes--share.png"
+    assert built.read_bytes() == fresh.figures["share"].png
+    stored, from_cache = experiments.run("adamw-bytes")
+    assert from_cache, "the build should have cached adamw-bytes"
+    strip = lambda r: {k: v for k, v in r.to_json().items() if k != "provenance"}
+    assert strip(fresh) == strip(stored)
