@@ -6,17 +6,27 @@ minimum bytes from the tensors' shapes and dtypes (each operand read once, the r
 time each kernel (warm-up, interleaved repeats, median) and compare.
 
 Ceilings are measured, not assumed: the compute roof is the best rate of a large matmul, the memory
-roof the best rate of STREAM-like kernels (copy, triad, read-only sum; McCalpin's STREAM reports the
-best of its runs too) on arrays several times the last-level cache. The FlashAttention chapter places
-its kernels on `ceilings(gpu_name, dtype)`, the roofline of a datasheet.
+roof the best rate of STREAM-like kernels (copy, add, triad, and two read-only ones: a sum and a BLAS dot;
+McCalpin's STREAM reports the best of its runs too) on arrays at least twice the last-level cache.
+
+The memory roof counts the bytes the memory system really moves. On a CPU a store that misses the cache
+first reads its line (write-allocate, "read for ownership": Intel 64 and IA-32 Architectures Optimization
+Reference Manual, the section on write-combining and non-temporal stores), so a kernel that writes b
+bytes moves 2b: STREAM's copy moves three bytes for every two it counts. Counting only the minimum bytes
+made the roof read low and a read-only kernel (the batch-1 matvec, which writes almost nothing) ran at
+100-118 % of it. GPUs write whole sectors into L2 without reading them from DRAM, so there the count is the
+minimum. The kernels' own intensities stay minimum-bytes, as the roofline defines them (Williams et al.).
+The FlashAttention chapter places its kernels on `ceilings(gpu_name, dtype)`, the roofline of a datasheet.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -89,15 +99,28 @@ class Kernel:
     shape: str = ""
     tensors: tuple = ()
     """The operands and the result, for checks (the counts above come from them)."""
+    store_bytes: int = 0
+    """Bytes written (part of `bytes`): on a CPU each is read first (write-allocate), see `traffic`."""
 
     @property
     def intensity(self) -> float:
         return self.flops / self.bytes
 
+    def traffic(self, device: str) -> int:
+        """Bytes the memory system moves: the minimum, plus one read of every written line on a CPU."""
+        return self.bytes + (self.store_bytes if device == "cpu" else 0)
+
 
 def _rand(shape, dtype, device) -> torch.Tensor:
-    # Random data, not zeros: on GPUs zeros draw less power and run faster (KINDS.md saw 788 vs 894 TFLOP/s).
-    return torch.rand(shape, dtype=torch.float32, device=device).to(dtype)
+    """Random data, not zeros: on GPUs zeros draw less power and run faster (a bf16 matmul on an H200 ran about
+    13 % faster on zeros). Large CPU arrays repeat one random MiB-block: the values do not change how fast memory
+    streams, and drawing gigabytes of random numbers on one core would take longer than the measurement."""
+    numel = math.prod(shape) if isinstance(shape, tuple) else shape
+    block = 1 << 18
+    if device != "cpu" or numel <= 4 * block:
+        return torch.rand(shape, dtype=torch.float32, device=device).to(dtype)
+    tile = torch.rand(block, dtype=torch.float32).to(dtype)
+    return tile.repeat(-(-numel // block))[:numel].reshape(shape).clone()
 
 
 def gemm_kernel(name: str, n: int, dtype, device: str, batch: int = 0) -> Kernel:
@@ -120,12 +143,42 @@ def matvec_kernel(name: str, m: int, n: int, dtype, device: str) -> Kernel:
 
 
 def stream_kernels(n: int, dtype, device: str) -> list[Kernel]:
-    """STREAM's copy, add and triad, plus a read-only sum (no write-allocate traffic), on n-element arrays."""
+    """STREAM's copy, add and triad, plus two read-only kernels (no writes at all): torch's sum and a BLAS
+    dot, whose prefetching streams the way a BLAS matvec does; on n-element arrays."""
     x, y, z = _rand(n, dtype, device), _rand(n, dtype, device), torch.empty(n, dtype=dtype, device=device)
-    return [Kernel("stream copy", lambda: z.copy_(x), 0, min_bytes(x, z)),
-            Kernel("stream add", lambda: torch.add(x, y, out=z), n, min_bytes(x, y, z)),
-            Kernel("stream triad", lambda: torch.add(x, y, alpha=3.0, out=z), 2 * n, min_bytes(x, y, z)),
-            Kernel("stream read (sum)", lambda: x.sum(), n, min_bytes(x))]
+    out = min_bytes(z)
+    return [Kernel("stream copy", lambda: z.copy_(x), 0, min_bytes(x, z), store_bytes=out),
+            Kernel("stream add", lambda: torch.add(x, y, out=z), n, min_bytes(x, y, z), store_bytes=out),
+            Kernel("stream triad", lambda: torch.add(x, y, alpha=3.0, out=z), 2 * n, min_bytes(x, y, z),
+                   store_bytes=out),
+            Kernel("stream read (sum)", lambda: x.sum(), n, min_bytes(x)),
+            Kernel("stream read (dot)", lambda: torch.dot(x, y), 2 * n, min_bytes(x, y))]
+
+
+def last_level_cache_bytes(device: str) -> int:
+    """The CPU's last-level cache (Linux sysfs), or the GPU's L2: arrays must be well beyond it, or the
+    'memory' roof measures the cache (the CI machines' shared L3 is 300 MiB)."""
+    if device == "cuda":
+        return int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 64 * 2**20))
+    sizes = []
+    for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
+        try:
+            text = (index / "size").read_text().strip()
+        except OSError:
+            continue
+        scale = {"K": 2**10, "M": 2**20, "G": 2**30}.get(text[-1:], 1)
+        sizes.append(int(text.rstrip("KMG")) * scale)
+    return max(sizes, default=32 * 2**20)
+
+
+def sizes_beyond_cache(cfg: dict, device: str, bytes_per_element: int) -> dict:
+    """The config's array sizes grown, where needed, so every stream array and the matvec's matrix hold at
+    least twice the last-level cache."""
+    floor = 2 * last_level_cache_bytes(device) // bytes_per_element
+    rows, cols = cfg["mv"]
+    grown = dict(cfg, stream_n=max(cfg["stream_n"], floor), add_n=max(cfg["add_n"], floor + 7))
+    grown["mv"] = (max(rows, -(-floor // cols) | 1), cols)  # odd row counts, as the awkward sizes elsewhere
+    return grown
 
 
 def time_once(fn: Callable[[], object], device: str) -> float:
@@ -190,9 +243,9 @@ def roofline(device: str) -> Result:
 
 def _roofline(device: str) -> Result:
     r = Result("roofline")
-    cfg = CONFIG[device]
-    dtype, dname = cfg["dtype"], DTYPE_NAME[cfg["dtype"]]
-    b = BYTES_PER_ELEMENT[dname]
+    dtype = CONFIG[device]["dtype"]
+    dname, b = DTYPE_NAME[dtype], BYTES_PER_ELEMENT[DTYPE_NAME[dtype]]
+    cfg = sizes_beyond_cache(CONFIG[device], device, b) if CONFIG[device].get("beyond_cache", True) else CONFIG[device]
     torch.manual_seed(0)
     ceiling_kernels = [gemm_kernel("compute ceiling (matmul)", cfg["ceiling_n"], dtype, device),
                        *stream_kernels(cfg["stream_n"], dtype, device)]
@@ -202,8 +255,7 @@ def _roofline(device: str) -> Result:
     times = time_kernels(ceiling_kernels + points, device, cfg["rounds"])
     best = {k.name: min(times[k.name]) for k in ceiling_kernels}
     peak = ceiling_kernels[0].flops / best["compute ceiling (matmul)"]
-    bw = max(k.bytes / best[k.name] for k in ceiling_kernels[1:])
-    del ceiling_kernels
+    bw = max(k.traffic(device) / best[k.name] for k in ceiling_kernels[1:])
 
     # The sweep: batched square GEMMs sized so each call streams `sweep_bytes` (far beyond the caches),
     # capped in FLOPs so the large sizes stay quick.
@@ -215,17 +267,23 @@ def _roofline(device: str) -> Result:
         sweep.append((s, batch, k.intensity, k.flops / statistics.median(ts), k.flops / min(ts)))
         del k
     # Re-measure the ceilings after the sweep; keep the best of both phases.
-    again = [gemm_kernel("compute ceiling (matmul)", cfg["ceiling_n"], dtype, device),
-             *stream_kernels(cfg["stream_n"], dtype, device)]
+    again = ceiling_kernels
     t2 = time_kernels(again, device, max(2, cfg["rounds"] // 3))
     t2[again[0].name] += time_kernels(again[:1], device, cfg["ceiling_rounds"], warmup=0)[again[0].name]
-    peak = max(peak, again[0].flops / min(t2[again[0].name]))
-    bw = max([bw] + [k.bytes / min(t2[k.name]) for k in again[1:]])
-    del again
+    # The compute roof is the best matmul rate seen anywhere in the run (as the memory roof is the best stream):
+    # a batched 512^3 GEMM of the sweep can beat one 1024^3 call, and a roof below a measured point is no roof.
+    peak = max([peak, again[0].flops / min(t2[again[0].name]), points[0].flops / min(times[points[0].name])]
+               + [p[4] for p in sweep])
+    bw = max([bw] + [k.traffic(device) / min(t2[k.name]) for k in again[1:]])
+    del again, ceiling_kernels
     roof = Ceilings(f"{device_name(device)} {dname} (measured)", peak, bw)
 
     r.add("compute_ceiling", peak, "FLOP/s", f"measured compute ceiling ({dname} matmul {cfg['ceiling_n']}^3, best)")
-    r.add("memory_ceiling", bw, "B/s", "measured memory ceiling (best STREAM-like kernel)")
+    r.add("memory_ceiling", bw, "B/s", "measured memory ceiling (best STREAM-like kernel, bytes really moved)")
+    r.add("write_allocate_bytes_per_store", 2 if device == "cpu" else 1, "",
+          "bytes moved per byte stored, in the memory roof's count (write-allocate on a CPU)")
+    r.add("stream_array_bytes", cfg["stream_n"] * b, "B", "bytes of each STREAM array")
+    r.add("last_level_cache", last_level_cache_bytes(device), "B", "last-level cache of the measuring device")
     r.add("ridge", roof.ridge, "FLOP/B", "measured ridge point")
     r.add("dtype_bytes", b, "B", f"bytes per {dname} element")
     rows, pts = [], []
@@ -246,10 +304,11 @@ def _roofline(device: str) -> Result:
         relation = ">=" if k.name == "large GEMM" else "<="
         r.claim(f"{k.name}: {'compute' if relation == '>=' else 'memory'}-bound on the measured roofline",
                 k.intensity, roof.ridge,
-                relation=relation, unit="FLOP/B", formula="intensity vs measured ridge")
-        r.claim(f"{k.name}: best round at most the attainable roof", k.flops / min(times[k.name]), attainable,
-                relation="<=", rel_tol=POINT_SLACK, unit="FLOP/s",
-                formula="min(peak, I x bandwidth); slack for timing noise")
+                relation=relation, unit="FLOP/B", formula="intensity vs measured ridge", kind="timing")
+        if k.name != "large GEMM":  # the GEMM is one of the matmuls the compute roof is the best of
+            r.claim(f"{k.name}: best round at most the attainable roof", k.flops / min(times[k.name]), attainable,
+                    relation="<=", rel_tol=POINT_SLACK, unit="FLOP/s",
+                    formula="I x the memory roof (bytes really moved); slack for timing noise", kind="timing")
         rows.append([k.name, k.shape, dname, Quantity(k.flops, "FLOP"), Quantity(k.bytes, "B"),
                      f"{k.intensity:.3g}", Quantity(achieved, "FLOP/s"), Quantity(k.bytes / t, "B/s"),
                      f"{100 * achieved / attainable:.0f} %", roof.bound(k.intensity)])
@@ -257,20 +316,33 @@ def _roofline(device: str) -> Result:
     r.table("kernels", ["kernel", "shape", "dtype", "FLOPs", "min bytes", "FLOP/B", "achieved FLOP/s",
                         "achieved B/s", "of roof", "region"], rows)
     r.table("ceilings", ["ceiling", "kernel", "best rate"],
-            [["compute", f"{dname} matmul {cfg['ceiling_n']}³", Quantity(peak, "FLOP/s")],
-             ["memory", "best of STREAM copy, add, triad and a read-only sum", Quantity(bw, "B/s")]])
+            [["compute", f"best {dname} matmul of the run ({cfg['ceiling_n']}³, the GEMM and the sweep)",
+              Quantity(peak, "FLOP/s")],
+             ["memory", "best of STREAM copy, add, triad and two read-only kernels (sum, dot), counting the bytes "
+              "really moved" + (" (a store reads its line first)" if device == "cpu" else ""), Quantity(bw, "B/s")]])
+    copy = stream_kernels(4, dtype, "cpu")[0]  # one read and one write per element, counted by hand below
+    r.claim("STREAM copy: bytes the roof counts / minimum bytes (3/2 with write-allocate, 1 without)",
+            copy.traffic(device) / copy.bytes, 1.5 if device == "cpu" else 1.0, rel_tol=1e-12,
+            formula="(read + line read + write) / (read + write)")
+    r.claim("every STREAM array and the matvec's matrix hold at least twice the last-level cache",
+            min(cfg["stream_n"] * b, cfg["mv"][0] * cfg["mv"][1] * b), 2 * last_level_cache_bytes(device),
+            relation=">=", unit="B", formula="otherwise the 'memory' roof measures the cache")
 
     # Sweep claims: intensity grows with n and crosses the measured ridge; no point above its roof.
     r.table("sweep", ["n", "matrices per call", "FLOP/B", "achieved FLOP/s", "of roof", "region"],
             [[s, bt, f"{i:.3g}", Quantity(f, "FLOP/s"), f"{100 * f / roof.attainable(i):.0f} %", roof.bound(i)]
              for s, bt, i, f, _ in sweep])
-    r.claim("sweep: smallest GEMM is memory-bound", sweep[0][2], roof.ridge, relation="<=", unit="FLOP/B")
-    r.claim("sweep: largest GEMM is compute-bound", sweep[-1][2], roof.ridge, relation=">=", unit="FLOP/B")
+    r.claim("sweep: smallest GEMM is memory-bound", sweep[0][2], roof.ridge, relation="<=", unit="FLOP/B",
+            kind="timing")
+    r.claim("sweep: largest GEMM is compute-bound", sweep[-1][2], roof.ridge, relation=">=", unit="FLOP/B",
+            kind="timing")
     r.claim("sweep: intensity increases with n (steps that did not)",
             sum(a[2] >= b_[2] for a, b_ in zip(sweep, sweep[1:])), 0)
-    worst = max(sweep, key=lambda p: p[4] / roof.attainable(p[2]))
-    r.claim(f"sweep: highest best round (n={worst[0]}) at most its roof", worst[4], roof.attainable(worst[2]),
-            relation="<=", rel_tol=SWEEP_SLACK, unit="FLOP/s", formula="min(peak, I x bandwidth)")
+    bound = [p for p in sweep if p[2] < roof.ridge]  # the memory-bound sizes (the compute roof is their best)
+    worst = max(bound, key=lambda p: p[4] / roof.attainable(p[2]))
+    r.claim(f"sweep: memory-bound sizes at most the memory roof (worst n={worst[0]})", worst[4],
+            roof.attainable(worst[2]), relation="<=", rel_tol=SWEEP_SLACK, unit="FLOP/s",
+            formula="I x the memory roof", kind="timing")
     r.data.update(points=pts, sweep=[list(p[:4]) for p in sweep], peak=peak, bw=bw, dtype=dname)
 
     panel = _panel_gpu(device, r, points, b)
@@ -304,9 +376,9 @@ def _check_against_datasheet(r: Result, roof: Ceilings, chip) -> None:
         return
     props = torch.cuda.get_device_properties(0)
     r.claim(f"{chip.name}: measured matmul ceiling at most the dense bf16 peak", roof.peak_flops,
-            chip.peak_flops("bf16"), relation="<=", rel_tol=0.02, unit="FLOP/s")
+            chip.peak_flops("bf16"), relation="<=", rel_tol=0.02, unit="FLOP/s", kind="timing")
     r.claim(f"{chip.name}: measured memory ceiling at most the HBM bandwidth", roof.bytes_per_s,
-            chip.hbm_bytes_per_s, relation="<=", rel_tol=0.02, unit="B/s")
+            chip.hbm_bytes_per_s, relation="<=", rel_tol=0.02, unit="B/s", kind="timing")
     r.claim(f"{chip.name}: device SM count = data file", props.multi_processor_count, chip.sms)
     l2 = getattr(props, "L2_cache_size", None)
     if l2:

@@ -42,8 +42,28 @@ def test_kernels_compute_what_they_count():
         *inputs, out = k.tensors
         k.fn()
         torch.testing.assert_close(out.double(), ref(*(t.double() for t in inputs)), rtol=1e-5, atol=1e-5)
-    copy, add, triad, read = stream_kernels(100, torch.float32, "cpu")
+    copy, add, triad, read, dot = stream_kernels(100, torch.float32, "cpu")
     assert copy.bytes == 2 * 100 * 4 and add.bytes == triad.bytes == 3 * 100 * 4 and read.bytes == 100 * 4
+    assert dot.bytes == 2 * 100 * 4 and dot.store_bytes == read.store_bytes == 0
+
+
+def test_the_memory_roof_counts_write_allocate_on_a_cpu_only():
+    """STREAM copy writes n elements and reads n, but on a CPU each store first reads its line: 3n move, not
+    2n (Intel's optimization manual). Would catch the roof counted from the minimum bytes, which read low enough
+    that a read-only matvec ran at 100-118 % of it; and the same correction wrongly applied on a GPU."""
+    copy, add, _, read, _ = stream_kernels(1000, torch.float32, "cpu")
+    assert copy.traffic("cpu") == 3 * 1000 * 4 and add.traffic("cpu") == 4 * 1000 * 4
+    assert read.traffic("cpu") == read.bytes
+    assert copy.traffic("cuda") == copy.bytes
+
+
+def test_arrays_grow_beyond_the_last_level_cache():
+    """A 128 MiB STREAM array sits inside a 300 MiB L3 and measures the cache, not memory."""
+    from distlab.gpu.roofline import CONFIG, last_level_cache_bytes, sizes_beyond_cache
+
+    cfg = sizes_beyond_cache(CONFIG["cpu"], "cpu", 4)
+    llc = last_level_cache_bytes("cpu")
+    assert cfg["stream_n"] * 4 >= 2 * llc and cfg["mv"][0] * cfg["mv"][1] * 4 >= 2 * llc and cfg["mv"][0] % 2 == 1
 
 
 def test_datasheet_ceilings():
@@ -69,7 +89,7 @@ def test_experiment_code_path_at_small_sizes(monkeypatch, tmp_path):
     """The whole experiment (tables, figures, claims) on tiny sizes: the counted-intensity claims are exact
     whatever the timing; the timing claims are not asserted here (tiny arrays live in cache)."""
     small = dict(roofline.CONFIG["cpu"], ceiling_n=128, gemm_n=96, add_n=2**16 + 3, mv=(97, 130), stream_n=2**16,
-                 rounds=2, sweep=[4, 32, 256], sweep_bytes=2e6, sweep_flops=5e7, sweep_rounds=1)
+                 rounds=2, sweep=[4, 32, 256], sweep_bytes=2e6, sweep_flops=5e7, sweep_rounds=1, beyond_cache=False)
     monkeypatch.setitem(roofline.CONFIG, "cpu", small)
     r = roofline.roofline("cpu")
     closed = {c.name: c for c in r.claims if "closed form" in c.name}
