@@ -6,4 +6,5 @@ with Page("08-flash-attention.md") as page:
     page.run("flash-attention-memory")
     page.run("flash-attention-io")
     page.run("flash-attention-flops")
+    page.run("flash-attention-compile")
     page.run("flash-attention-bench")
