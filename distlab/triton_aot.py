@@ -155,6 +155,7 @@ def compile_jobs(builder: str, jobs: list[dict], workers: int = 2, timeout_s: fl
         env.update(TRITON_INTERPRET="0", TRITON_CACHE_DIR=str(Path(tmp) / "cache"), TMPDIR=tmp,
                    TRITON_DUMP_PTXAS_LOG="1",
                    TRITON_DEFAULT_FP_FUSION="1",  # Triton 3.9's default, set to silence its deprecation warning
+                   TRITON_DISABLE_LINE_INFO="1",  # no ptxas -lineinfo: same code and resources, faster compiles
                    OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join([str(REPO_DIR), env.get("PYTHONPATH", "")]))
         out = Path(tmp) / "out.json"
         payload = {"jobs": [j | {"builder": builder} for j in jobs], "workers": workers, "out": str(out)}
