@@ -113,7 +113,8 @@ def _tiles(x: dict) -> str:
 
 
 @experiment("flash-attention-compile", "our FlashAttention Triton kernels compiled for sm_80/sm_90/sm_100 without a "
-            "GPU: tensor-core instructions, registers, spills, shared memory, occupancy", kind="computed")
+            "GPU: tensor-core instructions, registers, spills, shared memory, occupancy", kind="computed",
+            versions=("triton",))
 def flash_attention_compile(device: str) -> Result:
     import datetime as dt
     import time

@@ -40,6 +40,8 @@ class Experiment:
     fn: Callable[[str], Result] | None = None
     line: int = 0
     """Line of the experiment's function in its module (for `distlab list` and the pages' source links)."""
+    versions: tuple[str, ...] = ()
+    """Packages besides torch whose version the result depends on (a compiler's output): part of the cache key."""
 
     @property
     def source(self) -> str:
@@ -50,14 +52,15 @@ class Experiment:
 _REGISTRY: dict[str, Experiment] = {}
 
 
-def experiment(name: str, description: str, *, kind: str = "measured"):
-    """Register `fn(device) -> Result` under `name` (the name readers type after `distlab run`)."""
+def experiment(name: str, description: str, *, kind: str = "measured", versions: tuple[str, ...] = ()):
+    """Register `fn(device) -> Result` under `name` (the name readers type after `distlab run`). `versions`
+    names packages whose upgrade must re-run it (e.g. ("triton",) for what the compiler makes of a kernel)."""
     if kind not in ("measured", "simulated", "computed"):
         raise ValueError(f"experiment {name!r}: kind must be measured, simulated or computed")
 
     def register(fn):
         line = getattr(getattr(fn, "__code__", None), "co_firstlineno", 0)
-        _REGISTRY[name] = Experiment(name, description, fn.__module__, kind, fn, line)
+        _REGISTRY[name] = Experiment(name, description, fn.__module__, kind, fn, line, tuple(versions))
         return fn
 
     return register
@@ -100,9 +103,11 @@ def _scan_cached(path: Path, mtime_ns: int, size: int) -> _Scan:
                 is_call = isinstance(deco, ast.Call)
                 if is_call and getattr(deco.func, "id", None) == "experiment" and len(deco.args) >= 2:
                     name, desc = (ast.literal_eval(a) for a in deco.args[:2])
-                    kind = next((ast.literal_eval(k.value) for k in deco.keywords if k.arg == "kind"), "measured")
+                    keywords = {k.arg: ast.literal_eval(k.value) for k in deco.keywords}
+                    kind = keywords.get("kind", "measured")
                     line = min([node.lineno] + [d.lineno for d in node.decorator_list])
-                    found.append(Experiment(name, desc, here, kind, line=line))
+                    found.append(Experiment(name, desc, here, kind, line=line,
+                                            versions=tuple(keywords.get("versions", ()))))
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:  # relative: from .x import y / from . import x
@@ -251,16 +256,20 @@ def results_dir() -> Path:
 
 
 @functools.cache
-def torch_version() -> str:
-    """torch's version without importing torch (a warm build imports no experiment code)."""
-    from importlib.metadata import version
+def package_version(name: str = "torch") -> str:
+    """A package's installed version without importing it (a warm build imports no experiment code)."""
+    from importlib.metadata import PackageNotFoundError, version
 
-    return version("torch")
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return "not installed"
 
 
 def _cache_key(name: str, device: str) -> str:
     # Stored GPU results are not inputs: experiments never read them; the page layer shows them beside.
-    raw = json.dumps([name, code_hash(name), device, torch_version(), device_name(device)])
+    versions = [package_version(p) for p in ("torch", *spec(name).versions)]
+    raw = json.dumps([name, code_hash(name), device, versions, device_name(device)])
     return hashlib.sha256(raw.encode()).hexdigest()[:20]
 
 

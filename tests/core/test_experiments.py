@@ -175,3 +175,14 @@ def test_cache_keys_leave_out_the_machinery_and_keep_the_formulas():
     files = {p.stem for p in experiments.code_files("distlab.sharding.zero_memory")}
     assert {"zero_memory", "zero", "model_states", "facts"} <= files
     assert not files & {"experiments", "results", "formatting", "site", "cli"}
+
+
+def test_a_compilers_version_is_in_the_cache_key_of_what_it_compiled(monkeypatch):
+    """flash-attention-compile reads what triton makes of our kernel: a triton upgrade must re-run it, and must
+    not re-run experiments that never touch triton."""
+    assert experiments.spec("flash-attention-compile").versions == ("triton",)
+    before = {n: experiments._cache_key(n, "cpu") for n in ("flash-attention-compile", "adamw-bytes")}
+    real = experiments.package_version
+    monkeypatch.setattr(experiments, "package_version", lambda p="torch": "99.0" if p == "triton" else real(p))
+    assert experiments._cache_key("flash-attention-compile", "cpu") != before["flash-attention-compile"]
+    assert experiments._cache_key("adamw-bytes", "cpu") == before["adamw-bytes"]
