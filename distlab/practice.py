@@ -91,7 +91,7 @@ def practice_70b(device: str) -> Result:
             except NothingFits:
                 rows.append([fam, "nothing fits", "—", "—", "—", "—", "—", "—"])
                 continue
-            sh = lambda *ks, e=e: sum(v for k, v in e.time["parts"].items()  # noqa: E731
+            sh = lambda *ks, e=e: sum(v for k, v in e.time["parts"].items()
                                       if any(x in k for x in ks)) / e.step_seconds
             rows.append([fam, e.plan.label(), Quantity(e.memory_bytes, "B"), Quantity(e.step_seconds, "s"),
                          f"{e.time['mfu']:.1%}", f"{sh('tensor-parallel'):.1%}", f"{sh('bubble'):.1%}",

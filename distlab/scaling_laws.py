@@ -92,7 +92,7 @@ class Law:
         return self.beta / (self.alpha + self.beta)
 
     @property
-    def G(self) -> float:  # noqa: N802 - the paper's symbol
+    def G(self) -> float:  # the paper's symbol
         return (self.alpha * self.A / (self.beta * self.B)) ** (1 / (self.alpha + self.beta))
 
 

@@ -23,8 +23,8 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-import triton  # noqa: E402 - must follow the interpreter switch
-import triton.language as tl  # noqa: E402
+import triton  # must follow the interpreter switch
+import triton.language as tl
 
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 HEAD_DIMS = (16, 32, 64, 128)

@@ -25,7 +25,7 @@ class UsageError(Exception):
     """Bad input from the user: printed as one line, exit status 2."""
 
 
-def command(name: str, help: str):  # noqa: A002 - mirrors argparse's word
+def command(name: str, help: str):  # mirrors argparse's word
     """Register `fn(argv: list[str]) -> int` as `distlab NAME`."""
 
     def register(fn):
@@ -138,7 +138,7 @@ def run_command(argv: list[str]) -> int:
             print(f"[{i}/{len(names)}] {name} ...", end="", file=sys.stderr, flush=True)
         try:
             result, cached = experiments.run(name, args.device, use_cache=not args.no_cache)
-        except Exception as exc:  # noqa: BLE001 - with --all one broken experiment must not stop the rest
+        except Exception as exc:  # with --all one broken experiment must not stop the rest
             if not args.all:
                 raise
             errors.append(f"{name}: {type(exc).__name__}: {exc}")

@@ -155,7 +155,7 @@ def batch_lr_scaling(device: str) -> Result:
             capped[-1] / capped[0], 3.0, relation=">=")
     r.add("sqrt_over_linear_256", sqrt_at, "", "square-root rule / linear rule at B = 256")
     r.add("capped_growth", capped[-1] / capped[0], "", "capped rule: loss at the largest batch / at B0")
-    fmt = lambda v: "diverged" if not v < start else v  # noqa: E731
+    fmt = lambda v: "diverged" if not v < start else v
     r.table("loss", ["global batch B", "steps"] + [f"{rule}" for rule in RULES] + ["linear, predicted"],
             [[b, SAMPLES // b] + [fmt(loss[rule][i]) for rule in RULES] + [fmt(predicted["linear"][i])]
              for i, b in enumerate(BATCHES)],

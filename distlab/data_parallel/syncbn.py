@@ -110,7 +110,7 @@ def _run(bn: nn.Module, x: torch.Tensor, weights: torch.Tensor, group) -> dict:
     (out * weights).sum().backward()
     pgrads = torch.cat([bn.weight.grad, bn.bias.grad])
     all_reduce_(pgrads, group)  # the gradient of the sum of every rank's loss
-    cpu = lambda t: t.detach().cpu()  # noqa: E731
+    cpu = lambda t: t.detach().cpu()
     return {"out": cpu(out), "x_grad": cpu(x.grad), "param_grad": cpu(pgrads),
             "running_mean": cpu(bn.running_mean), "running_var": cpu(bn.running_var)}
 
@@ -143,13 +143,13 @@ def reference(w: int) -> dict:
     x = torch.cat(xs).requires_grad_(True)
     out = bn(x)
     (out * torch.cat(ws)).sum().backward()
-    split = lambda t: list(t.detach().split(BATCH[:w]))  # noqa: E731
+    split = lambda t: list(t.detach().split(BATCH[:w]))
     return {"out": split(out), "x_grad": split(x.grad), "param_grad": torch.cat([bn.weight.grad, bn.bias.grad]),
             "running_mean": bn.running_mean, "running_var": bn.running_var, "mean": x.detach().mean((0, 2, 3))}
 
 
 def _max_diff(rec: dict, ref: dict, rank: int) -> dict[str, float]:
-    d = lambda a, b: float((a - b).abs().max())  # noqa: E731
+    d = lambda a, b: float((a - b).abs().max())
     return {"out": d(rec["out"], ref["out"][rank]), "x_grad": d(rec["x_grad"], ref["x_grad"][rank]),
             "param_grad": d(rec["param_grad"], ref["param_grad"]),
             "running": max(d(rec["running_mean"], ref["running_mean"]), d(rec["running_var"], ref["running_var"]))}

@@ -50,7 +50,7 @@ def ring_attention(q, k, v, ranks: int, *, causal: bool = True, order: str = "zi
     if n % n_chunks:
         raise ValueError(f"sequence {n} must be divisible by {n_chunks} chunks ({order}, {ranks} ranks)")
     c = n // n_chunks
-    span = lambda i: slice(i * c, (i + 1) * c)  # noqa: E731 - token range of chunk i
+    span = lambda i: slice(i * c, (i + 1) * c)  # token range of chunk i
     held = [chunks_of_rank(r, ranks, order) for r in range(ranks)]
     kv = [(torch.cat([k[:, :, span(i)] for i in held[r]], 2), torch.cat([v[:, :, span(i)] for i in held[r]], 2),
            held[r]) for r in range(ranks)]  # what each rank starts with: its own key/value block

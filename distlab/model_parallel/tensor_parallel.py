@@ -142,7 +142,7 @@ class TensorParallelBlock(nn.Module):
         cols = slice(r * h // t, (r + 1) * h // t)  # this rank's heads inside each of q, k, v
         inner = slice(r * ffn // t, (r + 1) * ffn // t)
         qkv_w, qkv_b = ref.attn.qkv.weight.detach(), ref.attn.qkv.bias.detach()
-        take = lambda w: nn.Parameter(w.clone())  # noqa: E731
+        take = lambda w: nn.Parameter(w.clone())
         self.ln1, self.ln2 = _copy(ref.ln1), _copy(ref.ln2)
         self.qkv_w = take(torch.cat([qkv_w[i * h:(i + 1) * h][cols] for i in range(3)]))  # (3h/t, h)
         self.qkv_b = take(torch.cat([qkv_b[i * h:(i + 1) * h][cols] for i in range(3)]))

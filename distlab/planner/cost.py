@@ -202,9 +202,9 @@ def stage_times(m: ModelShape, c: Cluster, t: Training, p: Plan, gemm: float | N
     peak, hbm = c.gpu.peak_flops("bf16" if t.precision == "mixed" else "tf32"), c.gpu.hbm_bytes_per_s
     w, hd = layer_work(m, t, p), head_work(m, t, p)
     layers = m.layers // p.pp
-    flops_s = lambda x: x / (peak * ge)  # noqa: E731
-    core_s = lambda x: x / (peak * ae)  # noqa: E731
-    bytes_s = lambda x: x / (hbm * me)  # noqa: E731
+    flops_s = lambda x: x / (peak * ge)
+    core_s = lambda x: x / (peak * ae)
+    bytes_s = lambda x: x / (hbm * me)
     tp_link = effective(c.intra if p.tp <= c.gpus_per_node else c.inter)
     act_bytes = w["tokens"] * m.hidden * (2 if t.precision == "mixed" else 4)
     tp_ar = 2 * _comm("all-reduce", act_bytes, p.tp, tp_link)  # two per layer per pass (attention, MLP)

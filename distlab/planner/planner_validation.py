@@ -85,7 +85,7 @@ def planner_validation(device: str) -> Result:
     for name, row in rows().items():
         pred = predict(row)
         e, p = pred["estimate"], pred["estimate"].plan
-        share = lambda *keys, e=e: sum(v for k, v in e.time["parts"].items()  # noqa: E731
+        share = lambda *keys, e=e: sum(v for k, v in e.time["parts"].items()
                                        if any(x in k for x in keys)) / e.step_seconds
         errors[name] = pred["error"]
         shares[name] = {k: share(k) for k in ("bubble", "tensor-parallel", "memory-bound", "recompute")}

@@ -131,7 +131,7 @@ def search(m: ModelShape, c: Cluster, t: Training, *, where=None, gemm: float | 
         raise NothingFits(f"nothing fits: the plan that needs the least GPU memory ({least[1].label()}) needs "
                           f"{least[0] / 1e9:.1f} GB per GPU ({budget / 1e9:.1f} GB usable on a {c.gpu.name}){host}; "
                           "add GPUs, shorten the sequence, or use a GPU with more memory")
-    key = lambda e: (round(e.step_seconds, 9), e.memory_bytes)  # noqa: E731
+    key = lambda e: (round(e.step_seconds, 9), e.memory_bytes)
     fits.sort(key=key)
     head = [Estimate(e.plan, e.memory, step(m, c, t, e.plan, exact_pipeline=True, gemm=gemm, mem_eff=mem_eff))
             for e in fits[:RESIMULATE]]

@@ -300,7 +300,7 @@ def _worker(payload, rank, world_size, device, backend, port, timeout_s, env, la
     import faulthandler
     import threading
 
-    stack_file = open(stack_path, "w")  # noqa: SIM115 - lives as long as the process
+    stack_file = open(stack_path, "w")  # lives as long as the process
     stack_file.write(f"main {threading.main_thread().ident:x}\n")
     stack_file.flush()
     faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)

@@ -28,7 +28,7 @@ GPU = "H100-SXM"
 
 def socket_memory_bytes_per_s(cpu: str) -> float:
     """Peak DRAM bandwidth of one socket: channels x transfers per second x bytes per transfer."""
-    f = lambda field: fact(f"host_links.{cpu}.{field}").value  # noqa: E731
+    f = lambda field: fact(f"host_links.{cpu}.{field}").value
     return f("memory_channels") * f("mtransfers_per_s") * 1e6 * f("channel_bytes")
 
 

@@ -35,7 +35,7 @@ def test_published_formula_is_the_sum_of_section_4_1(s, b, h, a):
 def test_table_2_rows(s, b, h, a, t):
     """Each Table 2 row written out independently (Korthikanti et al. 2022); would catch a swapped /t."""
     sbh = s * b * h
-    f = lambda **kw: activation_bytes_per_layer(s, b, h, a, tp=t, **kw)  # noqa: E731
+    f = lambda **kw: activation_bytes_per_layer(s, b, h, a, tp=t, **kw)
     assert f() == pytest.approx(sbh * (10 + 24 / t + 5 * a * s / (h * t)), rel=1e-12)
     assert f(sequence_parallel=True) == pytest.approx(sbh / t * (34 + 5 * a * s / h), rel=1e-12)
     assert f(recompute="selective") == pytest.approx(sbh * (10 + 24 / t), rel=1e-12)

@@ -66,7 +66,7 @@ def test_hardware_flops_equal_narayanan_formula():
     recompute_matmul = st["forward matmul"] - head / 3
     layers_flops = (per_stage + recompute_matmul) * peak * 8 * 64 * 512 * 6  # x tp x stages x micro-batches x dp
     total = layers_flops + head * peak * 8 * 512 * 6
-    B, s, L, h, V = 3072, 2048, 128, 25600, 51200  # noqa: N806 - the paper's symbols
+    B, s, L, h, V = 3072, 2048, 128, 25600, 51200  # the paper's symbols
     assert total == pytest.approx(96 * B * s * L * h * h * (1 + s / (6 * h) + V / (16 * L * h)), rel=1e-9)
 
 
