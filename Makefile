@@ -45,6 +45,7 @@ serve: setup               ## build, then serve on http://127.0.0.1:8000 with li
 
 test: setup browser        ## lint, then the whole suite: a strict site build, browser tests in chromium
 	$(BIN)/ruff check distlab gen tests
+	$(BIN)/ruff format --check distlab gen tests
 	$(BIN)/python -m pytest
 
 experiments: setup         ## run every experiment with progress, print claims

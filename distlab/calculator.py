@@ -116,28 +116,63 @@ def memory(plan: Plan) -> dict:
     shard = ceil_div(params, t * p)  # Ψ' parameters on one model-parallel rank (an even split, rounded up)
     states = model_state_bytes_per_gpu(shard, d, plan.zero)
     weights, gradients, optimizer = states["params_bytes"], states["grads_bytes"], states["optimizer_bytes"]
-    per_layer = activation_bytes_per_layer(plan.seq, plan.micro_batch, m.hidden, m.heads, tp=t,
-                                           sequence_parallel=plan.sequence_parallel, recompute=plan.recompute)
+    per_layer = activation_bytes_per_layer(
+        plan.seq,
+        plan.micro_batch,
+        m.hidden,
+        m.heads,
+        tp=t,
+        sequence_parallel=plan.sequence_parallel,
+        recompute=plan.recompute,
+    )
     activations = m.layers * per_layer  # L/p layers x p micro-batches in flight on the first stage
     total = weights + gradients + optimizer + activations
     capacity = gpu_memory_bytes()[plan.gpu]
-    return {"params": params, "dp": d, "weights": weights, "gradients": gradients, "optimizer": optimizer,
-            "activations": activations, "total": total, "capacity": capacity, "fits": total <= capacity}
+    return {
+        "params": params,
+        "dp": d,
+        "weights": weights,
+        "gradients": gradients,
+        "optimizer": optimizer,
+        "activations": activations,
+        "total": total,
+        "capacity": capacity,
+        "fits": total <= capacity,
+    }
 
 
 # ---------------------------------------------------------------- what the page and its tests read
 SHAPE_FIELDS = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "mlp", "tie_embeddings")
-DEFAULTS = {"model": "7B", "seq": 4096, "micro_batch": 1, "gpus": 8, "gpu": "H100-SXM", "zero": 3, "tp": 1,
-            "pp": 1, "recompute": "selective", "sequence_parallel": False}
+DEFAULTS = {
+    "model": "7B",
+    "seq": 4096,
+    "micro_batch": 1,
+    "gpus": 8,
+    "gpu": "H100-SXM",
+    "zero": 3,
+    "tp": 1,
+    "pp": 1,
+    "recompute": "selective",
+    "sequence_parallel": False,
+}
 
 
 def plan_from(inputs: dict) -> Plan:
     """A Plan from the form's fields (the keys of a test vector's "input")."""
     custom = {k: inputs[k] for k in SHAPE_FIELDS} if inputs["model"] == "custom" else {}
     model = shape(inputs["model"], inputs["seq"], **custom)
-    return Plan(model=model, seq=inputs["seq"], micro_batch=inputs["micro_batch"], gpus=inputs["gpus"],
-                gpu=inputs["gpu"], zero=inputs["zero"], tp=inputs["tp"], pp=inputs["pp"],
-                recompute=inputs["recompute"], sequence_parallel=inputs["sequence_parallel"])
+    return Plan(
+        model=model,
+        seq=inputs["seq"],
+        micro_batch=inputs["micro_batch"],
+        gpus=inputs["gpus"],
+        gpu=inputs["gpu"],
+        zero=inputs["zero"],
+        tp=inputs["tp"],
+        pp=inputs["pp"],
+        recompute=inputs["recompute"],
+        sequence_parallel=inputs["sequence_parallel"],
+    )
 
 
 def evaluate(inputs: dict) -> dict:
@@ -155,8 +190,10 @@ def evaluate(inputs: dict) -> dict:
 def site_data() -> dict:
     """Everything calculator.js needs besides its formulas: presets, GPUs, bytes per parameter, defaults."""
     return {
-        "presets": {name: {"name": m.name, "seq": m.seq, **{k: getattr(m, k) for k in SHAPE_FIELDS},
-                           "kv_heads": m.kv} for name, m in presets().items()},
+        "presets": {
+            name: {"name": m.name, "seq": m.seq, **{k: getattr(m, k) for k in SHAPE_FIELDS}, "kv_heads": m.kv}
+            for name, m in presets().items()
+        },
         "gpus": gpu_memory_bytes(),
         "bytes_per_param": bytes_per_param_by_state("mixed"),
         "recompute": list(RECOMPUTE),
@@ -165,10 +202,26 @@ def site_data() -> dict:
     }
 
 
-_AWKWARD = {"layers": 30, "hidden": 3000, "heads": 24, "kv_heads": 8, "ffn": 7777, "vocab": 50257, "mlp": "swiglu",
-            "tie_embeddings": False}
-_GPT_LIKE = {"layers": 12, "hidden": 768, "heads": 12, "kv_heads": 12, "ffn": 3072, "vocab": 50257, "mlp": "gelu",
-             "tie_embeddings": True}
+_AWKWARD = {
+    "layers": 30,
+    "hidden": 3000,
+    "heads": 24,
+    "kv_heads": 8,
+    "ffn": 7777,
+    "vocab": 50257,
+    "mlp": "swiglu",
+    "tie_embeddings": False,
+}
+_GPT_LIKE = {
+    "layers": 12,
+    "hidden": 768,
+    "heads": 12,
+    "kv_heads": 12,
+    "ffn": 3072,
+    "vocab": 50257,
+    "mlp": "gelu",
+    "tie_embeddings": True,
+}
 
 
 def vectors() -> list[dict]:
@@ -194,19 +247,29 @@ def vectors() -> list[dict]:
         base | {"model": "70B", "gpus": 64, "tp": 8, "pp": 4, "zero": 1, "sequence_parallel": True},
         base | {"model": "70B", "gpus": 512, "tp": 8, "pp": 8, "zero": 3, "recompute": "full", "micro_batch": 2},
         base | {"model": "175B", "seq": 2048, "gpus": 1024, "tp": 8, "pp": 16, "zero": 1, "recompute": "full"},
-        base | {"model": "175B", "seq": 2048, "gpus": 96, "tp": 4, "pp": 8, "sequence_parallel": True,
-                "recompute": "none"},
+        base
+        | {"model": "175B", "seq": 2048, "gpus": 96, "tp": 4, "pp": 8, "sequence_parallel": True, "recompute": "none"},
         base | {"model": "custom", **_AWKWARD, "seq": 257, "gpus": 6, "tp": 2, "zero": 2, "micro_batch": 7},
-        base | {"model": "custom", **_AWKWARD, "seq": 8192, "gpus": 30, "pp": 5, "tp": 2, "zero": 0,
-                "recompute": "none", "sequence_parallel": True},
-        base | {"model": "custom", **_GPT_LIKE, "seq": 1024, "gpus": 2, "zero": 0, "micro_batch": 12,
-                "recompute": "none"},
+        base
+        | {
+            "model": "custom",
+            **_AWKWARD,
+            "seq": 8192,
+            "gpus": 30,
+            "pp": 5,
+            "tp": 2,
+            "zero": 0,
+            "recompute": "none",
+            "sequence_parallel": True,
+        },
+        base
+        | {"model": "custom", **_GPT_LIKE, "seq": 1024, "gpus": 2, "zero": 0, "micro_batch": 12, "recompute": "none"},
         # inputs the page must refuse (the same ones distlab refuses)
-        base | {"gpus": 6, "tp": 4},                                  # 6 GPUs are not a multiple of TP x PP
-        base | {"model": "7B", "pp": 3, "gpus": 3},                   # 32 layers do not split into 3 stages
-        base | {"model": "13B", "tp": 3, "gpus": 3},                  # 40 heads do not divide by TP 3
-        base | {"model": "custom", **_AWKWARD, "hidden": 3001},       # hidden not divisible by heads
-        base | {"model": "custom", **_AWKWARD, "kv_heads": 7},        # heads not divisible by kv heads
+        base | {"gpus": 6, "tp": 4},  # 6 GPUs are not a multiple of TP x PP
+        base | {"model": "7B", "pp": 3, "gpus": 3},  # 32 layers do not split into 3 stages
+        base | {"model": "13B", "tp": 3, "gpus": 3},  # 40 heads do not divide by TP 3
+        base | {"model": "custom", **_AWKWARD, "hidden": 3001},  # hidden not divisible by heads
+        base | {"model": "custom", **_AWKWARD, "kv_heads": 7},  # heads not divisible by kv heads
     ]
     return [{"input": c, "expected": evaluate(c)} for c in cases]
 
@@ -224,27 +287,54 @@ def calculator(device: str) -> Result:
     r.add("vectors", len(vecs), "", "test vectors the browser test types into the live page")
     r.add("vectors_fit", sum(v["expected"]["fits"] for v in ok), "", "vectors whose verdict is fits")
     r.add("vectors_refused", len(vecs) - len(ok), "", "vectors with inputs the page must refuse")
-    r.claim("the vectors include both verdicts", min(r.quantities["vectors_fit"].value,
-            len(ok) - r.quantities["vectors_fit"].value), 1, relation=">=",
-            formula="fits and does-not-fit both present")
+    r.claim(
+        "the vectors include both verdicts",
+        min(r.quantities["vectors_fit"].value, len(ok) - r.quantities["vectors_fit"].value),
+        1,
+        relation=">=",
+        formula="fits and does-not-fit both present",
+    )
 
     # Conservation: the shards of all N GPUs add back to 16 bytes per parameter, plus padding only
     # (less than one element per rank at each of the two splits, t p and d).
     for stage, copies in ((3, lambda i: i["gpus"]), (0, lambda i: i["tp"] * i["pp"])):
         chosen = [v for v in ok if v["input"]["zero"] == stage]
-        pad = [((v["expected"]["weights"] + v["expected"]["gradients"] + v["expected"]["optimizer"])
-                * copies(v["input"]) - 16 * v["expected"]["params"]) / (16 * v["input"]["gpus"]) for v in chosen]
+        pad = [
+            (
+                (v["expected"]["weights"] + v["expected"]["gradients"] + v["expected"]["optimizer"])
+                * copies(v["input"])
+                - 16 * v["expected"]["params"]
+            )
+            / (16 * v["input"]["gpus"])
+            for v in chosen
+        ]
         what = "N" if stage == 3 else "t x p"
-        r.claim(f"ZeRO-{stage}: {what} x per-GPU states >= 16Ψ, worst of {len(chosen)} vectors", min(pad), 0,
-                relation=">=", formula="padding elements per GPU")
-        r.claim(f"ZeRO-{stage}: {what} x per-GPU states - 16Ψ is padding, worst of {len(chosen)} vectors",
-                max(pad), 2, relation="<=", formula="padding elements per GPU, < 2")
+        r.claim(
+            f"ZeRO-{stage}: {what} x per-GPU states >= 16Ψ, worst of {len(chosen)} vectors",
+            min(pad),
+            0,
+            relation=">=",
+            formula="padding elements per GPU",
+        )
+        r.claim(
+            f"ZeRO-{stage}: {what} x per-GPU states - 16Ψ is padding, worst of {len(chosen)} vectors",
+            max(pad),
+            2,
+            relation="<=",
+            formula="padding elements per GPU, < 2",
+        )
     # Activations against the paper's Eq. 1 (a different function): no recompute, t = 1.
     base = _plan(recompute="none", zero=0)
     m = base.model
     eq1 = m.layers * published_bytes_per_layer(base.seq, base.micro_batch, m.hidden, m.heads)
-    r.claim("activations, no recompute, t = 1: L sbh(34 + 5as/h)", memory(base)["activations"], eq1,
-            rel_tol=1e-12, unit="B", formula="Korthikanti et al. Eq. 1")
+    r.claim(
+        "activations, no recompute, t = 1: L sbh(34 + 5as/h)",
+        memory(base)["activations"],
+        eq1,
+        rel_tol=1e-12,
+        unit="B",
+        formula="Korthikanti et al. Eq. 1",
+    )
     # Each ZeRO stage shards one more category: per-GPU states never grow with the stage.
     states = [sum(memory(_plan(zero=z))[c] for c in ("weights", "gradients", "optimizer")) for z in ZERO_STAGES]
     for z in ZERO_STAGES[1:]:
@@ -284,6 +374,10 @@ def _worked(r: Result) -> None:
     sp = memory(dataclasses.replace(big, sequence_parallel=True))
     r.add("70b_sp_activations", sp["activations"], "B", "with sequence parallelism")
     rows = [[c, Quantity(z3[c], "B")] for c in CATEGORIES] + [["**total**", Quantity(z3["total"], "B")]]
-    r.table("default", ["category", "per GPU"], rows,
-            caption=f"The default example: {z3_plan.model.name}, s = {z3_plan.seq}, b = {z3_plan.micro_batch}, "
-                    f"{z3_plan.gpus} x {default_gpu}, ZeRO-{z3_plan.zero}, {z3_plan.recompute} recompute")
+    r.table(
+        "default",
+        ["category", "per GPU"],
+        rows,
+        caption=f"The default example: {z3_plan.model.name}, s = {z3_plan.seq}, b = {z3_plan.micro_batch}, "
+        f"{z3_plan.gpus} x {default_gpu}, ZeRO-{z3_plan.zero}, {z3_plan.recompute} recompute",
+    )

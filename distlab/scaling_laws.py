@@ -126,8 +126,11 @@ def optimal(lw: Law, flops: float) -> tuple[float, float]:
 # ---------------------------------------------------------------- Table 3: the "20 tokens per parameter" rule
 def table3() -> list[dict]:
     """The paper's compute-optimal rows (Approach 1): params, flops, tokens."""
-    return [dict(name=k, **{f: v[f] for f in ("params", "flops", "tokens")})
-            for k, v in entries("scaling_laws").items() if k.startswith("optimal-")]
+    return [
+        dict(name=k, **{f: v[f] for f in ("params", "flops", "tokens")})
+        for k, v in entries("scaling_laws").items()
+        if k.startswith("optimal-")
+    ]
 
 
 def table3_fit() -> tuple[float, float]:
@@ -182,10 +185,17 @@ def report(flops: float, gpu_name: str = "A100-SXM-80GB", mfu: float | None = No
     chin, refit = law("chinchilla"), law("epoch-refit")
     mfu = implied_mfu() if mfu is None else mfu
     peak = gpu(gpu_name).peak_flops("bf16")
-    out = {"flops": flops, "params": params, "tokens": tokens, "tokens_per_param": tokens / params,
-           "rule": "Chinchilla Table 3 (Approach 1), fitted as N = k C^a",
-           "loss": chin.loss(params, tokens), "gpu": gpu_name, "mfu": mfu,
-           "gpu_hours": gpu_hours(flops, peak, mfu)}
+    out = {
+        "flops": flops,
+        "params": params,
+        "tokens": tokens,
+        "tokens_per_param": tokens / params,
+        "rule": "Chinchilla Table 3 (Approach 1), fitted as N = k C^a",
+        "loss": chin.loss(params, tokens),
+        "gpu": gpu_name,
+        "mfu": mfu,
+        "gpu_hours": gpu_hours(flops, peak, mfu),
+    }
     for key, lw in (("approach3", chin), ("epoch_refit", refit)):
         n, d = optimal(lw, flops)
         out[key] = {"params": n, "tokens": d, "tokens_per_param": d / n, "loss": lw.loss(n, d)}
@@ -196,11 +206,14 @@ def report(flops: float, gpu_name: str = "A100-SXM-80GB", mfu: float | None = No
 
 @command("scaling", "compute-optimal parameters and tokens for a FLOP budget (Chinchilla), and its GPU-hours")
 def scaling_command(argv: list[str]) -> int:
-    p = parser("scaling", "Split a training budget of C FLOPs (C = 6 N D) between parameters N and tokens D.\n"
-               "params/tokens follow Chinchilla's Table 3 (about 20 tokens per parameter); the fitted loss\n"
-               "L = E + A/N^alpha + B/D^beta gives the loss and, with the paper's and a refit's constants, the\n"
-               "Approach 3 optimum beside it. GPU-hours at --mfu of --gpu's dense bf16 peak (default: the MFU\n"
-               "Llama 2 7B's published A100 GPU-hours imply).")
+    p = parser(
+        "scaling",
+        "Split a training budget of C FLOPs (C = 6 N D) between parameters N and tokens D.\n"
+        "params/tokens follow Chinchilla's Table 3 (about 20 tokens per parameter); the fitted loss\n"
+        "L = E + A/N^alpha + B/D^beta gives the loss and, with the paper's and a refit's constants, the\n"
+        "Approach 3 optimum beside it. GPU-hours at --mfu of --gpu's dense bf16 peak (default: the MFU\n"
+        "Llama 2 7B's published A100 GPU-hours imply).",
+    )
     p.add_argument("--flops", type=positive(float), required=True, help="training budget C in FLOPs (1e23 works)")
     p.add_argument("--gpu", default="A100-SXM-80GB", help="accelerator for GPU-hours (see `distlab gpus`)")
     p.add_argument("--mfu", type=positive(float), default=None, help="model FLOPs utilisation, 0-1")
@@ -209,18 +222,22 @@ def scaling_command(argv: list[str]) -> int:
     out = report(args.flops, args.gpu, args.mfu)
     a3, ep = out["approach3"], out["epoch_refit"]
     hours_format = ",.0f" if out["gpu_hours"] >= 10 else ".3g"
-    text = (f"C = {args.flops:.3g} FLOPs\n"
-            f"compute-optimal (Table 3): {out['params']:.3g} parameters x {out['tokens']:.3g} tokens "
-            f"({out['tokens_per_param']:.1f} tokens/parameter), loss {out['loss']:.3f}\n"
-            f"Approach 3, paper's constants: {a3['params']:.3g} x {a3['tokens']:.3g} "
-            f"({a3['tokens_per_param']:.0f} tokens/parameter)\n"
-            f"Approach 3, Besiroglu et al. refit: {ep['params']:.3g} x {ep['tokens']:.3g} "
-            f"({ep['tokens_per_param']:.0f} tokens/parameter)\n"
-            f"{out['gpu_hours']:{hours_format}} {out['gpu']} GPU-hours at {100 * out['mfu']:.0f} % MFU")
+    text = (
+        f"C = {args.flops:.3g} FLOPs\n"
+        f"compute-optimal (Table 3): {out['params']:.3g} parameters x {out['tokens']:.3g} tokens "
+        f"({out['tokens_per_param']:.1f} tokens/parameter), loss {out['loss']:.3f}\n"
+        f"Approach 3, paper's constants: {a3['params']:.3g} x {a3['tokens']:.3g} "
+        f"({a3['tokens_per_param']:.0f} tokens/parameter)\n"
+        f"Approach 3, Besiroglu et al. refit: {ep['params']:.3g} x {ep['tokens']:.3g} "
+        f"({ep['tokens_per_param']:.0f} tokens/parameter)\n"
+        f"{out['gpu_hours']:{hours_format}} {out['gpu']} GPU-hours at {100 * out['mfu']:.0f} % MFU"
+    )
     if out["extrapolated"]:
         rows = [row["flops"] for row in table3()]
-        text += (f"\nwarning: C lies outside Table 3's {min(rows):.3g}-{max(rows):.3g} FLOPs; every number above is "
-                 "a power law extrapolated past the paper's data")
+        text += (
+            f"\nwarning: C lies outside Table 3's {min(rows):.3g}-{max(rows):.3g} FLOPs; every number above is "
+            "a power law extrapolated past the paper's data"
+        )
     emit(out, args.json, text)
     return 0
 
@@ -237,8 +254,12 @@ def optimal_tokens_for(params: float) -> float:
 BUDGETS = (1e20, 1e21, 1e22, 1e23, 1e24, 1e25)  # FLOPs, for the iso-FLOP figure and the table of optima
 
 
-@experiment("scaling-laws", "C = 6ND, Chinchilla's fitted loss and compute-optimal N and D, iso-FLOP curves, "
-            "and fine-tune vs pretraining budgets", kind="computed")
+@experiment(
+    "scaling-laws",
+    "C = 6ND, Chinchilla's fitted loss and compute-optimal N and D, iso-FLOP curves, "
+    "and fine-tune vs pretraining budgets",
+    kind="computed",
+)
 def scaling_laws(device: str) -> Result:
     from distlab.models.shapes import preset
 
@@ -253,18 +274,50 @@ def scaling_laws(device: str) -> Result:
     rows = []
     for row in table3():
         ratio = training_flops(row["params"], row["tokens"]) / row["flops"]
-        rows.append([words(row["params"]), f"{row['flops']:.3g}", words(row["tokens"]),
-                     f"{row['tokens'] / row['params']:.1f}", f"{ratio:.3f}", words(compute_optimal(row["flops"])[0])])
-        r.claim(f"Table 3, {row['name'][8:]}: 6ND = the FLOPs column", training_flops(row["params"], row["tokens"]),
-                row["flops"], rel_tol=0.05, formula="C = 6ND (tokens printed rounded)")
-    r.table("table3", ["parameters", "FLOPs", "tokens", "tokens / parameter", "6ND / FLOPs", "our fit's N at C"],
-            rows, caption="Hoffmann et al. 2022, Table 3 (Approach 1), and the power law N = k C^a fitted to it")
-    r.claim("Table 3's power law: exponent a = Approach 1's (Table 2)", a_fit, value("scaling_laws.approach1.a"),
-            abs_tol=0.02, formula="least squares of log N on log C")
-    r.claim("paper's Approach 3 constants: β/(α+β) = Table 2's a", chin.a, value("scaling_laws.approach3.a"),
-            abs_tol=0.01, formula="a = β/(α+β)")
-    r.claim("Besiroglu et al.'s refit: β/(α+β) = Approach 1's a", refit.a, value("scaling_laws.approach1.a"),
-            abs_tol=0.02, formula="a = β/(α+β)")
+        rows.append(
+            [
+                words(row["params"]),
+                f"{row['flops']:.3g}",
+                words(row["tokens"]),
+                f"{row['tokens'] / row['params']:.1f}",
+                f"{ratio:.3f}",
+                words(compute_optimal(row["flops"])[0]),
+            ]
+        )
+        r.claim(
+            f"Table 3, {row['name'][8:]}: 6ND = the FLOPs column",
+            training_flops(row["params"], row["tokens"]),
+            row["flops"],
+            rel_tol=0.05,
+            formula="C = 6ND (tokens printed rounded)",
+        )
+    r.table(
+        "table3",
+        ["parameters", "FLOPs", "tokens", "tokens / parameter", "6ND / FLOPs", "our fit's N at C"],
+        rows,
+        caption="Hoffmann et al. 2022, Table 3 (Approach 1), and the power law N = k C^a fitted to it",
+    )
+    r.claim(
+        "Table 3's power law: exponent a = Approach 1's (Table 2)",
+        a_fit,
+        value("scaling_laws.approach1.a"),
+        abs_tol=0.02,
+        formula="least squares of log N on log C",
+    )
+    r.claim(
+        "paper's Approach 3 constants: β/(α+β) = Table 2's a",
+        chin.a,
+        value("scaling_laws.approach3.a"),
+        abs_tol=0.01,
+        formula="a = β/(α+β)",
+    )
+    r.claim(
+        "Besiroglu et al.'s refit: β/(α+β) = Approach 1's a",
+        refit.a,
+        value("scaling_laws.approach1.a"),
+        abs_tol=0.02,
+        formula="a = β/(α+β)",
+    )
 
     # Chinchilla against Gopher: the same compute, four times fewer parameters.
     c_chin = training_flops(value("scaling_laws.Chinchilla-70B.params"), value("scaling_laws.Chinchilla-70B.tokens"))
@@ -275,16 +328,30 @@ def scaling_laws(device: str) -> Result:
     r.add("gopher_flops", c_goph, "FLOP", "Gopher: 6 x 280B x 300B")
     r.add("chinchilla_loss", loss_chin, "nats", "the law's loss for Chinchilla")
     r.add("gopher_loss", loss_goph, "nats", "the law's loss for Gopher")
-    r.claim("the law ranks Chinchilla (70B, 1.4T tokens) below Gopher (280B, 300B tokens)", loss_chin, loss_goph,
-            relation="<=", formula="L = E + A/N^α + B/D^β")
+    r.claim(
+        "the law ranks Chinchilla (70B, 1.4T tokens) below Gopher (280B, 300B tokens)",
+        loss_chin,
+        loss_goph,
+        relation="<=",
+        formula="L = E + A/N^α + B/D^β",
+    )
     n_search, _ = optimal_by_search(chin, c_chin)
     n_closed, d_closed = optimal(chin, c_chin)
-    r.claim("Approach 3 optimum: closed form = grid search on the iso-FLOP curve", n_closed, n_search, rel_tol=1e-3,
-            formula="N_opt = G (C/6)^(β/(α+β))")
+    r.claim(
+        "Approach 3 optimum: closed form = grid search on the iso-FLOP curve",
+        n_closed,
+        n_search,
+        rel_tol=1e-3,
+        formula="N_opt = G (C/6)^(β/(α+β))",
+    )
     n_t3, d_t3 = compute_optimal(c_chin)
-    r.claim("Table 3's law at Chinchilla's compute: tokens per parameter = Chinchilla's own",
-            d_t3 / n_t3, value("scaling_laws.Chinchilla-70B.tokens") / value("scaling_laws.Chinchilla-70B.params"),
-            rel_tol=0.1, formula="D/N")
+    r.claim(
+        "Table 3's law at Chinchilla's compute: tokens per parameter = Chinchilla's own",
+        d_t3 / n_t3,
+        value("scaling_laws.Chinchilla-70B.tokens") / value("scaling_laws.Chinchilla-70B.params"),
+        rel_tol=0.1,
+        formula="D/N",
+    )
     for key, (n, d) in (("t3", (n_t3, d_t3)), ("a3", (n_closed, d_closed)), ("refit", optimal(refit, c_chin))):
         add_count(r, f"chin_{key}_params", n, "parameters", f"{key}: N_opt at Chinchilla's compute")
         add_count(r, f"chin_{key}_tokens", d, "tokens", f"{key}: D_opt at Chinchilla's compute")
@@ -302,10 +369,24 @@ def _optima_table(r: Result, chin: Law, refit: Law) -> None:
         for n, d in (compute_optimal(c), optimal(chin, c), optimal(refit, c)):
             cells += [words(n), words(d), f"{d / n:.0f}"]
         rows.append(cells)
-    r.table("optima", ["C (FLOPs)", "N (Table 3)", "D (Table 3)", "D/N", "N (paper's Approach 3)", "D", "D/N",
-                       "N (refit)", "D", "D/N"], rows,
-            caption="Compute-optimal splits of a budget: Table 3's power law, the closed form with the paper's "
-                    "printed constants, and with Besiroglu et al.'s refit")
+    r.table(
+        "optima",
+        [
+            "C (FLOPs)",
+            "N (Table 3)",
+            "D (Table 3)",
+            "D/N",
+            "N (paper's Approach 3)",
+            "D",
+            "D/N",
+            "N (refit)",
+            "D",
+            "D/N",
+        ],
+        rows,
+        caption="Compute-optimal splits of a budget: Table 3's power law, the closed form with the paper's "
+        "printed constants, and with Besiroglu et al.'s refit",
+    )
     n, d = compute_optimal(1e24)
     add_count(r, "c24_params", n, "parameters", "Table 3 law: N_opt at 1e24 FLOPs")
     add_count(r, "c24_tokens", d, "tokens", "Table 3 law: D_opt at 1e24 FLOPs")
@@ -323,15 +404,22 @@ def _budgets(r: Result, n7: int) -> None:
         r.add(f"mfu_{name[7:].lower()}", implied_mfu(name), "fraction", f"{name}: MFU its A100 GPU-hours imply")
     hours = {m: value(f"scaling_laws.Llama2-{m}.gpu_hours") for m in ("7B", "13B", "70B")}
     for m in ("13B", "70B"):
-        r.claim(f"Llama 2: GPU-hours {m} / 7B = parameters {m} / 7B (C = 6ND, same tokens)", hours[m] / hours["7B"],
-                preset(m).params() / n7, rel_tol=0.1, formula="hours ∝ N at fixed D")
+        r.claim(
+            f"Llama 2: GPU-hours {m} / 7B = parameters {m} / 7B (C = 6ND, same tokens)",
+            hours[m] / hours["7B"],
+            preset(m).params() / n7,
+            rel_tol=0.1,
+            formula="hours ∝ N at fixed D",
+        )
     d_opt = optimal_tokens_for(n7)
     d_llama = value("scaling_laws.Llama2-7B.tokens_trillion") * 1e12
     d_sft = sft_tokens()
     rows = []
-    for label, key, tokens in (("Chinchilla-optimal pretraining", "opt", d_opt),
-                               ("Llama 2 pretraining", "llama", d_llama),
-                               ("Llama 2-Chat supervised fine-tune", "sft", d_sft)):
+    for label, key, tokens in (
+        ("Chinchilla-optimal pretraining", "opt", d_opt),
+        ("Llama 2 pretraining", "llama", d_llama),
+        ("Llama 2-Chat supervised fine-tune", "sft", d_sft),
+    ):
         flops = training_flops(n7, tokens)
         hrs = gpu_hours(flops, a100, mfu)
         rows.append([label, words(tokens), f"{flops:.3g}", f"{hrs:,.0f}", f"{hrs / 8 / 24:,.3g}"])
@@ -339,14 +427,22 @@ def _budgets(r: Result, n7: int) -> None:
         r.add(f"{key}_flops", flops, "FLOP", f"7B, {label}: 6ND")
         r.add(f"{key}_gpu_hours", hrs, "GPU-hours", f"7B, {label}: A100 GPU-hours")
         r.add(f"{key}_days_8gpu", hrs / 8 / 24, "days", f"7B, {label}: days on 8 A100s")
-    r.table("budgets", ["7B run", "tokens", "FLOPs (6ND)", "A100 GPU-hours", "days on 8 GPUs"], rows,
-            caption=f"At {100 * mfu:.0f} % MFU of the A100's dense bf16 peak: what Llama 2 7B's published "
-                    "GPU-hours imply for its own pretraining")
+    r.table(
+        "budgets",
+        ["7B run", "tokens", "FLOPs (6ND)", "A100 GPU-hours", "days on 8 GPUs"],
+        rows,
+        caption=f"At {100 * mfu:.0f} % MFU of the A100's dense bf16 peak: what Llama 2 7B's published "
+        "GPU-hours imply for its own pretraining",
+    )
     r.add("overtrain", d_llama / d_opt, "", "Llama 2 7B tokens / Chinchilla-optimal tokens")
     r.add("pretrain_over_sft", d_llama / d_sft, "", "Llama 2 pretraining tokens / SFT tokens")
     sft = entries("scaling_laws")["Llama2-SFT"]
-    r.add("sft_steps", sft["annotations"] * sft["epochs"] / sft["batch_sequences"], "steps",
-          "SFT optimizer steps (examples x epochs / batch)")
+    r.add(
+        "sft_steps",
+        sft["annotations"] * sft["epochs"] / sft["batch_sequences"],
+        "steps",
+        "SFT optimizer steps (examples x epochs / batch)",
+    )
 
 
 def _figure(r: Result, chin: Law, refit: Law) -> None:
@@ -365,17 +461,31 @@ def _figure(r: Result, chin: Law, refit: Law) -> None:
         ax.plot([n_opt], [chin.loss(n_opt, d_opt)], "o", color=line.get_color())
         n_t3, d_t3 = compute_optimal(c)
         ax.plot([n_t3], [chin.loss(n_t3, d_t3)], "x", color=line.get_color(), ms=8)
-    ax.set(xscale="log", xlabel="parameters N", ylabel="loss L(N, C/6N), nats/token", ylim=(1.8, 4.0),
-           title="Iso-FLOP curves, paper's constants\n(o: their minimum, x: Table 3's N)")
+    ax.set(
+        xscale="log",
+        xlabel="parameters N",
+        ylabel="loss L(N, C/6N), nats/token",
+        ylim=(1.8, 4.0),
+        title="Iso-FLOP curves, paper's constants\n(o: their minimum, x: Table 3's N)",
+    )
     ax.legend(fontsize=7)
     cs = np.logspace(19, 28.2, 60)
     bx.plot(cs, [compute_optimal(c)[0] for c in cs], label="Table 3 power law (≈20 tokens/param)")
     bx.plot(cs, [optimal(chin, c)[0] for c in cs], "--", label="Approach 3, paper's constants")
     bx.plot(cs, [optimal(refit, c)[0] for c in cs], ":", label="Approach 3, Besiroglu et al. refit")
     bx.plot([row["flops"] for row in table3()], [row["params"] for row in table3()], "k.", label="Table 3 rows")
-    bx.set(xscale="log", yscale="log", xlabel="training FLOPs C", ylabel="compute-optimal N",
-           title="Compute-optimal model size")
+    bx.set(
+        xscale="log",
+        yscale="log",
+        xlabel="training FLOPs C",
+        ylabel="compute-optimal N",
+        title="Compute-optimal model size",
+    )
     bx.legend(fontsize=7)
     fig.tight_layout()
-    r.figure("isoflop", fig, "Left: Chinchilla's fitted loss along iso-FLOP curves (D = C/6N). Right: the optimal "
-             "N against compute by three readings of the paper.")
+    r.figure(
+        "isoflop",
+        fig,
+        "Left: Chinchilla's fitted loss along iso-FLOP curves (D = C/6N). Right: the optimal "
+        "N against compute by three readings of the paper.",
+    )

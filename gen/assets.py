@@ -21,10 +21,13 @@ katex = Path(os.environ.get("DISTLAB_KATEX_DIR", Path(sys.prefix) / "share" / "k
 if not (katex / "katex.min.js").exists():
     from mkdocs.exceptions import PluginError
 
-    raise PluginError(f"KaTeX not found in {katex}: run `make setup` (it installs KaTeX from npm), "
-                      "or point DISTLAB_KATEX_DIR at a KaTeX dist/ folder")
+    raise PluginError(
+        f"KaTeX not found in {katex}: run `make setup` (it installs KaTeX from npm), "
+        "or point DISTLAB_KATEX_DIR at a KaTeX dist/ folder"
+    )
 files = ["katex.min.js", "katex.min.css", "LICENSE"] + sorted(
-    p.relative_to(katex).as_posix() for p in (katex / "fonts").glob("*.woff2"))
+    p.relative_to(katex).as_posix() for p in (katex / "fonts").glob("*.woff2")
+)
 for rel in files:
     with mkdocs_gen_files.open(f"assets/katex/{rel}", "wb") as f:
         f.write((katex / rel).read_bytes())

@@ -47,7 +47,12 @@ def built_site() -> Path:
     DISTLAB_ONLY, passed through, builds selected pages only while developing."""
     out = Path(os.environ.get("DISTLAB_SITE_DIR", REPO / "site")).resolve()
     _BUILD_STATES[out] = tree_state()
-    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(out)], cwd=REPO,
-                          capture_output=True, text=True, timeout=1800)
+    proc = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     assert proc.returncode == 0, f"strict site build failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-8000:]}"
     return out

@@ -26,8 +26,9 @@ def test_7b_plain_data_parallel_holds_16_bytes_per_parameter():
     assert (m["weights"], m["gradients"], m["optimizer"]) == (2 * LLAMA2_7B, 2 * LLAMA2_7B, 12 * LLAMA2_7B)
 
 
-@pytest.mark.parametrize("zero, sharded", [(1, {"optimizer"}), (2, {"optimizer", "gradients"}),
-                                           (3, {"optimizer", "gradients", "weights"})])
+@pytest.mark.parametrize(
+    "zero, sharded", [(1, {"optimizer"}), (2, {"optimizer", "gradients"}), (3, {"optimizer", "gradients", "weights"})]
+)
 def test_each_zero_stage_shards_one_more_state_over_awkward_gpu_counts(zero, sharded):
     """7 GPUs do not divide 7B's parameters: each sharded state holds ceil(Ψ/7) elements (the flat
     buffer padded), the others all Ψ. Would catch a stage sharding the wrong state, or floor division."""
@@ -50,19 +51,36 @@ def test_70b_with_tensor_pipeline_and_data_parallelism():
     assert m["activations"] == pytest.approx(L * s * b * h * (10 + 24 / 8), rel=1e-12)
 
 
-@pytest.mark.parametrize("recompute, sp, per_layer", [
-    ("none", False, lambda s, b, h, a, t: s * b * h * (10 + 24 / t + 5 * a * s / (h * t))),
-    ("selective", True, lambda s, b, h, a, t: s * b * h * 34 / t),
-    ("full", False, lambda s, b, h, a, t: 2 * s * b * h),
-    ("full", True, lambda s, b, h, a, t: 2 * s * b * h / t),
-])
+@pytest.mark.parametrize(
+    "recompute, sp, per_layer",
+    [
+        ("none", False, lambda s, b, h, a, t: s * b * h * (10 + 24 / t + 5 * a * s / (h * t))),
+        ("selective", True, lambda s, b, h, a, t: s * b * h * 34 / t),
+        ("full", False, lambda s, b, h, a, t: 2 * s * b * h),
+        ("full", True, lambda s, b, h, a, t: 2 * s * b * h / t),
+    ],
+)
 def test_activations_follow_korthikanti_table_2_at_awkward_sizes(recompute, sp, per_layer):
     """Sequence 257, micro-batch 3, TP 2, a custom width of 3000 with 24 heads. Would catch the
     activations using the wrong row of Table 2, or dividing by t where the paper does not."""
-    custom = dict(layers=30, hidden=3000, heads=24, kv_heads=8, ffn=7777, vocab=50257, mlp="swiglu",
-                  tie_embeddings=False)
-    m = memory(plan_from(DEFAULTS | custom | {"model": "custom", "seq": 257, "micro_batch": 3, "gpus": 6, "tp": 2,
-                                                "recompute": recompute, "sequence_parallel": sp}))
+    custom = dict(
+        layers=30, hidden=3000, heads=24, kv_heads=8, ffn=7777, vocab=50257, mlp="swiglu", tie_embeddings=False
+    )
+    m = memory(
+        plan_from(
+            DEFAULTS
+            | custom
+            | {
+                "model": "custom",
+                "seq": 257,
+                "micro_batch": 3,
+                "gpus": 6,
+                "tp": 2,
+                "recompute": recompute,
+                "sequence_parallel": sp,
+            }
+        )
+    )
     assert m["activations"] == pytest.approx(30 * per_layer(257, 3, 3000, 24, 2), rel=1e-12)
 
 
@@ -73,16 +91,19 @@ def test_verdict_compares_the_total_with_the_datasheet_memory():
     assert not large["fits"] and large["total"] > H100_BYTES
 
 
-@pytest.mark.parametrize("bad, message", [
-    ({"gpus": 6, "tp": 4}, "multiple of TP x PP"),
-    ({"pp": 3, "gpus": 3}, "split evenly"),
-    ({"model": "13B", "tp": 3, "gpus": 3}, "divisible by TP"),
-    ({"zero": 4}, "ZeRO stage"),
-    ({"recompute": "some"}, "recompute"),
-    ({"gpu": "H900"}, "unknown GPU"),
-    ({"seq": 0}, "seq must be"),
-    ({"model": "3B"}, "unknown model preset"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        ({"gpus": 6, "tp": 4}, "multiple of TP x PP"),
+        ({"pp": 3, "gpus": 3}, "split evenly"),
+        ({"model": "13B", "tp": 3, "gpus": 3}, "divisible by TP"),
+        ({"zero": 4}, "ZeRO stage"),
+        ({"recompute": "some"}, "recompute"),
+        ({"gpu": "H900"}, "unknown GPU"),
+        ({"seq": 0}, "seq must be"),
+        ({"model": "3B"}, "unknown model preset"),
+    ],
+)
 def test_bad_inputs_are_refused_with_a_message(bad, message):
     """The page shows a refusal, never a wrong number, for these; distlab must refuse them too."""
     out = evaluate(DEFAULTS | bad)

@@ -29,8 +29,12 @@ def test_mfu_budget_input_line_by_hand():
     from distlab.practice import LOADER_SECONDS, LOADER_WORKERS, TEAM_PLAN, practice_mfu_budget
 
     m = model("13B")
-    compute = step(m, cluster("H100-SXM", nodes=4), Training(global_batch_tokens=256 * 4096, seq=4096),
-                   Plan(**TEAM_PLAN))["step_seconds"] * h100_optimism()
+    compute = (
+        step(m, cluster("H100-SXM", nodes=4), Training(global_batch_tokens=256 * 4096, seq=4096), Plan(**TEAM_PLAN))[
+            "step_seconds"
+        ]
+        * h100_optimism()
+    )
     r = practice_mfu_budget("cpu")
     q = {k: v.value for k, v in r.quantities.items()}
     assert LOADER_WORKERS == 1 and LOADER_SECONDS > compute

@@ -22,8 +22,16 @@ from distlab.scaling_laws import (
 )
 
 # Hoffmann et al. 2022, Table 3, typed here from the paper independently of distlab/data (params, tokens).
-TABLE3 = [(400e6, 8.0e9), (1e9, 20.2e9), (10e9, 205.1e9), (175e9, 3.7e12), (280e9, 5.9e12), (520e9, 11.0e12),
-          (1e12, 21.2e12), (10e12, 216.2e12)]  # the 67B row's tokens are printed rounded to 1.5T: left out
+TABLE3 = [
+    (400e6, 8.0e9),
+    (1e9, 20.2e9),
+    (10e9, 205.1e9),
+    (175e9, 3.7e12),
+    (280e9, 5.9e12),
+    (520e9, 11.0e12),
+    (1e12, 21.2e12),
+    (10e12, 216.2e12),
+]  # the 67B row's tokens are printed rounded to 1.5T: left out
 
 
 def test_data_file_matches_the_paper_rows():
@@ -121,13 +129,16 @@ def test_scaling_cli_flags_extrapolation():
     assert "outside Table 3" in distlab("scaling", "--flops", "1e30").stdout
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["--flops", "-1"], "must be positive"),
-    (["--flops", "1e22", "--gpu", "Z80"], "unknown GPU"),
-    (["--flops", "1e22", "--mfu", "1.5"], "mfu must be"),
-    (["--flops", "inf"], "finite"),  # argparse's float accepts inf: it used to print nan tokens
-    ([], "required"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--flops", "-1"], "must be positive"),
+        (["--flops", "1e22", "--gpu", "Z80"], "unknown GPU"),
+        (["--flops", "1e22", "--mfu", "1.5"], "mfu must be"),
+        (["--flops", "inf"], "finite"),  # argparse's float accepts inf: it used to print nan tokens
+        ([], "required"),
+    ],
+)
 def test_scaling_cli_bad_input(args, message):
     proc = distlab("scaling", *args)
     lines = proc.stderr.strip().splitlines()

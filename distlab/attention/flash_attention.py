@@ -39,8 +39,7 @@ def naive_attention(q, k, v, causal: bool = False, scale: float | None = None):
 
 
 # ---------------------------------------------------------------- tiled: online softmax, O(N) memory
-def tiled_forward(q, k, v, causal: bool = False, scale: float | None = None, block_m: int = 64,
-                  block_n: int = 64):
+def tiled_forward(q, k, v, causal: bool = False, scale: float | None = None, block_m: int = 64, block_n: int = 64):
     """FlashAttention's forward over (block_m x block_n) tiles. Returns O and the log-sum-exp L (B, H, N).
 
     Accumulates in float32 (float64 for float64 inputs), as the kernel does."""
@@ -71,8 +70,9 @@ def tiled_forward(q, k, v, causal: bool = False, scale: float | None = None, blo
     return o, lse
 
 
-def tiled_backward(q, k, v, o, lse, do, causal: bool = False, scale: float | None = None,
-                   block_m: int = 64, block_n: int = 64):
+def tiled_backward(
+    q, k, v, o, lse, do, causal: bool = False, scale: float | None = None, block_m: int = 64, block_n: int = 64
+):
     """FlashAttention's backward: P recomputed per tile from the saved L, never stored whole.
 
     dV = P^T dO, dP = dO V^T, dS = P * (dP - rowsum(dO * O)), dQ = scale dS K, dK = scale dS^T Q."""
@@ -133,8 +133,10 @@ def attention(q, k, v, causal: bool = False, impl: str = "triton", scale: float 
     if impl not in IMPLS:
         raise ValueError(f"impl must be one of {', '.join(IMPLS)}, not {impl!r}")
     if q.dim() != 4 or q.shape != k.shape or q.shape != v.shape:
-        raise ValueError(f"q, k, v must share one (batch, heads, seq, head_dim) shape; got "
-                         f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+        raise ValueError(
+            f"q, k, v must share one (batch, heads, seq, head_dim) shape; got "
+            f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
+        )
     if impl == "naive":
         return naive_attention(q, k, v, causal, scale)
     if impl == "tiled":
@@ -148,8 +150,7 @@ def random_qkv(b, h, n, d, dtype=torch.float32, device="cpu", seed=0, requires_g
     """Standard-normal Q, K, V (and dO), generated in float64 on the CPU so every dtype and device
     sees the same values up to rounding."""
     g = torch.Generator().manual_seed(seed)
-    out = [torch.randn(b, h, n, d, generator=g, dtype=torch.float64).to(device=device, dtype=dtype)
-           for _ in range(4)]
+    out = [torch.randn(b, h, n, d, generator=g, dtype=torch.float64).to(device=device, dtype=dtype) for _ in range(4)]
     for t in out[:3]:
         t.requires_grad_(requires_grad)
     return out
@@ -183,8 +184,11 @@ def peak_bytes(fn, device: str) -> int:
     quiet_profiler()
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         fn()
-    events = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events()
-                    if e.name() == "[memory]" and e.device_type() == DeviceType.CPU)
+    events = sorted(
+        (e.start_ns(), e.nbytes())
+        for e in prof.profiler.kineto_results.events()
+        if e.name() == "[memory]" and e.device_type() == DeviceType.CPU
+    )
     live = peak = 0
     for _, nbytes in events:
         live += nbytes
@@ -197,7 +201,7 @@ def online_softmax_trace(scores, block: int):
     """The running (max, sum) of one row's softmax, block by block, as the kernel keeps them."""
     m, l, rows = float("-inf"), 0.0, []  # noqa: E741 - the paper's symbols
     for j0 in range(0, len(scores), block):
-        s = scores[j0:j0 + block]
+        s = scores[j0 : j0 + block]
         m_new = max(m, max(s))
         alpha = math.exp(m - m_new)
         l = l * alpha + sum(math.exp(x - m_new) for x in s)  # noqa: E741
@@ -228,11 +232,19 @@ def flash_attention_exact(device: str) -> Result:
     row = (torch.randn(32, generator=g, dtype=torch.float64) * 3).tolist()
     trace = online_softmax_trace(row, 8)
     exact = sum(math.exp(x - max(row)) for x in row)
-    r.table("trace", ["block", "block max", "running max m", "rescale exp(m_old - m)", "running sum l"],
-            [[b, f"{bm:.4f}", f"{m:.4f}", f"{a:.4g}", f"{s:.6f}"] for b, bm, m, a, s in trace],
-            caption="One row of 32 scores in blocks of 8: the state the kernel carries between key blocks.")
-    r.claim("online softmax: final running sum = softmax denominator (float64)", trace[-1][4], exact,
-            rel_tol=1e-14, formula="sum_j exp(s_j - max s)")
+    r.table(
+        "trace",
+        ["block", "block max", "running max m", "rescale exp(m_old - m)", "running sum l"],
+        [[b, f"{bm:.4f}", f"{m:.4f}", f"{a:.4g}", f"{s:.6f}"] for b, bm, m, a, s in trace],
+        caption="One row of 32 scores in blocks of 8: the state the kernel carries between key blocks.",
+    )
+    r.claim(
+        "online softmax: final running sum = softmax denominator (float64)",
+        trace[-1][4],
+        exact,
+        rel_tol=1e-14,
+        formula="sum_j exp(s_j - max s)",
+    )
     b, h, n, d = (2, 4, 4096, 128) if device == "cuda" else (1, 2, 1000, 64)
     with one_core(device):
         for causal in (False, True):
@@ -259,12 +271,21 @@ def flash_attention_exact(device: str) -> Result:
             rows.append([name, f"{ours:.3g}", f"{torch_err:.3g}", f"{ours / torch_err:.2f}", f"{atol:.3g}"])
             r.add(f"kernel_err_{name}", ours, "", f"Triton kernel, {name}: max error vs float64 (O and gradients)")
             r.add(f"torch_err_{name}", torch_err, "", f"PyTorch naive attention in {name}: max error vs float64")
-            r.claim(f"Triton kernel {name}: error <= 2 x PyTorch's {name} error + rounding slack (N={n_kernel}, "
-                    f"d={d}, causal)", ours, 2 * torch_err + atol, relation="<=",
-                    formula="the FlashAttention repository's test rule")
-    r.table("kernel", ["dtype", "kernel error", "PyTorch same-dtype error", "ratio", "slack"], rows,
-            caption=f"Max |error| over O, dQ, dK, dV against float64 naive attention; B={b}, H={h}, N={n_kernel}, "
-                    f"d={d}, causal ({'compiled, on the GPU' if where == 'cuda' else 'Triton interpreter, CPU'}).")
+            r.claim(
+                f"Triton kernel {name}: error <= 2 x PyTorch's {name} error + rounding slack (N={n_kernel}, "
+                f"d={d}, causal)",
+                ours,
+                2 * torch_err + atol,
+                relation="<=",
+                formula="the FlashAttention repository's test rule",
+            )
+    r.table(
+        "kernel",
+        ["dtype", "kernel error", "PyTorch same-dtype error", "ratio", "slack"],
+        rows,
+        caption=f"Max |error| over O, dQ, dK, dV against float64 naive attention; B={b}, H={h}, N={n_kernel}, "
+        f"d={d}, causal ({'compiled, on the GPU' if where == 'cuda' else 'Triton interpreter, CPU'}).",
+    )
     r.add("n_tiled", n, "", "sequence length of the float64 comparison")
     r.add("n_kernel", n_kernel, "", "sequence length of the kernel comparison")
     return r
@@ -285,12 +306,14 @@ def flash_attention_memory(device: str) -> Result:
         for n in sizes:
             q, k, v, do = random_qkv(1, heads, n, d, dtype, device)
             for impl in impls:
+
                 def step(impl=impl, q=q, k=k, v=v, do=do):
                     if impl == "tiled":  # explicit blocks: 128 x 128 tiles
                         o = TiledAttention.apply(q, k, v, False, None, block, block)
                     else:
                         o = attention(q, k, v, False, impl)
                     o.backward(do)
+
                 if device == "cuda":
                     step()  # compile and autotune outside the measurement (the autotuner allocates)
                 for t in (q, k, v):
@@ -303,10 +326,20 @@ def flash_attention_memory(device: str) -> Result:
     slopes = {impl: fitted_exponent(sizes, peaks[impl]) for impl in impls}
     r.claim("naive attention: peak memory ~ N^2 (fitted exponent)", slopes["naive"], 2, abs_tol=0.15)
     r.claim("tiled attention: peak memory ~ N (fitted exponent)", slopes["tiled"], 1, abs_tol=0.15)
-    r.claim(f"naive holds at least two N x N matrices (S and P) at N={sizes[-1]}", peaks["naive"][-1],
-            2 * score_bytes[-1], relation=">=", unit="B")
-    r.claim(f"tiled holds less than one N x N matrix at N={sizes[-1]}", peaks["tiled"][-1], score_bytes[-1],
-            relation="<=", unit="B")
+    r.claim(
+        f"naive holds at least two N x N matrices (S and P) at N={sizes[-1]}",
+        peaks["naive"][-1],
+        2 * score_bytes[-1],
+        relation=">=",
+        unit="B",
+    )
+    r.claim(
+        f"tiled holds less than one N x N matrix at N={sizes[-1]}",
+        peaks["tiled"][-1],
+        score_bytes[-1],
+        relation="<=",
+        unit="B",
+    )
     if "triton" in impls:
         r.claim("Triton kernel: peak memory ~ N (fitted exponent)", slopes["triton"], 1, abs_tol=0.15)
     for impl in impls:
@@ -315,12 +348,17 @@ def flash_attention_memory(device: str) -> Result:
     r.add("n_max", sizes[-1], "", "largest N measured")
     r.add("block", block, "", "tile size of the tiled reference")
     r.add("ratio", peaks["naive"][-1] / peaks["tiled"][-1], "", f"naive / tiled peak at N={sizes[-1]}")
-    r.table("peaks", ["N"] + [f"{impl} peak" for impl in impls] + ["one N x N matrix"],
-            [[n] + [Quantity(peaks[impl][i], "B") for impl in impls] + [Quantity(score_bytes[i], "B")]
-             for i, n in enumerate(sizes)],
-            caption=f"Peak bytes above the inputs during forward + backward, B=1, H={heads}, d={d}, "
-                    f"{str(dtype).split('.')[-1]}; {'max_memory_allocated' if device == 'cuda' else 'CPU allocator'}"
-                    f" events (tiled: {block} x {block} tiles).")
+    r.table(
+        "peaks",
+        ["N"] + [f"{impl} peak" for impl in impls] + ["one N x N matrix"],
+        [
+            [n] + [Quantity(peaks[impl][i], "B") for impl in impls] + [Quantity(score_bytes[i], "B")]
+            for i, n in enumerate(sizes)
+        ],
+        caption=f"Peak bytes above the inputs during forward + backward, B=1, H={heads}, d={d}, "
+        f"{str(dtype).split('.')[-1]}; {'max_memory_allocated' if device == 'cuda' else 'CPU allocator'}"
+        f" events (tiled: {block} x {block} tiles).",
+    )
     _memory_figure(r, sizes, peaks, score_bytes, device)
     return r
 

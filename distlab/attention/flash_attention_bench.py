@@ -53,8 +53,11 @@ def _call(impl: str, q, k, v, causal: bool):
         return attention(q, k, v, causal, impl)
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    backend = {"sdpa-flash": SDPBackend.FLASH_ATTENTION, "sdpa-efficient": SDPBackend.EFFICIENT_ATTENTION,
-               "sdpa-math": SDPBackend.MATH}[impl]
+    backend = {
+        "sdpa-flash": SDPBackend.FLASH_ATTENTION,
+        "sdpa-efficient": SDPBackend.EFFICIENT_ATTENTION,
+        "sdpa-math": SDPBackend.MATH,
+    }[impl]
     with sdpa_kernel(backend):
         return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
@@ -101,6 +104,7 @@ def run_grid(device: str, grid, impls=IMPLS, modes=MODES, dtype=torch.bfloat16, 
             for t in (q, k, v):
                 t.requires_grad_(True)
             for mode in modes:
+
                 def fwd(impl=impl, q=q, k=k, v=v, causal=causal):
                     with torch.no_grad():
                         _call(impl, q, k, v, causal)
@@ -154,13 +158,33 @@ def flash_attention_bench(device: str) -> Result:
     r.add("width", WIDTH, "", "heads x d, every shape")
     r.add("budget", BUDGET_S, "s", "time budget of the whole grid")
     if device != "cuda":  # said first, so `distlab run` on a CPU machine opens with it
-        r.table("needs_gpu", ["status"], [["flash-attention-bench needs a CUDA GPU; nothing was measured on cpu. "
-                                           "Run `distlab run flash-attention-bench --device cuda --store`."]])
-    r.table("plan", ["d", "causal", "N", "batch x heads", "FLOPs fwd", "FLOPs fwd+bwd"],
-            [[d, causal, n, f"{b} x {h}", Quantity(attention_flops(b, h, n, d, causal, "fwd"), "FLOP"),
-              Quantity(attention_flops(b, h, n, d, causal, "fwd+bwd"), "FLOP")] for b, h, n, d, causal in grid],
-            caption="The grid: bf16, batch x N = 16,384 tokens, heads x d = 2,048; FLOPs credited to every "
-                    "implementation alike (4BHN^2d forward, x3.5 forward + backward, halved when causal).")
+        r.table(
+            "needs_gpu",
+            ["status"],
+            [
+                [
+                    "flash-attention-bench needs a CUDA GPU; nothing was measured on cpu. "
+                    "Run `distlab run flash-attention-bench --device cuda --store`."
+                ]
+            ],
+        )
+    r.table(
+        "plan",
+        ["d", "causal", "N", "batch x heads", "FLOPs fwd", "FLOPs fwd+bwd"],
+        [
+            [
+                d,
+                causal,
+                n,
+                f"{b} x {h}",
+                Quantity(attention_flops(b, h, n, d, causal, "fwd"), "FLOP"),
+                Quantity(attention_flops(b, h, n, d, causal, "fwd+bwd"), "FLOP"),
+            ]
+            for b, h, n, d, causal in grid
+        ],
+        caption="The grid: bf16, batch x N = 16,384 tokens, heads x d = 2,048; FLOPs credited to every "
+        "implementation alike (4BHN^2d forward, x3.5 forward + backward, halved when causal).",
+    )
     if device != "cuda":
         return r
     from distlab.attention.triton_kernel import INTERPRET
@@ -175,13 +199,23 @@ def flash_attention_bench(device: str) -> Result:
 
     chip = match_device(torch.cuda.get_device_name(0))
     if chip is not None:
-        r.claim(f"every measured rate is below the {chip.name} bf16 peak (timing sanity)",
-                max(row["tflops"] for row in measured) * 1e12, chip.peak_flops("bf16"), relation="<=", unit="FLOP/s")
+        r.claim(
+            f"every measured rate is below the {chip.name} bf16 peak (timing sanity)",
+            max(row["tflops"] for row in measured) * 1e12,
+            chip.peak_flops("bf16"),
+            relation="<=",
+            unit="FLOP/s",
+        )
     ours, flash, atol = _kernel_error(device)
     r.add("err_triton", ours, "", "our kernel, bf16: max error vs fp32 (O, dQ, dK, dV), N=4096, d=128, causal")
     r.add("err_flash", flash, "", "SDPA flash, bf16: max error vs fp32 (O, dQ, dK, dV)")
-    r.claim("our kernel is as accurate as SDPA-flash (bf16, N=4096, d=128, causal)", ours, 2 * flash + atol,
-            relation="<=", formula="the FlashAttention repository's rule: <= 2 x a reference kernel's error + slack")
+    r.claim(
+        "our kernel is as accurate as SDPA-flash (bf16, N=4096, d=128, causal)",
+        ours,
+        2 * flash + atol,
+        relation="<=",
+        formula="the FlashAttention repository's rule: <= 2 x a reference kernel's error + slack",
+    )
     r.add("skipped", sum("skipped" in row for row in rows), "", "grid points skipped (memory, budget, unsupported)")
     _figure(r, rows)
     return r
@@ -200,15 +234,29 @@ def _summary(r: Result, rows) -> None:
                 for impl in ("triton", "sdpa-flash"):
                     value = _lookup(rows, impl, mode, d, causal, 8192)
                     if value:
-                        r.add(f"{tag}_{impl.replace('-', '_')}", value * 1e12, "FLOP/s",
-                              f"{impl}, {mode}, N=8192, d={d}, {'causal' if causal else 'not causal'}")
+                        r.add(
+                            f"{tag}_{impl.replace('-', '_')}",
+                            value * 1e12,
+                            "FLOP/s",
+                            f"{impl}, {mode}, N=8192, d={d}, {'causal' if causal else 'not causal'}",
+                        )
         if ratios:
             geomean = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
-            r.add(f"ratio_{mode.replace('+', '_')}", geomean, "",
-                  f"ours / SDPA-flash, {mode}: geometric mean over {len(ratios)} shapes")
+            r.add(
+                f"ratio_{mode.replace('+', '_')}",
+                geomean,
+                "",
+                f"ours / SDPA-flash, {mode}: geometric mean over {len(ratios)} shapes",
+            )
             if mode == "fwd":
-                r.claim("forward: ours at least SDPA-flash (geometric mean over the grid)", geomean, 1.0,
-                        relation=">=", rel_tol=0.1, formula="the issue's target; 10 % slack for run-to-run noise")
+                r.claim(
+                    "forward: ours at least SDPA-flash (geometric mean over the grid)",
+                    geomean,
+                    1.0,
+                    relation=">=",
+                    rel_tol=0.1,
+                    formula="the issue's target; 10 % slack for run-to-run noise",
+                )
 
 
 def _figure(r: Result, rows) -> None:

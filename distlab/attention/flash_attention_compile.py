@@ -37,15 +37,23 @@ def autotune_configs() -> dict[str, list[tuple]]:
     """(BLOCK_M, BLOCK_N, warps, stages) the autotuner can choose for 16-bit inputs, per kernel."""
     from distlab.attention import triton_kernel as fa
 
-    return {"fwd": list(fa._HALF["fwd"]), "delta": [DELTA_LAUNCH], "dkdv": list(fa._HALF["dkdv"]),
-            "dq": list(fa._HALF["dq"])}
+    return {
+        "fwd": list(fa._HALF["fwd"]),
+        "delta": [DELTA_LAUNCH],
+        "dkdv": list(fa._HALF["dkdv"]),
+        "dq": list(fa._HALF["dq"]),
+    }
 
 
 def jobs() -> list[dict]:
     """Every kernel x config x target, then the first forward config for sm_80 from a hand-typed signature."""
     configs = autotune_configs()
-    out = [{"kernel": k, "config": list(cfg), "cc": cc, "specialize": True, "cost": COST[k] * (2 if cc == 100 else 1)}
-           for k, cfgs in configs.items() for cfg in cfgs for cc in TARGETS]
+    out = [
+        {"kernel": k, "config": list(cfg), "cc": cc, "specialize": True, "cost": COST[k] * (2 if cc == 100 else 1)}
+        for k, cfgs in configs.items()
+        for cfg in cfgs
+        for cc in TARGETS
+    ]
     return out + [{"kernel": "fwd", "config": list(configs["fwd"][0]), "cc": 80, "specialize": False, "cost": 1.0}]
 
 
@@ -75,12 +83,13 @@ def launch_args(kernel: str, config: tuple, shape=SHAPE):
         if kernel == "fwd":
             fa.flash_forward(q, k, v, causal=True, config=tuple(config))
         else:  # delta's launch does not depend on the config
-            fa.flash_backward(q, k, v, o, lse, do, causal=True, config=fa.DEFAULT_BWD if kernel == "delta"
-                              else tuple(config))
+            fa.flash_backward(
+                q, k, v, o, lse, do, causal=True, config=fa.DEFAULT_BWD if kernel == "delta" else tuple(config)
+            )
     finally:
         for key, name in NAMES.items():
             setattr(fa, name, recorders[key].fn)
-    (args, kwargs), = recorders[kernel].calls
+    ((args, kwargs),) = recorders[kernel].calls
     return recorders[kernel].fn, args, kwargs
 
 
@@ -92,6 +101,7 @@ def build(job: dict):
 
 def short_ptx(line: str, keep: int = 2) -> str:
     """A PTX line with long register lists cut: `{ %r1, %r2, %r3, %r4, %r5 }` -> `{ %r1, %r2, … }`."""
+
     def cut(m):
         regs = [r.strip() for r in m.group(1).split(",")]
         return m.group(0) if len(regs) <= keep + 1 else "{ " + ", ".join(regs[:keep]) + ", … }"
@@ -112,9 +122,13 @@ def _tiles(x: dict) -> str:
     return f"{bm}" if x["kernel"] == "delta" else f"{bm}×{bn}"
 
 
-@experiment("flash-attention-compile", "our FlashAttention Triton kernels compiled for sm_80/sm_90/sm_100 without a "
-            "GPU: tensor-core instructions, registers, spills, shared memory, occupancy", kind="computed",
-            versions=("triton",))
+@experiment(
+    "flash-attention-compile",
+    "our FlashAttention Triton kernels compiled for sm_80/sm_90/sm_100 without a "
+    "GPU: tensor-core instructions, registers, spills, shared memory, occupancy",
+    kind="computed",
+    versions=("triton",),
+)
 def flash_attention_compile(device: str) -> Result:
     import datetime as dt
     import time
@@ -128,21 +142,40 @@ def flash_attention_compile(device: str) -> Result:
     main = [x for x in results if x["specialize"]]
     plain = next(x for x in results if not x["specialize"])
     date = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d")
-    r.data = {"versions": versions, "date": date, "results": [{k: v for k, v in x.items() if k != "ptx_lines"}
-                                                              for x in results]}
+    r.data = {
+        "versions": versions,
+        "date": date,
+        "results": [{k: v for k, v in x.items() if k != "ptx_lines"} for x in results],
+    }
     configs = autotune_configs()
     r.add("compiles", len(main), "", "kernel x config x target compiles")
-    r.add("configs", sum(len(c) for k, c in configs.items() if k != "delta"), "",
-          "autotune configs (forward, dK/dV, dQ) for 16-bit inputs")
+    r.add(
+        "configs",
+        sum(len(c) for k, c in configs.items() if k != "delta"),
+        "",
+        "autotune configs (forward, dK/dV, dQ) for 16-bit inputs",
+    )
     r.add("wall_seconds", wall, "s", "wall time of every compile, 2 worker processes")
     r.add("cpu_seconds", sum(x["seconds"] for x in results), "s", "sum of the compile times")
     r.add("head_dim", SHAPE[3], "", "head dim compiled for")
-    r.claim("every kernel x config x target compiled", len(main), len(TARGETS) * sum(len(c) for c in configs.values()),
-            formula=f"{len(TARGETS)} targets x (forward, delta, dK/dV, dQ configs)")
-    r.claim("ptxas' register count equals the cubin's (cuobjdump), every kernel",
-            sum(x["ptxas_registers"] != x["registers"] for x in main), 0, formula="mismatches")
-    r.claim("ptxas' stack frame equals the cubin's stack size, every kernel",
-            sum(x["stack_frame"] != x["stack"] for x in main), 0, formula="mismatches")
+    r.claim(
+        "every kernel x config x target compiled",
+        len(main),
+        len(TARGETS) * sum(len(c) for c in configs.values()),
+        formula=f"{len(TARGETS)} targets x (forward, delta, dK/dV, dQ configs)",
+    )
+    r.claim(
+        "ptxas' register count equals the cubin's (cuobjdump), every kernel",
+        sum(x["ptxas_registers"] != x["registers"] for x in main),
+        0,
+        formula="mismatches",
+    )
+    r.claim(
+        "ptxas' stack frame equals the cubin's stack size, every kernel",
+        sum(x["stack_frame"] != x["stack"] for x in main),
+        0,
+        formula="mismatches",
+    )
     occupancy_rows, mismatches = [], 0
     for cc, chip in TARGETS.items():
         lim = sm_limits(chip)
@@ -156,42 +189,109 @@ def flash_attention_compile(device: str) -> Result:
             mismatches += occ["min"] != naive["min"]
             x["blocks"] = occ["min"]
             family = f"{mma} ×{x['ptx'][mma]} / {sass} ×{x['sass'][sass]}" if x["kernel"] in DOTS else "none"
-            rows.append([x["kernel"], _tiles(x), x["num_warps"], x["num_stages"], family, _async(x),
-                         x["registers"], x["stack"], x["spill_stores"], _kib(x["shared"]),
-                         f"{occ['min']} ({limiter(occ)})",
-                         f"{occ['min'] * x['num_warps'] / lim.max_warps_per_sm:.0%}"])
+            rows.append(
+                [
+                    x["kernel"],
+                    _tiles(x),
+                    x["num_warps"],
+                    x["num_stages"],
+                    family,
+                    _async(x),
+                    x["registers"],
+                    x["stack"],
+                    x["spill_stores"],
+                    _kib(x["shared"]),
+                    f"{occ['min']} ({limiter(occ)})",
+                    f"{occ['min'] * x['num_warps'] / lim.max_warps_per_sm:.0%}",
+                ]
+            )
             occupancy_rows.append(occ["min"])
-        r.table(f"sm_{cc}", ["kernel", "tile", "warps", "stages", "tensor-core instr. (PTX / SASS)", "cp.async",
-                             "registers", "stack B", "spill stores B", "shared mem", "blocks/SM (limit)",
-                             "occupancy"], rows,
-                caption=f"sm_{cc} ({chip}, compute capability {lim.compute_capability}): bf16, causal, d = "
-                        f"{SHAPE[3]}, every config the autotuner can choose; compiled with triton "
-                        f"{versions['triton']} on {date}, no GPU involved.")
-        r.claim(f"sm_{cc}: every matmul kernel uses {mma} and no other tensor-core instruction",
-                sum(x["ptx"][mma] > 0 and sum(x["ptx"][o] for o in MMA_FAMILIES if o != mma) == 0 for x in dots),
-                len(dots), formula="kernels")
-        r.claim(f"sm_{cc}: {sass} in the cubin's SASS equals {mma} in the PTX", sum(x["sass"][sass] for x in dots),
-                sum(x["ptx"][mma] for x in dots), formula="summed over the matmul kernels")
-        r.claim(f"sm_{cc}: K/V loads are asynchronous copies (cp.async) in every matmul kernel",
-                sum(_async(x) > 0 for x in dots), len(dots), formula="kernels")
-        r.claim(f"sm_{cc}: LDGSTS in the SASS equals cp.async in the PTX", sum(x["sass"]["LDGSTS"] for x in dots),
-                sum(_async(x) for x in dots), formula="summed over the matmul kernels")
-        r.claim(f"sm_{cc}: largest shared-memory request fits one block's limit ({chip})",
-                max(x["shared"] for x in here), lim.smem_per_block_optin_bytes, relation="<=", unit="B",
-                formula="metadata.shared <= smem_per_block_optin")
-        r.claim(f"sm_{cc}: no config spills registers", sum(x["spill_stores"] + x["spill_loads"] > 0 for x in here),
-                0, formula="kernels with spill stores or loads (ptxas)")
-        r.add(f"sm{cc}_max_registers", max(x["registers"] for x in dots), "registers",
-              f"most registers per thread of a matmul kernel, sm_{cc}")
+        r.table(
+            f"sm_{cc}",
+            [
+                "kernel",
+                "tile",
+                "warps",
+                "stages",
+                "tensor-core instr. (PTX / SASS)",
+                "cp.async",
+                "registers",
+                "stack B",
+                "spill stores B",
+                "shared mem",
+                "blocks/SM (limit)",
+                "occupancy",
+            ],
+            rows,
+            caption=f"sm_{cc} ({chip}, compute capability {lim.compute_capability}): bf16, causal, d = "
+            f"{SHAPE[3]}, every config the autotuner can choose; compiled with triton "
+            f"{versions['triton']} on {date}, no GPU involved.",
+        )
+        r.claim(
+            f"sm_{cc}: every matmul kernel uses {mma} and no other tensor-core instruction",
+            sum(x["ptx"][mma] > 0 and sum(x["ptx"][o] for o in MMA_FAMILIES if o != mma) == 0 for x in dots),
+            len(dots),
+            formula="kernels",
+        )
+        r.claim(
+            f"sm_{cc}: {sass} in the cubin's SASS equals {mma} in the PTX",
+            sum(x["sass"][sass] for x in dots),
+            sum(x["ptx"][mma] for x in dots),
+            formula="summed over the matmul kernels",
+        )
+        r.claim(
+            f"sm_{cc}: K/V loads are asynchronous copies (cp.async) in every matmul kernel",
+            sum(_async(x) > 0 for x in dots),
+            len(dots),
+            formula="kernels",
+        )
+        r.claim(
+            f"sm_{cc}: LDGSTS in the SASS equals cp.async in the PTX",
+            sum(x["sass"]["LDGSTS"] for x in dots),
+            sum(_async(x) for x in dots),
+            formula="summed over the matmul kernels",
+        )
+        r.claim(
+            f"sm_{cc}: largest shared-memory request fits one block's limit ({chip})",
+            max(x["shared"] for x in here),
+            lim.smem_per_block_optin_bytes,
+            relation="<=",
+            unit="B",
+            formula="metadata.shared <= smem_per_block_optin",
+        )
+        r.claim(
+            f"sm_{cc}: no config spills registers",
+            sum(x["spill_stores"] + x["spill_loads"] > 0 for x in here),
+            0,
+            formula="kernels with spill stores or loads (ptxas)",
+        )
+        r.add(
+            f"sm{cc}_max_registers",
+            max(x["registers"] for x in dots),
+            "registers",
+            f"most registers per thread of a matmul kernel, sm_{cc}",
+        )
         r.add(f"sm{cc}_max_shared", max(x["shared"] for x in here), "B", f"largest shared memory request, sm_{cc}")
         r.add(f"sm{cc}_smem_optin", lim.smem_per_block_optin_bytes, "B", f"{chip}: shared memory one block may use")
-    r.claim("blocks per SM: NVIDIA's per-sub-partition count equals the textbook bound, every kernel", mismatches, 0,
-            formula="mismatches")
+    r.claim(
+        "blocks per SM: NVIDIA's per-sub-partition count equals the textbook bound, every kernel",
+        mismatches,
+        0,
+        formula="mismatches",
+    )
     matmul = [x for x in main if x["kernel"] in DOTS]
-    r.add("one_block_share", sum(x["blocks"] == 1 for x in matmul) / len(matmul), "fraction",
-          "share of matmul-kernel compiles that hold one block per SM")
-    r.add("max_occupancy", max(x["blocks"] * x["num_warps"] / sm_limits(TARGETS[x["cc"]]).max_warps_per_sm
-                               for x in matmul), "fraction", "highest occupancy (warps) of a matmul kernel")
+    r.add(
+        "one_block_share",
+        sum(x["blocks"] == 1 for x in matmul) / len(matmul),
+        "fraction",
+        "share of matmul-kernel compiles that hold one block per SM",
+    )
+    r.add(
+        "max_occupancy",
+        max(x["blocks"] * x["num_warps"] / sm_limits(TARGETS[x["cc"]]).max_warps_per_sm for x in matmul),
+        "fraction",
+        "highest occupancy (warps) of a matmul kernel",
+    )
     r.claim("every kernel fits at least one block per SM", min(occupancy_rows), 1, relation=">=")
     first = next(x for x in main if x["kernel"] == "fwd" and x["cc"] == 80 and x["config"] == plain["config"])
     r.add("plain_cp_async", _async(plain), "", "cp.async in the forward compiled from a hand-typed signature, sm_80")
@@ -200,16 +300,31 @@ def flash_attention_compile(device: str) -> Result:
     r.add("spec_shared", first["shared"], "B", "shared memory, as launched")
     r.add("plain_spill", plain["spill_stores"], "B", "spill stores, hand-typed signature")
     r.add("spec_spill", first["spill_stores"], "B", "spill stores, as launched")
-    r.claim("without the launch's specialisation the same forward has no cp.async", _async(plain), 0,
-            formula="hand-typed signature (no divisibility hints, stride 1 not constant)")
-    lines = [[f"sm_{cc}", op, f"`{short_ptx(x['ptx_lines'][op])}`"]
-             for cc, op in ((80, "cp.async.cg"), (90, "wgmma.mma_async"), (100, "tcgen05.mma"))
-             for x in [next(x for x in main if x["kernel"] == "fwd" and x["cc"] == cc)] if x["ptx_lines"][op]]
-    r.table("ptx", ["target", "instruction", "first such line of the forward kernel's PTX"], lines,
-            caption="Long register lists cut with …. In the SASS, " + ", ".join(
-                f"{k} becomes {v}" for k, v in {**MMA_FAMILIES, "cp.async": "LDGSTS"}.items()) + ".")
-    r.claim("no TMA bulk copies (cp.async.bulk.tensor) in any kernel",
-            sum(x["ptx"]["cp.async.bulk.tensor"] + x["sass"][ASYNC_COPIES["cp.async.bulk.tensor"]] for x in main), 0,
-            formula="PTX + SASS (UTMALDG) count")
+    r.claim(
+        "without the launch's specialisation the same forward has no cp.async",
+        _async(plain),
+        0,
+        formula="hand-typed signature (no divisibility hints, stride 1 not constant)",
+    )
+    lines = [
+        [f"sm_{cc}", op, f"`{short_ptx(x['ptx_lines'][op])}`"]
+        for cc, op in ((80, "cp.async.cg"), (90, "wgmma.mma_async"), (100, "tcgen05.mma"))
+        for x in [next(x for x in main if x["kernel"] == "fwd" and x["cc"] == cc)]
+        if x["ptx_lines"][op]
+    ]
+    r.table(
+        "ptx",
+        ["target", "instruction", "first such line of the forward kernel's PTX"],
+        lines,
+        caption="Long register lists cut with …. In the SASS, "
+        + ", ".join(f"{k} becomes {v}" for k, v in {**MMA_FAMILIES, "cp.async": "LDGSTS"}.items())
+        + ".",
+    )
+    r.claim(
+        "no TMA bulk copies (cp.async.bulk.tensor) in any kernel",
+        sum(x["ptx"]["cp.async.bulk.tensor"] + x["sass"][ASYNC_COPIES["cp.async.bulk.tensor"]] for x in main),
+        0,
+        formula="PTX + SASS (UTMALDG) count",
+    )
     r.claim("the three PTX lines were found", len(lines), 3)
     return r

@@ -22,8 +22,11 @@ TOKENS, WIDTH = 16384, 2048  # batch x N and heads x d of the benchmark (the Fla
 FLOPS_N = [1024, 2048, 4096, 8192, 16384]
 
 
-@experiment("flash-attention-flops", "FLOPs, HBM bytes, intensity and roofline time: standard vs FlashAttention",
-            kind="computed")
+@experiment(
+    "flash-attention-flops",
+    "FLOPs, HBM bytes, intensity and roofline time: standard vs FlashAttention",
+    kind="computed",
+)
 def flash_attention_flops(device: str) -> Result:
     r = Result("flash-attention-flops", kind="computed")
     chip = gpu(H100)
@@ -41,10 +44,21 @@ def flash_attention_flops(device: str) -> Result:
             i_std = std.matmul_flops / (std.elements * BYTES)
             i_fa = fa.matmul_flops / (fa.elements * BYTES)
             points.append((d, n, i_std, i_fa))
-            rows.append([d, n, Quantity(heads * std.matmul_flops, "FLOP"), Quantity(heads * fa.matmul_flops, "FLOP"),
-                         Quantity(heads * std.elements * BYTES, "B"), Quantity(heads * fa.elements * BYTES, "B"),
-                         f"{i_std:.0f}", f"{i_fa:.0f}", Quantity(t_std, "s"), Quantity(t_fa, "s"),
-                         f"{t_std / t_fa:.1f}x"])
+            rows.append(
+                [
+                    d,
+                    n,
+                    Quantity(heads * std.matmul_flops, "FLOP"),
+                    Quantity(heads * fa.matmul_flops, "FLOP"),
+                    Quantity(heads * std.elements * BYTES, "B"),
+                    Quantity(heads * fa.elements * BYTES, "B"),
+                    f"{i_std:.0f}",
+                    f"{i_fa:.0f}",
+                    Quantity(t_std, "s"),
+                    Quantity(t_fa, "s"),
+                    f"{t_std / t_fa:.1f}x",
+                ]
+            )
             flop_ratios.append(fa.matmul_flops / std.matmul_flops)
             speedups.append(t_std / t_fa)
             std_intensities.append(i_std)
@@ -57,18 +71,49 @@ def flash_attention_flops(device: str) -> Result:
                 r.add(f"{key}_time_std", t_std, "s", "standard attention, roofline time, fwd+bwd")
                 r.add(f"{key}_time_fa", t_fa, "s", "FlashAttention, roofline time, fwd+bwd")
                 r.add(f"{key}_speedup", t_std / t_fa, "", "roofline speed-up of FlashAttention")
-    r.table("roofline", ["d", "N", "FLOPs std", "FLOPs Flash", "HBM std", "HBM Flash", "FLOP/B std",
-                         "FLOP/B Flash", "time std", "time Flash", "speed-up"], rows,
-            caption=f"Forward + backward over {TOKENS:,} tokens and width {WIDTH} (batch x N and heads x d fixed), "
-                    f"bf16, matmul FLOPs only, {chip.name}: roofline lower bounds on time, kernel by kernel.")
+    r.table(
+        "roofline",
+        [
+            "d",
+            "N",
+            "FLOPs std",
+            "FLOPs Flash",
+            "HBM std",
+            "HBM Flash",
+            "FLOP/B std",
+            "FLOP/B Flash",
+            "time std",
+            "time Flash",
+            "speed-up",
+        ],
+        rows,
+        caption=f"Forward + backward over {TOKENS:,} tokens and width {WIDTH} (batch x N and heads x d fixed), "
+        f"bf16, matmul FLOPs only, {chip.name}: roofline lower bounds on time, kernel by kernel.",
+    )
     shapes = f"all {len(rows)} shapes (d = 64 and 128, N = {FLOPS_N[0]} to {FLOPS_N[-1]})"
     worst = max(flop_ratios, key=lambda x: abs(x - 14 / 12))
-    r.claim(f"FlashAttention does 7/6 the matmul FLOPs of standard attention (worst of {shapes})", worst, 14 / 12,
-            rel_tol=1e-12, formula="(4 + 10) N^2 d / (4 + 8) N^2 d: the backward recomputes S = QK^T")
-    r.claim(f"yet its roofline time is shorter: smallest speed-up, {shapes}", min(speedups), 1.0, relation=">=",
-            formula="sum over kernels of max(FLOPs / peak, bytes / bandwidth)")
-    r.claim(f"standard attention is memory-bound: largest intensity, {shapes}", max(std_intensities),
-            chip.ridge("bf16"), relation="<=", unit="FLOP/B", formula="below the bf16 ridge point")
+    r.claim(
+        f"FlashAttention does 7/6 the matmul FLOPs of standard attention (worst of {shapes})",
+        worst,
+        14 / 12,
+        rel_tol=1e-12,
+        formula="(4 + 10) N^2 d / (4 + 8) N^2 d: the backward recomputes S = QK^T",
+    )
+    r.claim(
+        f"yet its roofline time is shorter: smallest speed-up, {shapes}",
+        min(speedups),
+        1.0,
+        relation=">=",
+        formula="sum over kernels of max(FLOPs / peak, bytes / bandwidth)",
+    )
+    r.claim(
+        f"standard attention is memory-bound: largest intensity, {shapes}",
+        max(std_intensities),
+        chip.ridge("bf16"),
+        relation="<=",
+        unit="FLOP/B",
+        formula="below the bf16 ridge point",
+    )
     r.add("ridge_bf16", chip.ridge("bf16"), "FLOP/B", f"{chip.name} bf16 ridge point")
     r.add("focus_n", 4096, "", "N of the d64_* and d128_* quantities")
     r.add("m_bytes", sram * BYTES, "B", "SRAM per SM used as M")
@@ -98,16 +143,22 @@ def _worked(r: Result, chip) -> None:
     r.add("wp_fwd_seconds_layer", causal / chip.peak_flops("bf16"), "s", "... at the bf16 peak")
     for name, key in (("fa3", "fp16_peak_fraction"), ("fa2", "fa2_h100_peak_fraction")):
         fraction = fact(f"flash_attention.FA3.{key}").value
-        r.add(f"wp_fwd_seconds_{name}", causal / chip.peak_flops("bf16") / fraction, "s",
-              f"... at {name}'s published fraction of the H100 peak")
+        r.add(
+            f"wp_fwd_seconds_{name}",
+            causal / chip.peak_flops("bf16") / fraction,
+            "s",
+            f"... at {name}'s published fraction of the H100 peak",
+        )
     fp8 = (1 / (fact("flash_attention.FA3.h100_exp_tflops").value * 1e12)) / (4 * 128 / chip.peak_flops("fp8"))
     r.add("exp_over_matmul_fp8_d128", fp8, "fraction", "exp time / matmul time in fp8, d=128")
 
 
 def _published(r: Result, chip) -> None:
     """FlashAttention paper, Figure 2: GPT-2 medium on an A100; FlashAttention-3: exp vs matmul throughput."""
-    fig2 = {k: fact(f"flash_attention.FA1-fig2.{k}").value
-            for k in ("std_gflops", "fa_gflops", "std_hbm_gb", "fa_hbm_gb", "std_ms", "fa_ms")}
+    fig2 = {
+        k: fact(f"flash_attention.FA1-fig2.{k}").value
+        for k in ("std_gflops", "fa_gflops", "std_hbm_gb", "fa_hbm_gb", "std_ms", "fa_ms")
+    }
     n, d = fact("flash_attention.FA1-fig2.seq").value, fact("flash_attention.FA1-fig2.head_dim").value
     heads = fact("flash_attention.FA1-fig2.heads").value * fact("flash_attention.FA1-fig2.batch").value
     a100 = fact("flash_attention.FA1.a100_sram_kb_per_sm").value * 1024 // BYTES  # the paper's M
@@ -118,21 +169,42 @@ def _published(r: Result, chip) -> None:
     r.add("gpt2_published_flop_ratio", fig2["fa_gflops"] / fig2["std_gflops"], "", "published FLOP ratio")
     r.add("gpt2_published_time_ratio", fig2["std_ms"] / fig2["fa_ms"], "", "published speed-up")
     r.add("gpt2_published_byte_ratio", fig2["std_hbm_gb"] / fig2["fa_hbm_gb"], "", "published HBM ratio")
-    r.claim("GPT-2 medium: counted FlashAttention traffic vs published 4.4 GB", fa, fig2["fa_hbm_gb"] * 1e9,
-            rel_tol=0.15, unit="B", formula="Alg. 1 + 4, M = the paper's 192 KB of SRAM per A100 SM, fp16")
-    r.claim("GPT-2 medium: counted standard traffic is a floor for the published 40.3 GB", std,
-            fig2["std_hbm_gb"] * 1e9, relation="<=", unit="B",
-            formula="Alg. 0 + 3 only; the measured run also masks and applies dropout in separate passes")
-    r.claim("GPT-2 medium: recompute FLOP ratio matches the published one", 14 / 12,
-            fig2["fa_gflops"] / fig2["std_gflops"], rel_tol=0.05, formula="(4 + 10) / (4 + 8)")
+    r.claim(
+        "GPT-2 medium: counted FlashAttention traffic vs published 4.4 GB",
+        fa,
+        fig2["fa_hbm_gb"] * 1e9,
+        rel_tol=0.15,
+        unit="B",
+        formula="Alg. 1 + 4, M = the paper's 192 KB of SRAM per A100 SM, fp16",
+    )
+    r.claim(
+        "GPT-2 medium: counted standard traffic is a floor for the published 40.3 GB",
+        std,
+        fig2["std_hbm_gb"] * 1e9,
+        relation="<=",
+        unit="B",
+        formula="Alg. 0 + 3 only; the measured run also masks and applies dropout in separate passes",
+    )
+    r.claim(
+        "GPT-2 medium: recompute FLOP ratio matches the published one",
+        14 / 12,
+        fig2["fa_gflops"] / fig2["std_gflops"],
+        rel_tol=0.05,
+        formula="(4 + 10) / (4 + 8)",
+    )
     exp_rate = fact("flash_attention.FA3.h100_exp_tflops").value * 1e12
     for d in (64, 128):
         # per score: 4d matmul FLOPs (QK^T and PV) and one exponential
         share = (1 / exp_rate) / (4 * d / chip.peak_flops("fp16"))
         r.add(f"exp_over_matmul_d{d}", share, "fraction", f"exp time / matmul time, forward, d={d}")
         r.add(f"serial_cap_d{d}", 1 / (1 + share), "fraction", f"share of peak if exp and matmul never overlap, d={d}")
-    r.claim("FlashAttention-3: exponentials take ~50% of matmul time at d=128", r.quantities[
-        "exp_over_matmul_d128"].value, 0.5, rel_tol=0.02, formula="(1 / 3.9 TFLOP/s) / (512 / 989 TFLOP/s)")
+    r.claim(
+        "FlashAttention-3: exponentials take ~50% of matmul time at d=128",
+        r.quantities["exp_over_matmul_d128"].value,
+        0.5,
+        rel_tol=0.02,
+        formula="(1 / 3.9 TFLOP/s) / (512 / 989 TFLOP/s)",
+    )
 
 
 def _roofline_figure(r: Result, chip, points) -> None:
@@ -147,13 +219,27 @@ def _roofline_figure(r: Result, chip, points) -> None:
     ax.loglog(xs, [min(peak, x * bw) / 1e12 for x in xs], "k-", lw=1, label=f"{chip.name} bf16 roofline")
     for d, marker in ((64, "o"), (128, "s")):
         pts = [p for p in points if p[0] == d]
-        ax.loglog([p[2] for p in pts], [min(peak, p[2] * bw) / 1e12 for p in pts], marker, color="C3",
-                  label=f"standard, d={d}")
-        ax.loglog([p[3] for p in pts], [min(peak, p[3] * bw) / 1e12 for p in pts], marker, color="C0",
-                  label=f"FlashAttention, d={d}")
+        ax.loglog(
+            [p[2] for p in pts],
+            [min(peak, p[2] * bw) / 1e12 for p in pts],
+            marker,
+            color="C3",
+            label=f"standard, d={d}",
+        )
+        ax.loglog(
+            [p[3] for p in pts],
+            [min(peak, p[3] * bw) / 1e12 for p in pts],
+            marker,
+            color="C0",
+            label=f"FlashAttention, d={d}",
+        )
     ax.axvline(chip.ridge("bf16"), color="gray", ls=":", lw=1)
     ax.set(xlabel="arithmetic intensity (matmul FLOP per HBM byte, fwd+bwd)", ylabel="attainable TFLOP/s")
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3, which="both")
-    r.figure("roofline", fig, f"Attention forward + backward on the {chip.name} bf16 roofline, N from "
-             f"{FLOPS_N[0]} to {FLOPS_N[-1]} (dotted: ridge point)")
+    r.figure(
+        "roofline",
+        fig,
+        f"Attention forward + backward on the {chip.name} bf16 roofline, N from "
+        f"{FLOPS_N[0]} to {FLOPS_N[-1]} (dotted: ridge point)",
+    )

@@ -35,8 +35,12 @@ class Traffic:
         return self.reads + self.writes
 
     def __add__(self, other: Traffic) -> Traffic:
-        return Traffic(self.reads + other.reads, self.writes + other.writes,
-                       self.matmul_flops + other.matmul_flops, self.exps + other.exps)
+        return Traffic(
+            self.reads + other.reads,
+            self.writes + other.writes,
+            self.matmul_flops + other.matmul_flops,
+            self.exps + other.exps,
+        )
 
 
 def fitted_exponent(xs, ys) -> float:
@@ -67,18 +71,22 @@ def _blocks(n: int, size: int):
 # ---------------------------------------------------------------- standard attention (S and P in HBM)
 def standard_forward(n: int, d: int) -> list[tuple[str, Traffic]]:
     """Algorithm 0, one step per line: S = Q K^T, P = softmax(S), O = P V."""
-    return [("S = QK^T", Traffic(reads=2 * n * d, writes=n * n, matmul_flops=2 * n * n * d)),
-            ("P = softmax(S)", Traffic(reads=n * n, writes=n * n, exps=n * n)),
-            ("O = PV", Traffic(reads=n * n + n * d, writes=n * d, matmul_flops=2 * n * n * d))]
+    return [
+        ("S = QK^T", Traffic(reads=2 * n * d, writes=n * n, matmul_flops=2 * n * n * d)),
+        ("P = softmax(S)", Traffic(reads=n * n, writes=n * n, exps=n * n)),
+        ("O = PV", Traffic(reads=n * n + n * d, writes=n * d, matmul_flops=2 * n * n * d)),
+    ]
 
 
 def standard_backward(n: int, d: int) -> list[tuple[str, Traffic]]:
     """Algorithm 3: dV = P^T dO, dP = dO V^T, dS = P * (dP - rowsum(P * dP)), dQ = dS K, dK = dS^T Q."""
-    return [("dV = P^T dO", Traffic(reads=n * n + n * d, writes=n * d, matmul_flops=2 * n * n * d)),
-            ("dP = dO V^T", Traffic(reads=2 * n * d, writes=n * n, matmul_flops=2 * n * n * d)),
-            ("dS", Traffic(reads=2 * n * n, writes=n * n)),
-            ("dQ = dS K", Traffic(reads=n * n + n * d, writes=n * d, matmul_flops=2 * n * n * d)),
-            ("dK = dS^T Q", Traffic(reads=n * n + n * d, writes=n * d, matmul_flops=2 * n * n * d))]
+    return [
+        ("dV = P^T dO", Traffic(reads=n * n + n * d, writes=n * d, matmul_flops=2 * n * n * d)),
+        ("dP = dO V^T", Traffic(reads=2 * n * d, writes=n * n, matmul_flops=2 * n * n * d)),
+        ("dS", Traffic(reads=2 * n * n, writes=n * n)),
+        ("dQ = dS K", Traffic(reads=n * n + n * d, writes=n * d, matmul_flops=2 * n * n * d)),
+        ("dK = dS^T Q", Traffic(reads=n * n + n * d, writes=n * d, matmul_flops=2 * n * n * d)),
+    ]
 
 
 # ---------------------------------------------------------------- FlashAttention, counted in the loops

@@ -41,8 +41,12 @@ MMA_FAMILIES = {"mma.sync": "HMMA", "wgmma.mma_async": "HGMMA", "tcgen05.mma": "
 ASYNC_COPIES = {"cp.async.cg": "LDGSTS", "cp.async.ca": "LDGSTS", "cp.async.bulk.tensor": "UTMALDG"}
 SASS_OPS = sorted(set(MMA_FAMILIES.values()) | set(ASYNC_COPIES.values()))
 _SASS_LINE = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)")
-_PTXAS = {"stack_frame": r"(\d+) bytes stack frame", "spill_stores": r"(\d+) bytes spill stores",
-          "spill_loads": r"(\d+) bytes spill loads", "ptxas_registers": r"Used (\d+) registers"}
+_PTXAS = {
+    "stack_frame": r"(\d+) bytes stack frame",
+    "spill_stores": r"(\d+) bytes spill stores",
+    "spill_loads": r"(\d+) bytes spill loads",
+    "ptxas_registers": r"Used (\d+) registers",
+}
 
 
 # ---------------------------------------------------------------- in the child (triton imported)
@@ -61,8 +65,11 @@ def compile_kernel(fn, args, kwargs, cc: int, specialize: bool = True):
         bound, spec, opts = binder(*args, **kwargs)
         options, signature, constexprs, attrs = fn._pack_args(backend, kwargs, bound, spec, opts)
         return triton.compile(ASTSource(fn, signature, constexprs, attrs), target=target, options=options.__dict__)
-    return triton.compile(_plain_source(fn, args, kwargs), target=target,
-                          options={k: v for k, v in kwargs.items() if k not in fn.arg_names})
+    return triton.compile(
+        _plain_source(fn, args, kwargs),
+        target=target,
+        options={k: v for k, v in kwargs.items() if k not in fn.arg_names},
+    )
 
 
 def _plain_source(fn, args, kwargs):
@@ -76,8 +83,9 @@ def _plain_source(fn, args, kwargs):
         if param.is_constexpr:
             signature[param.name], constants[param.name] = "constexpr", v
         elif hasattr(v, "dtype"):
-            signature[param.name] = "*" + {"torch.float32": "fp32", "torch.bfloat16": "bf16",
-                                           "torch.float16": "fp16"}[str(v.dtype)]
+            signature[param.name] = (
+                "*" + {"torch.float32": "fp32", "torch.bfloat16": "bf16", "torch.float16": "fp16"}[str(v.dtype)]
+            )
         else:
             signature[param.name] = "fp32" if isinstance(v, float) else "i32"
     return ASTSource(fn, signature, constants)
@@ -93,16 +101,24 @@ def inspect(kernel, cc: int, ptxas_log: str = "") -> dict:
         cubin = Path(tmp) / "k.cubin"
         cubin.write_bytes(kernel.asm["cubin"])
         sass = subprocess.run([cuobjdump, "--dump-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
-        usage = subprocess.run([cuobjdump, "--dump-resource-usage", str(cubin)], capture_output=True, text=True,
-                               check=True).stdout
+        usage = subprocess.run(
+            [cuobjdump, "--dump-resource-usage", str(cubin)], capture_output=True, text=True, check=True
+        ).stdout
     ops = _SASS_LINE.findall(sass)
     res = dict(re.findall(r"\b(REG|STACK|SHARED|LOCAL):(\d+)", usage))
-    out = {"cc": cc, "name": kernel.name, "num_warps": kernel.metadata.num_warps,
-           "num_stages": kernel.metadata.num_stages, "shared": kernel.metadata.shared,
-           "ptx": {op: ptx.count(op + ".") + ptx.count(op + " ") for op in (*MMA_FAMILIES, *ASYNC_COPIES)},
-           "sass": {op: ops.count(op) for op in SASS_OPS},
-           "registers": int(res["REG"]), "stack": int(res["STACK"]), "local": int(res["LOCAL"]),
-           "ptx_lines": {op: _first_line(ptx, op) for op in (*MMA_FAMILIES, *ASYNC_COPIES)}}
+    out = {
+        "cc": cc,
+        "name": kernel.name,
+        "num_warps": kernel.metadata.num_warps,
+        "num_stages": kernel.metadata.num_stages,
+        "shared": kernel.metadata.shared,
+        "ptx": {op: ptx.count(op + ".") + ptx.count(op + " ") for op in (*MMA_FAMILIES, *ASYNC_COPIES)},
+        "sass": {op: ops.count(op) for op in SASS_OPS},
+        "registers": int(res["REG"]),
+        "stack": int(res["STACK"]),
+        "local": int(res["LOCAL"]),
+        "ptx_lines": {op: _first_line(ptx, op) for op in (*MMA_FAMILIES, *ASYNC_COPIES)},
+    }
     for key, pattern in _PTXAS.items():
         found = re.search(pattern, ptxas_log)
         out[key] = int(found.group(1)) if found else None
@@ -152,15 +168,27 @@ def compile_jobs(builder: str, jobs: list[dict], workers: int = 2, timeout_s: fl
     result dict per job, in the jobs' order; {"triton": version})."""
     with tempfile.TemporaryDirectory(prefix="distlab-aot-") as tmp:
         env = dict(os.environ)
-        env.update(TRITON_INTERPRET="0", TRITON_CACHE_DIR=str(Path(tmp) / "cache"), TMPDIR=tmp,
-                   TRITON_DUMP_PTXAS_LOG="1",
-                   TRITON_DEFAULT_FP_FUSION="1",  # Triton 3.9's default, set to silence its deprecation warning
-                   TRITON_DISABLE_LINE_INFO="1",  # no ptxas -lineinfo: same code and resources, faster compiles
-                   OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join([str(REPO_DIR), env.get("PYTHONPATH", "")]))
+        env.update(
+            TRITON_INTERPRET="0",
+            TRITON_CACHE_DIR=str(Path(tmp) / "cache"),
+            TMPDIR=tmp,
+            TRITON_DUMP_PTXAS_LOG="1",
+            TRITON_DEFAULT_FP_FUSION="1",  # Triton 3.9's default, set to silence its deprecation warning
+            TRITON_DISABLE_LINE_INFO="1",  # no ptxas -lineinfo: same code and resources, faster compiles
+            OMP_NUM_THREADS="1",
+            PYTHONPATH=os.pathsep.join([str(REPO_DIR), env.get("PYTHONPATH", "")]),
+        )
         out = Path(tmp) / "out.json"
         payload = {"jobs": [j | {"builder": builder} for j in jobs], "workers": workers, "out": str(out)}
-        proc = subprocess.run([sys.executable, "-m", "distlab.attention.triton_aot"], input=json.dumps(payload),
-                              env=env, capture_output=True, text=True, timeout=timeout_s, cwd=tmp)
+        proc = subprocess.run(
+            [sys.executable, "-m", "distlab.attention.triton_aot"],
+            input=json.dumps(payload),
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            cwd=tmp,
+        )
         if proc.returncode != 0 or not out.exists():
             raise RuntimeError(f"ahead-of-time compile failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
         data = json.loads(out.read_text())

@@ -79,8 +79,28 @@ def _row_stats(LSE, DELTA, bh, N, offs_m):
 
 # ---------------------------------------------------------------- forward
 @triton.jit
-def _fwd_inner(acc, l_i, m_i, q, k_base, v_base, skn, skd, svn, svd, lo, hi, N, qk_scale, offs_m, offs_d,
-               BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr):
+def _fwd_inner(
+    acc,
+    l_i,
+    m_i,
+    q,
+    k_base,
+    v_base,
+    skn,
+    skd,
+    svn,
+    svd,
+    lo,
+    hi,
+    N,
+    qk_scale,
+    offs_m,
+    offs_d,
+    BLOCK_N: tl.constexpr,
+    MASKED: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
     """Online softmax over key blocks [lo, hi): MASKED=False for full blocks left of the diagonal."""
     for start_n in range(lo, hi, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
@@ -108,9 +128,37 @@ def _fwd_inner(acc, l_i, m_i, q, k_base, v_base, skn, skd, svn, svd, lo, hi, N, 
 
 
 @triton.jit
-def _fwd_kernel(Q, K, V, Out, LSE, sm_scale, sqb, sqh, sqn, sqd, skb, skh, skn, skd, svb, svh, svn, svd,
-                sob, soh, son, sod, H, N, HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr,
-                PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+def _fwd_kernel(
+    Q,
+    K,
+    V,
+    Out,
+    LSE,
+    sm_scale,
+    sqb,
+    sqh,
+    sqn,
+    sqd,
+    skb,
+    skh,
+    skn,
+    skd,
+    svb,
+    svh,
+    svn,
+    svd,
+    sob,
+    soh,
+    son,
+    sod,
+    H,
+    N,
+    HEAD_DIM: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
     start_m = tl.program_id(0)
     bh, b, h = _head(H)
     offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -129,20 +177,60 @@ def _fwd_kernel(Q, K, V, Out, LSE, sm_scale, sqb, sqh, sqn, sqd, skb, skh, skn, 
     else:  # every key; only the ragged last block needs a mask
         hi = N
         full_end = (N // BLOCK_N) * BLOCK_N
-    acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, k_base, v_base, skn, skd, svn, svd, 0, full_end, N, qk_scale,
-                               offs_m, offs_d, BLOCK_N, False, CAUSAL, PRECISION)
-    acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, k_base, v_base, skn, skd, svn, svd, full_end, hi, N, qk_scale,
-                               offs_m, offs_d, BLOCK_N, True, CAUSAL, PRECISION)
+    acc, l_i, m_i = _fwd_inner(
+        acc,
+        l_i,
+        m_i,
+        q,
+        k_base,
+        v_base,
+        skn,
+        skd,
+        svn,
+        svd,
+        0,
+        full_end,
+        N,
+        qk_scale,
+        offs_m,
+        offs_d,
+        BLOCK_N,
+        False,
+        CAUSAL,
+        PRECISION,
+    )
+    acc, l_i, m_i = _fwd_inner(
+        acc,
+        l_i,
+        m_i,
+        q,
+        k_base,
+        v_base,
+        skn,
+        skd,
+        svn,
+        svd,
+        full_end,
+        hi,
+        N,
+        qk_scale,
+        offs_m,
+        offs_d,
+        BLOCK_N,
+        True,
+        CAUSAL,
+        PRECISION,
+    )
     o = acc / l_i[:, None]  # normalise once, at the end (FlashAttention-2)
-    tl.store(_tile(Out, b, h, offs_m, offs_d, sob, soh, son, sod), _cast(o, Out.dtype.element_ty, PRECISION),
-             mask=rows)
+    tl.store(_tile(Out, b, h, offs_m, offs_d, sob, soh, son, sod), _cast(o, Out.dtype.element_ty, PRECISION), mask=rows)
     tl.store(LSE + bh * N + offs_m, m_i + tl.log2(l_i), mask=offs_m < N)  # L2 = m + log2 l, base 2
 
 
 # ---------------------------------------------------------------- backward
 @triton.jit
-def _bwd_delta_kernel(Out, DO, DELTA, sob, soh, son, sod, sdb, sdh, sdn, sdd, H, N, HEAD_DIM: tl.constexpr,
-                      BLOCK_M: tl.constexpr):
+def _bwd_delta_kernel(
+    Out, DO, DELTA, sob, soh, son, sod, sdb, sdh, sdn, sdd, H, N, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr
+):
     """delta_i = rowsum(dO_i * O_i) (= rowsum(P_i * dP_i)), one fp32 per query."""
     bh, b, h = _head(H)
     offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -155,10 +243,48 @@ def _bwd_delta_kernel(Out, DO, DELTA, sob, soh, son, sod, sdb, sdh, sdn, sdd, H,
 
 
 @triton.jit
-def _bwd_dkdv_kernel(Q, K, V, DO, DK, DV, LSE, DELTA, sm_scale, sqb, sqh, sqn, sqd, skb, skh, skn, skd,
-                     svb, svh, svn, svd, sdb, sdh, sdn, sdd, s1b, s1h, s1n, s1d, s2b, s2h, s2n, s2d, H, N,
-                     HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr,
-                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+def _bwd_dkdv_kernel(
+    Q,
+    K,
+    V,
+    DO,
+    DK,
+    DV,
+    LSE,
+    DELTA,
+    sm_scale,
+    sqb,
+    sqh,
+    sqn,
+    sqd,
+    skb,
+    skh,
+    skn,
+    skd,
+    svb,
+    svh,
+    svn,
+    svd,
+    sdb,
+    sdh,
+    sdn,
+    sdd,
+    s1b,
+    s1h,
+    s1n,
+    s1d,
+    s2b,
+    s2h,
+    s2n,
+    s2d,
+    H,
+    N,
+    HEAD_DIM: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
     """One block of keys: dV = sum_i P_i^T dO_i and dK = scale sum_i dS_i^T Q_i over query blocks i.
     s1* are dK's strides, s2* dV's."""
     bh, b, h = _head(H)
@@ -189,14 +315,47 @@ def _bwd_dkdv_kernel(Q, K, V, DO, DK, DV, LSE, DELTA, sm_scale, sqb, sqh, sqn, s
         dk += _dot(_cast(dsT, q.dtype, PRECISION), q, PRECISION)
     dk = _cast(dk * sm_scale, DK.dtype.element_ty, PRECISION)
     tl.store(_tile(DK, b, h, offs_n, offs_d, s1b, s1h, s1n, s1d), dk, mask=cols)
-    tl.store(_tile(DV, b, h, offs_n, offs_d, s2b, s2h, s2n, s2d), _cast(dv, DV.dtype.element_ty, PRECISION),
-             mask=cols)
+    tl.store(_tile(DV, b, h, offs_n, offs_d, s2b, s2h, s2n, s2d), _cast(dv, DV.dtype.element_ty, PRECISION), mask=cols)
 
 
 @triton.jit
-def _bwd_dq_kernel(Q, K, V, DO, DQ, LSE, DELTA, sm_scale, sqb, sqh, sqn, sqd, skb, skh, skn, skd,
-                   svb, svh, svn, svd, sdb, sdh, sdn, sdd, s1b, s1h, s1n, s1d, H, N, HEAD_DIM: tl.constexpr,
-                   CAUSAL: tl.constexpr, PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+def _bwd_dq_kernel(
+    Q,
+    K,
+    V,
+    DO,
+    DQ,
+    LSE,
+    DELTA,
+    sm_scale,
+    sqb,
+    sqh,
+    sqn,
+    sqd,
+    skb,
+    skh,
+    skn,
+    skd,
+    svb,
+    svh,
+    svn,
+    svd,
+    sdb,
+    sdh,
+    sdn,
+    sdd,
+    s1b,
+    s1h,
+    s1n,
+    s1d,
+    H,
+    N,
+    HEAD_DIM: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
     """One block of queries: dQ = scale sum_j dS_j K_j over key blocks j. s1* are dQ's strides."""
     bh, b, h = _head(H)
     start_m = tl.program_id(0) * BLOCK_M
@@ -236,11 +395,16 @@ _KEY = ["N", "HEAD_DIM", "CAUSAL"]  # the autotuner adds the tensors' dtypes to 
 # fp32 tiles take twice the shared memory of 16-bit ones, so fp32 gets small tiles of its own; the forward
 # needs BLOCK_M % BLOCK_N == 0 (the causal split). The 16-bit configs are ones that compile without register
 # spills for sm_80, sm_90 and sm_100 at d = 128 (flash-attention-compile checks it; chapter 8 has the table).
-_HALF = {"fwd": [(128, 64, 8, 4), (128, 32, 8, 3), (64, 64, 4, 3)],
-         "dkdv": [(64, 64, 8, 3), (32, 64, 4, 3)],
-         "dq": [(128, 32, 8, 3), (64, 64, 4, 3)]}
-_FP32 = {"fwd": [(64, 32, 4, 2), (32, 32, 4, 2)], "dkdv": [(32, 64, 4, 2), (32, 32, 4, 2)],
-         "dq": [(64, 32, 4, 2), (32, 32, 4, 2)]}
+_HALF = {
+    "fwd": [(128, 64, 8, 4), (128, 32, 8, 3), (64, 64, 4, 3)],
+    "dkdv": [(64, 64, 8, 3), (32, 64, 4, 3)],
+    "dq": [(128, 32, 8, 3), (64, 64, 4, 3)],
+}
+_FP32 = {
+    "fwd": [(64, 32, 4, 2), (32, 32, 4, 2)],
+    "dkdv": [(32, 64, 4, 2), (32, 32, 4, 2)],
+    "dq": [(64, 32, 4, 2), (32, 32, 4, 2)],
+}
 
 
 def _tuned(kernel, name: str):
@@ -261,8 +425,9 @@ _dq_tuned = _tuned(_bwd_dq_kernel, "dq")
 def _check(*tensors):
     q = tensors[0]
     if q.dim() != 4 or any(t.shape != q.shape for t in tensors):
-        raise ValueError(f"expected tensors of one (batch, heads, seq, head_dim) shape, got "
-                         f"{[tuple(t.shape) for t in tensors]}")
+        raise ValueError(
+            f"expected tensors of one (batch, heads, seq, head_dim) shape, got {[tuple(t.shape) for t in tensors]}"
+        )
     if q.dtype not in DTYPES or any(t.dtype != q.dtype for t in tensors):
         raise ValueError(f"dtype must be one of fp32, bf16, fp16 and the same for all; got {q.dtype}")
     if q.shape[-1] not in HEAD_DIMS:
@@ -302,15 +467,17 @@ def flash_forward(q, k, v, causal: bool = False, scale: float | None = None, out
         bm, bn, warps, stages = config or DEFAULT_FWD
         if bm % bn:
             raise ValueError(f"BLOCK_M {bm} must be a multiple of BLOCK_N {bn}")
-        _fwd_kernel[(triton.cdiv(n, bm), b * h)](*args, **meta, BLOCK_M=bm, BLOCK_N=bn, num_warps=warps,
-                                                 num_stages=stages)
+        _fwd_kernel[(triton.cdiv(n, bm), b * h)](
+            *args, **meta, BLOCK_M=bm, BLOCK_N=bn, num_warps=warps, num_stages=stages
+        )
     else:
         _fwd_tuned[lambda m: (triton.cdiv(n, m["BLOCK_M"]), b * h)](*args, **meta)
     return out, lse
 
 
-def flash_backward(q, k, v, o, lse, do, causal: bool = False, scale: float | None = None, dq=None, dk=None,
-                   dv=None, config=None):
+def flash_backward(
+    q, k, v, o, lse, do, causal: bool = False, scale: float | None = None, dq=None, dk=None, dv=None, config=None
+):
     """dQ, dK, dV from Q, K, V, O, L2 (base 2, from flash_forward) and dO; P is recomputed tile by tile."""
     _check(q, k, v, o, do)
     b, h, n, d = q.shape
@@ -320,8 +487,9 @@ def flash_backward(q, k, v, o, lse, do, causal: bool = False, scale: float | Non
     dv = torch.empty_like(v) if dv is None else dv
     _check(q, dq, dk, dv)
     delta = torch.empty_like(lse)
-    _bwd_delta_kernel[(triton.cdiv(n, 64), b * h)](o, do, delta, *_strides(o), *_strides(do), h, n, HEAD_DIM=d,
-                                                   BLOCK_M=64)
+    _bwd_delta_kernel[(triton.cdiv(n, 64), b * h)](
+        o, do, delta, *_strides(o), *_strides(do), h, n, HEAD_DIM=d, BLOCK_M=64
+    )
     common = (lse, delta, scale, *_strides(q), *_strides(k), *_strides(v), *_strides(do))
     dkdv_args = (q, k, v, do, dk, dv, *common, *_strides(dk), *_strides(dv), h, n)
     dq_args = (q, k, v, do, dq, *common, *_strides(dq), h, n)

@@ -43,8 +43,7 @@ class Parser(argparse.ArgumentParser):
 
 
 def parser(name: str, description: str) -> Parser:
-    return Parser(prog=f"distlab {name}", description=description,
-                  formatter_class=argparse.RawDescriptionHelpFormatter)
+    return Parser(prog=f"distlab {name}", description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
 
 
 def positive(kind: type = float) -> Callable[[str], float]:
@@ -96,22 +95,31 @@ def list_command(argv: list[str]) -> int:
     from distlab.core.experiments import discover
 
     exps = discover()
-    emit([{"name": e.name, "kind": e.kind, "description": e.description} for e in exps.values()], args.json,
-         "\n".join(f"{e.name:<26} {e.kind:<9} {e.description}" for e in exps.values()))
+    emit(
+        [{"name": e.name, "kind": e.kind, "description": e.description} for e in exps.values()],
+        args.json,
+        "\n".join(f"{e.name:<26} {e.kind:<9} {e.description}" for e in exps.values()),
+    )
     return 0
 
 
 @command("run", "run one experiment (or --all): tables and claims; exit 1 when a claim fails")
 def run_command(argv: list[str]) -> int:
-    p = parser("run", "Run an experiment, print its quantities, tables and claims.\n"
-               "Exit status: 0 all claims passed, 1 a claim failed, 2 bad input.")
+    p = parser(
+        "run",
+        "Run an experiment, print its quantities, tables and claims.\n"
+        "Exit status: 0 all claims passed, 1 a claim failed, 2 bad input.",
+    )
     p.add_argument("name", nargs="?", help="experiment name (see `distlab list`)")
     p.add_argument("--all", action="store_true", help="run every experiment, with progress")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="where to measure (default cpu)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--no-cache", action="store_true", help="re-run even when a cached result exists")
-    p.add_argument("--store", action="store_true",
-                   help="also keep the result in results/<hardware>/ (for GPU measurements the site shows)")
+    p.add_argument(
+        "--store",
+        action="store_true",
+        help="also keep the result in results/<hardware>/ (for GPU measurements the site shows)",
+    )
     args = p.parse_args(argv)
     from distlab.core import experiments
 
@@ -142,8 +150,11 @@ def run_command(argv: list[str]) -> int:
             if not args.all:
                 raise
             errors.append(f"{name}: {type(exc).__name__}: {exc}")
-            print(f" ERROR ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})",
-                  file=sys.stderr, flush=True)
+            print(
+                f" ERROR ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})",
+                file=sys.stderr,
+                flush=True,
+            )
             continue
         if args.store:
             experiments.store(result)
@@ -151,8 +162,11 @@ def run_command(argv: list[str]) -> int:
         failed += bool(bad)
         if progress:
             status = "FAILED" if bad else "ok"
-            print(f" {status} ({'cached' if cached else f'{time.perf_counter() - start:.1f} s'})",
-                  file=sys.stderr, flush=True)
+            print(
+                f" {status} ({'cached' if cached else f'{time.perf_counter() - start:.1f} s'})",
+                file=sys.stderr,
+                flush=True,
+            )
         results.append(result)
     if args.json:
         out = [r.to_json() for r in results]
@@ -168,8 +182,10 @@ def _describe(r) -> str:
     from distlab.core.formatting import format_quantity
 
     p = r.provenance
-    lines = [f"== {r.name} ({r.kind}; {p.get('hardware')}, torch {p.get('torch')}, code {p.get('code_version')}, "
-             f"{p.get('date')})"]
+    lines = [
+        f"== {r.name} ({r.kind}; {p.get('hardware')}, torch {p.get('torch')}, code {p.get('code_version')}, "
+        f"{p.get('date')})"
+    ]
     lines += [f"  {k}: {format_quantity(q.value, q.unit)}" for k, q in r.quantities.items()]
     for name, t in r.tables.items():
         lines += ["", f"  table {name}:"] + ["  " + line for line in t.to_markdown().splitlines()]

@@ -106,8 +106,9 @@ def _scan_cached(path: Path, mtime_ns: int, size: int) -> _Scan:
                     keywords = {k.arg: ast.literal_eval(k.value) for k in deco.keywords}
                     kind = keywords.get("kind", "measured")
                     line = min([node.lineno] + [d.lineno for d in node.decorator_list])
-                    found.append(Experiment(name, desc, here, kind, line=line,
-                                            versions=tuple(keywords.get("versions", ()))))
+                    found.append(
+                        Experiment(name, desc, here, kind, line=line, versions=tuple(keywords.get("versions", ())))
+                    )
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:  # relative: from .x import y / from . import x
@@ -155,8 +156,15 @@ def _module_path(module: str) -> Path:
 # The machinery every experiment imports, which says how results are kept and shown, not what they are: the
 # registry and cache (this module), the Result types (versioned by RESULT_SCHEMA instead), number formatting,
 # the site and the CLI. Editing them must not invalidate cached results or mark stored GPU measurements stale.
-MACHINERY_MODULES = frozenset({"distlab.core.experiments", "distlab.core.results", "distlab.core.formatting",
-                               "distlab.core.site", "distlab.core.cli"})
+MACHINERY_MODULES = frozenset(
+    {
+        "distlab.core.experiments",
+        "distlab.core.results",
+        "distlab.core.formatting",
+        "distlab.core.site",
+        "distlab.core.cli",
+    }
+)
 
 
 def code_files(module: str) -> list[Path]:
@@ -220,10 +228,12 @@ def hardware_slug_of(name: str) -> str:
 
 def git_version() -> str:
     try:
-        sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_DIR, capture_output=True,
-                             text=True, timeout=5).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "distlab"], cwd=REPO_DIR,
-                               capture_output=True, text=True, timeout=5).stdout.strip()
+        sha = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=REPO_DIR, capture_output=True, text=True, timeout=5
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", "distlab"], cwd=REPO_DIR, capture_output=True, text=True, timeout=5
+        ).stdout.strip()
         return (sha or "unversioned") + ("-dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
         return "unversioned"
@@ -327,8 +337,12 @@ def run(name: str, device: str = "cpu", *, use_cache: bool = True) -> tuple[Resu
         failed = result.failed_claims
         if not failed or any(c.kind != "timing" for c in failed) or attempt == TIMING_ATTEMPTS:
             break
-        print(f"distlab: {name}: timing claim {failed[0].name!r} did not hold ({failed[0].describe()}); "
-              f"measuring again ({attempt + 1}/{TIMING_ATTEMPTS})", file=sys.stderr, flush=True)
+        print(
+            f"distlab: {name}: timing claim {failed[0].name!r} did not hold ({failed[0].describe()}); "
+            f"measuring again ({attempt + 1}/{TIMING_ATTEMPTS})",
+            file=sys.stderr,
+            flush=True,
+        )
     result.provenance["attempts"] = attempt
     if use_cache and not result.failed_claims:
         save(result, path.parent, path.stem)

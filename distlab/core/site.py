@@ -79,14 +79,20 @@ class Page:
         _log(f"{name:<28} {'cached' if cached else f'ran in {time.perf_counter() - start:.1f} s'}")
         for claim in result.failed_claims:
             if cached:
-                origin = (f"result read from the cache ({experiments.cache_path(name, device)}); delete it or run "
-                          f"`distlab run {name} --no-cache`")
+                origin = (
+                    f"result read from the cache ({experiments.cache_path(name, device)}); delete it or run "
+                    f"`distlab run {name} --no-cache`"
+                )
             else:
                 tries = result.provenance.get("attempts", 1)
-                origin = (f"fresh run{f', {tries} attempts' if tries > 1 else ''}; not cached, so the next build "
-                          f"measures again; `distlab run {name}` re-runs it alone")
-            _fail(f"page {self.path}: {claim.kind} claim {claim.name!r} of experiment {name!r} failed: "
-                  f"{claim.describe()} [{origin}]")
+                origin = (
+                    f"fresh run{f', {tries} attempts' if tries > 1 else ''}; not cached, so the next build "
+                    f"measures again; `distlab run {name}` re-runs it alone"
+                )
+            _fail(
+                f"page {self.path}: {claim.kind} claim {claim.name!r} of experiment {name!r} failed: "
+                f"{claim.describe()} [{origin}]"
+            )
         self.results[name] = result
         self.stored[name] = experiments.stored(name)
         return result
@@ -131,8 +137,9 @@ class Page:
 
     def _result(self, exp: str) -> Result:
         if exp not in self.results:
-            raise KeyError(f"experiment {exp!r} is not run by this page's gen script "
-                           f"(runs: {', '.join(self.results) or 'none'})")
+            raise KeyError(
+                f"experiment {exp!r} is not run by this page's gen script (runs: {', '.join(self.results) or 'none'})"
+            )
         return _Lookup(self.results[exp])
 
     def _figure(self, exp: str, name: str) -> str:
@@ -153,23 +160,29 @@ class Page:
     def _where(prov: dict, kind: str = "measured") -> str:
         if kind != "measured":
             return f"({kind}; code {prov.get('code_version', '?')})"
-        return (f"(measured on {prov.get('hardware', '?')}, torch {prov.get('torch', '?')}, "
-                f"code {prov.get('code_version', '?')}, {prov.get('date', '?')})")
+        return (
+            f"(measured on {prov.get('hardware', '?')}, torch {prov.get('torch', '?')}, "
+            f"code {prov.get('code_version', '?')}, {prov.get('date', '?')})"
+        )
 
     def stored_markdown(self, exp: str) -> str:
         if exp not in self.stored:
             raise KeyError(f"experiment {exp!r} is not run by this page's gen script")
         rows = self.stored[exp]
         if not rows:
-            return (f"!!! note \"No stored GPU results for `{exp}`\"\n    None exist yet. On a machine with a "
-                    f"GPU, `distlab run {exp} --device cuda --store` measures them and writes "
-                    f"`results/<gpu>/{exp}.json`.\n")
+            return (
+                f'!!! note "No stored GPU results for `{exp}`"\n    None exist yet. On a machine with a '
+                f"GPU, `distlab run {exp} --device cuda --store` measures them and writes "
+                f"`results/<gpu>/{exp}.json`.\n"
+            )
         out = []
         for result, stale in rows:
             p = result.provenance
             flag = " — **stale: the experiment's code changed since**" if stale else ""
-            out.append(f"**{p.get('hardware')}**, torch {p.get('torch')}, code {p.get('code_version')}, "
-                       f"{p.get('date')}{flag}\n")
+            out.append(
+                f"**{p.get('hardware')}**, torch {p.get('torch')}, code {p.get('code_version')}, "
+                f"{p.get('date')}{flag}\n"
+            )
             for name, q in result.quantities.items():
                 out.append(f"- {q.description or name}: {format_quantity(q.value, q.unit)}")
             out.append("")
@@ -183,21 +196,30 @@ class Page:
                 out += [f"![{fig.caption}]({href})", "", f"*{fig.caption}* {self._where(p)}", ""]
             failed = [c for c in result.claims if not c.passed]
             if failed:
-                out.append("Claims that did not hold on this hardware: " + "; ".join(
-                    f"**{c.name}** ({c.describe()})" for c in failed))
+                out.append(
+                    "Claims that did not hold on this hardware: "
+                    + "; ".join(f"**{c.name}** ({c.describe()})" for c in failed)
+                )
         return "\n".join(out)
 
     def claims_markdown(self) -> str:
         lines = []
         for result in self.results.values():
             for c in result.claims:
-                lines.append(f"    - ✅ **{_escape(c.name)}** — {c.describe()}"
-                             + (f"; {_escape(c.formula)}" if c.formula else ""))
+                lines.append(
+                    f"    - ✅ **{_escape(c.name)}** — {c.describe()}"
+                    + (f"; {_escape(c.formula)}" if c.formula else "")
+                )
         if not lines:
             return ""
         where = "\n".join(f"    - `{exp}`: {self._where(r.provenance, r.kind)}" for exp, r in self.results.items())
-        return (f"\n??? success \"Checked on this page: {len(lines)} claims, all passed at build time\"\n"
-                + "\n".join(lines) + "\n\n    Experiments:\n\n" + where + "\n")
+        return (
+            f'\n??? success "Checked on this page: {len(lines)} claims, all passed at build time"\n'
+            + "\n".join(lines)
+            + "\n\n    Experiments:\n\n"
+            + where
+            + "\n"
+        )
 
     def write(self) -> None:
         import mkdocs_gen_files

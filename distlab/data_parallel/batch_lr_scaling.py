@@ -102,13 +102,20 @@ def expected_loss(batch: int, rule: str, seeds: int = SEEDS, samples: int = SAMP
         ramp = min(1.0, (t + 1) / (WARMUP * steps)) if rule == "linear + warm-up" else 1.0
         lr = learning_rate(rule, batch) * ramp
         cross = (lam * v).sum(-1, keepdim=True)
-        v = ((1 - 2 * lr * lam) * v + lr**2 * ((1 + 1 / batch) * lam**2 * v + lam * cross / batch)
-             + lr**2 * NOISE**2 * lam / batch)
+        v = (
+            (1 - 2 * lr * lam) * v
+            + lr**2 * ((1 + 1 / batch) * lam**2 * v + lam * cross / batch)
+            + lr**2 * NOISE**2 * lam / batch
+        )
     return float((0.5 * lam * v).sum(-1).mean())
 
 
-@experiment("batch-lr-scaling", "loss after a fixed number of samples vs global batch: linear, square-root and "
-            "capped learning-rate rules, warm-up, and where the linear rule breaks", kind="measured")
+@experiment(
+    "batch-lr-scaling",
+    "loss after a fixed number of samples vs global batch: linear, square-root and "
+    "capped learning-rate rules, warm-up, and where the linear rule breaks",
+    kind="measured",
+)
 @single_threaded
 def batch_lr_scaling(device: str) -> Result:
     r = Result("batch-lr-scaling")
@@ -127,8 +134,13 @@ def batch_lr_scaling(device: str) -> Result:
     predicted = {rule: [expected_loss(b, rule) for b in BATCHES] for rule in RULES}
     ratios = [m / p for rule in RULES for m, p in zip(loss[rule], predicted[rule]) if m < start and p < start]
     agree = sum(1 for rule in RULES for m, p in zip(loss[rule], predicted[rule]) if (m < start) == (p < start))
-    r.claim("every run: measured loss / predicted loss (runs that trained), worst |ratio - 1|",
-            max(abs(x - 1) for x in ratios), 0.2, relation="<=", formula="exact mean-square recursion; 4 seeds")
+    r.claim(
+        "every run: measured loss / predicted loss (runs that trained), worst |ratio - 1|",
+        max(abs(x - 1) for x in ratios),
+        0.2,
+        relation="<=",
+        formula="exact mean-square recursion; 4 seeds",
+    )
     r.claim("the prediction says which runs diverge", agree, len(RULES) * len(BATCHES))
     r.add("worst_ratio_error", max(abs(x - 1) for x in ratios), "fraction", "worst |measured / predicted - 1|")
     lin = loss["linear"]
@@ -139,28 +151,55 @@ def batch_lr_scaling(device: str) -> Result:
     r.add("holds_spread", max(holds) / min(holds), "", "linear rule: worst / best loss for B <= B*/2")
     r.add("last_stable", max(stable), "samples", "largest batch at which the linear rule still trained")
     r.add("first_unstable", min(unstable) if unstable else math.inf, "samples", "smallest batch at which it diverged")
-    r.claim("linear rule holds below B∗/2: worst / best loss after the same samples", max(holds) / min(holds), 1.25,
-            relation="<=", formula=f"B = {BATCHES[0]} ... {max(b for b in BATCHES if b <= b_star / 2)}")
-    r.claim("linear rule breaks: B∗ = 2 B0/(lr0 λmax) is above the last batch that trained", b_star, max(stable),
-            relation=">=", unit="samples")
+    r.claim(
+        "linear rule holds below B∗/2: worst / best loss after the same samples",
+        max(holds) / min(holds),
+        1.25,
+        relation="<=",
+        formula=f"B = {BATCHES[0]} ... {max(b for b in BATCHES if b <= b_star / 2)}",
+    )
+    r.claim(
+        "linear rule breaks: B∗ = 2 B0/(lr0 λmax) is above the last batch that trained",
+        b_star,
+        max(stable),
+        relation=">=",
+        unit="samples",
+    )
     r.claim("... and below the first batch that diverged", b_star, min(unstable), relation="<=", unit="samples")
     past = min(b for b in BATCHES if b > b_star)
-    r.claim(f"linear rule at B = {past}, the first batch past B∗: loss / starting loss (diverged: at least 10)",
-            lin[BATCHES.index(past)] / start, 10.0, relation=">=")
+    r.claim(
+        f"linear rule at B = {past}, the first batch past B∗: loss / starting loss (diverged: at least 10)",
+        lin[BATCHES.index(past)] / start,
+        10.0,
+        relation=">=",
+    )
     sqrt_at = loss["square root"][BATCHES.index(256)] / lin[BATCHES.index(256)]
-    r.claim("square-root rule with SGD at B = 256: loss / the linear rule's (too timid: at least 5)", sqrt_at, 5.0,
-            relation=">=")
+    r.claim(
+        "square-root rule with SGD at B = 256: loss / the linear rule's (too timid: at least 5)",
+        sqrt_at,
+        5.0,
+        relation=">=",
+    )
     capped = loss["linear, capped at 1/λmax"]
-    r.claim("capped lr past B∗: loss at the largest batch / loss at B0 (no more free speed-up: at least 3)",
-            capped[-1] / capped[0], 3.0, relation=">=")
+    r.claim(
+        "capped lr past B∗: loss at the largest batch / loss at B0 (no more free speed-up: at least 3)",
+        capped[-1] / capped[0],
+        3.0,
+        relation=">=",
+    )
     r.add("sqrt_over_linear_256", sqrt_at, "", "square-root rule / linear rule at B = 256")
     r.add("capped_growth", capped[-1] / capped[0], "", "capped rule: loss at the largest batch / at B0")
     fmt = lambda v: "diverged" if not v < start else v
-    r.table("loss", ["global batch B", "steps"] + [f"{rule}" for rule in RULES] + ["linear, predicted"],
-            [[b, SAMPLES // b] + [fmt(loss[rule][i]) for rule in RULES] + [fmt(predicted["linear"][i])]
-             for i, b in enumerate(BATCHES)],
-            caption=f"Excess loss after {SAMPLES:,} samples (mean of {SEEDS} seeds); 'diverged': above the "
-                    f"starting loss {start:.3g}")
+    r.table(
+        "loss",
+        ["global batch B", "steps"] + [f"{rule}" for rule in RULES] + ["linear, predicted"],
+        [
+            [b, SAMPLES // b] + [fmt(loss[rule][i]) for rule in RULES] + [fmt(predicted["linear"][i])]
+            for i, b in enumerate(BATCHES)
+        ],
+        caption=f"Excess loss after {SAMPLES:,} samples (mean of {SEEDS} seeds); 'diverged': above the "
+        f"starting loss {start:.3g}",
+    )
     r.data["loss"] = {rule: [v if math.isfinite(v) else None for v in vals] for rule, vals in loss.items()}
     _figure(r, loss, start, b_star)
     return r
@@ -179,12 +218,21 @@ def _figure(r: Result, loss: dict, start: float, b_star: float) -> None:
     ax.axvline(b_star, color="grey", ls=":", lw=1)
     ax.text(b_star * 1.05, start * 1.2, "B* = 2 B0 / (lr0 λmax)", fontsize=7, color="grey")
     ax.axhline(start, color="grey", lw=0.5)
-    ax.set(xscale="log", yscale="log", xlabel="global batch B (samples per step)",
-           ylabel=f"excess loss after {SAMPLES:,} samples", ylim=(None, top * 1.3))
+    ax.set(
+        xscale="log",
+        yscale="log",
+        xlabel="global batch B (samples per step)",
+        ylabel=f"excess loss after {SAMPLES:,} samples",
+        ylim=(None, top * 1.3),
+    )
     ax.set_xscale("log", base=2)
     ax.set_xticks(BATCHES, [str(b) for b in BATCHES], fontsize=7)
     ax.set_xticks([], minor=True)
     ax.legend(fontsize=7, loc="upper left")
     ax.grid(alpha=0.3, which="both", lw=0.3)
-    r.figure("loss", fig, "Same data, different batch sizes: SGD on noisy linear regression (curvatures 1 to 0.01); "
-             "diverged runs drawn at the top edge; grey line: the starting loss")
+    r.figure(
+        "loss",
+        fig,
+        "Same data, different batch sizes: SGD on noisy linear regression (curvatures 1 to 0.01); "
+        "diverged runs drawn at the top edge; grey line: the starting loss",
+    )

@@ -94,8 +94,9 @@ def flat(tensors) -> torch.Tensor:
     return torch.cat([t.detach().reshape(-1).double().cpu() for t in tensors])
 
 
-def regression_batch(step: int, rows: int, features: int, outputs: int, dtype=torch.float32,
-                     device: str | torch.device = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+def regression_batch(
+    step: int, rows: int, features: int, outputs: int, dtype=torch.float32, device: str | torch.device = "cpu"
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The global batch of `step`: the same on every rank (each takes its own slice), different per step.
     Targets come from a fixed random teacher plus noise."""
     g = torch.Generator().manual_seed(10_000 + step)

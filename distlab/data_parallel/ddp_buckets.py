@@ -38,8 +38,9 @@ ITERS = 4  # iteration 0 builds the buckets; the fastest of the others is record
 
 
 # ---------------------------------------------------------------- the model of overlap
-def timeline(compute_s: list[float], bucket_bytes: list[float], bandwidth: float, overlap: bool = True,
-             latency_s: float = 0.0) -> list[tuple[float, float]]:
+def timeline(
+    compute_s: list[float], bucket_bytes: list[float], bandwidth: float, overlap: bool = True, latency_s: float = 0.0
+) -> list[tuple[float, float]]:
     """(start, finish) of each bucket's all-reduce, in seconds from the start of backward.
 
     compute_s[i]: backward compute between bucket i-1 being ready and bucket i being ready.
@@ -60,8 +61,9 @@ def timeline(compute_s: list[float], bucket_bytes: list[float], bandwidth: float
     return out
 
 
-def step_time(compute_s: list[float], bucket_bytes: list[float], bandwidth: float, overlap: bool = True,
-              latency_s: float = 0.0) -> float:
+def step_time(
+    compute_s: list[float], bucket_bytes: list[float], bandwidth: float, overlap: bool = True, latency_s: float = 0.0
+) -> float:
     """Backward plus gradient all-reduce, seconds: when the last bucket's all-reduce finishes (or the
     compute ends, with no buckets)."""
     spans = timeline(compute_s, bucket_bytes, bandwidth, overlap, latency_s)
@@ -94,8 +96,7 @@ def _timed_hook(state: dict, bucket):
     launch_s = time.perf_counter() - state["t0"]
     buf = bucket.buffer()
     names = [state["names"][p.data_ptr()] for p in bucket.parameters()]
-    rec = {"index": bucket.index(), "bytes": buf.numel() * buf.element_size(), "params": names,
-           "launch_s": launch_s}
+    rec = {"index": bucket.index(), "bytes": buf.numel() * buf.element_size(), "params": names, "launch_s": launch_s}
     state["buckets"].append(rec)
     group = state["group"]
     buf.div_(dist.get_world_size(group))
@@ -122,8 +123,13 @@ def buckets_rank(rank: int, world: int, device: str, caps_mb: tuple[float, ...],
     for cap in caps_mb:
         model = _model(dev)
         wrapped = ddp(model, device, bucket_cap_mb=cap)
-        state = {"group": None, "buckets": [], "ready": [], "t0": 0.0,
-                 "names": {p.data_ptr(): n for n, p in model.named_parameters()}}
+        state = {
+            "group": None,
+            "buckets": [],
+            "ready": [],
+            "t0": 0.0,
+            "names": {p.data_ptr(): n for n, p in model.named_parameters()},
+        }
         wrapped.register_comm_hook(state, _timed_hook)
         for name, p in model.named_parameters():
             p.register_post_accumulate_grad_hook(_ready_hook(state, name))
@@ -149,9 +155,16 @@ def buckets_rank(rank: int, world: int, device: str, caps_mb: tuple[float, ...],
         first_cap = cfg.first_bucket_bytes_cap if cfg is not None else dist._DEFAULT_FIRST_BUCKET_BYTES
         sizes = {n: p.numel() * p.element_size() for n, p in model.named_parameters()}
         buckets, ready, step_s, forward_s = best
-        out[cap] = {"buckets": sorted(buckets, key=lambda b: b["index"]), "ready": ready,
-                    "forward_s": forward_s, "step_s": step_s, "first_order": first_order, "sizes": sizes,
-                    "cap_bytes": int(cap * MIB), "first_cap_bytes": int(first_cap)}
+        out[cap] = {
+            "buckets": sorted(buckets, key=lambda b: b["index"]),
+            "ready": ready,
+            "forward_s": forward_s,
+            "step_s": step_s,
+            "first_order": first_order,
+            "sizes": sizes,
+            "cap_bytes": int(cap * MIB),
+            "first_cap_bytes": int(first_cap),
+        }
     return out
 
 
@@ -159,8 +172,11 @@ def _overlap_s(span: tuple[float, float], window: tuple[float, float]) -> float:
     return max(0.0, min(span[1], window[1]) - max(span[0], window[0]))
 
 
-@experiment("ddp-buckets", "DDP's gradient buckets on real processes: count and sizes from the cap, launch "
-            "times during backward, overlap simulated")
+@experiment(
+    "ddp-buckets",
+    "DDP's gradient buckets on real processes: count and sizes from the cap, launch "
+    "times during backward, overlap simulated",
+)
 def ddp_buckets(device: str) -> Result:
     r = Result("ddp-buckets")
     ranks = launch(buckets_rank, 2, device, CAPS_MB, ITERS, device=device, timeout_s=300)
@@ -171,39 +187,75 @@ def ddp_buckets(device: str) -> Result:
         sizes = [rec["sizes"][n] for n in rec["first_order"]]
         predicted = predict_buckets(sizes, rec["cap_bytes"], rec["first_cap_bytes"])
         observed = [b["bytes"] for b in rec["buckets"]]
-        r.claim(f"bucket_cap_mb={cap:g}: bucket count = count predicted from the tensor sizes", len(observed),
-                len(predicted), formula="close a bucket when it reaches the cap")
-        r.claim(f"bucket_cap_mb={cap:g}: bucket sizes as predicted (largest |difference|)",
-                max(abs(a - b) for a, b in zip(observed, predicted)) if len(observed) == len(predicted) else -1,
-                0, unit="B")
+        r.claim(
+            f"bucket_cap_mb={cap:g}: bucket count = count predicted from the tensor sizes",
+            len(observed),
+            len(predicted),
+            formula="close a bucket when it reaches the cap",
+        )
+        r.claim(
+            f"bucket_cap_mb={cap:g}: bucket sizes as predicted (largest |difference|)",
+            max(abs(a - b) for a, b in zip(observed, predicted)) if len(observed) == len(predicted) else -1,
+            0,
+            unit="B",
+        )
         ready = dict(rec["ready"])
         bwd_start, bwd_end = rec["forward_s"], max(ready.values())
-        early = sum(1 for b, nxt in zip(rec["buckets"], rec["buckets"][1:])
-                    if b["launch_s"] < min(ready[n] for n in nxt["params"]))
-        r.claim(f"bucket_cap_mb={cap:g}: all-reduces launched before backward computed the next bucket",
-                early, len(observed) - 1, formula="every bucket but the last overlaps compute")
+        early = sum(
+            1
+            for b, nxt in zip(rec["buckets"], rec["buckets"][1:])
+            if b["launch_s"] < min(ready[n] for n in nxt["params"])
+        )
+        r.claim(
+            f"bucket_cap_mb={cap:g}: all-reduces launched before backward computed the next bucket",
+            early,
+            len(observed) - 1,
+            formula="every bucket but the last overlaps compute",
+        )
         comm = sum(b["finish_s"] - b["launch_s"] for b in rec["buckets"])
         hidden = sum(_overlap_s((b["launch_s"], b["finish_s"]), (bwd_start, bwd_end)) for b in rec["buckets"])
-        rows.append([f"{cap:g}", len(observed), ", ".join(f"{b / MIB:.3f}" for b in observed),
-                     (bwd_end - bwd_start) * 1e3, comm * 1e3, hidden / comm if comm else 0.0,
-                     (rec["step_s"] - bwd_end) * 1e3])
+        rows.append(
+            [
+                f"{cap:g}",
+                len(observed),
+                ", ".join(f"{b / MIB:.3f}" for b in observed),
+                (bwd_end - bwd_start) * 1e3,
+                comm * 1e3,
+                hidden / comm if comm else 0.0,
+                (rec["step_s"] - bwd_end) * 1e3,
+            ]
+        )
         r.add(f"cap{cap:g}_buckets", len(observed), "buckets", f"bucket_cap_mb={cap:g}: buckets")
         timelines[f"{cap:g}"] = {
-            "cap_bytes": rec["cap_bytes"], "first_cap_bytes": rec["first_cap_bytes"],
-            "forward_s": rec["forward_s"], "backward_end_s": bwd_end, "step_s": rec["step_s"],
+            "cap_bytes": rec["cap_bytes"],
+            "first_cap_bytes": rec["first_cap_bytes"],
+            "forward_s": rec["forward_s"],
+            "backward_end_s": bwd_end,
+            "step_s": rec["step_s"],
             "grad_ready": rec["ready"],
-            "buckets": [{k: b[k] for k in ("index", "bytes", "params", "launch_s", "finish_s")}
-                        for b in rec["buckets"]],
+            "buckets": [
+                {k: b[k] for k in ("index", "bytes", "params", "launch_s", "finish_s")} for b in rec["buckets"]
+            ],
         }
     r.data["timeline"] = timelines
     params = sum(rec0[CAPS_MB[0]]["sizes"].values())
     r.add("param_bytes", params, "B", "gradient bytes per step")
     r.add("layer_bytes", WIDTH * WIDTH * 4, "B", "one layer's weight")
-    r.table("buckets", ["bucket_cap_mb", "buckets", "bucket sizes (MiB, in launch order)", "backward compute (ms)",
-                        "all-reduce time, summed (ms)", "share of all-reduce time inside backward",
-                        "wait after the last gradient (ms)"], rows,
-            caption=f"{DEPTH} x Linear({WIDTH}, {WIDTH}), batch {BATCH} per rank, 2 processes, rank 0, "
-                    "the fastest of 3 iterations after the bucket rebuild")
+    r.table(
+        "buckets",
+        [
+            "bucket_cap_mb",
+            "buckets",
+            "bucket sizes (MiB, in launch order)",
+            "backward compute (ms)",
+            "all-reduce time, summed (ms)",
+            "share of all-reduce time inside backward",
+            "wait after the last gradient (ms)",
+        ],
+        rows,
+        caption=f"{DEPTH} x Linear({WIDTH}, {WIDTH}), batch {BATCH} per rank, 2 processes, rank 0, "
+        "the fastest of 3 iterations after the bucket rebuild",
+    )
     _simulate(r, timelines["1"])
     _timeline_figure(r, timelines)
     return r
@@ -224,21 +276,44 @@ def _simulate(r: Result, tl: dict) -> None:
     fast = 2 * max(b / c for b, c in zip(nbytes[:-1], compute[1:])) if len(compute) > 1 else sum(nbytes) / total
     # Slow network: each all-reduce outlasts the next segment, so they queue back to back after bucket 0.
     slow = 0.5 * min(b / c for b, c in zip(nbytes[:-1], compute[1:])) if len(compute) > 1 else sum(nbytes) / total
-    r.claim("simulated, fast network: step = backward + the last bucket's all-reduce",
-            step_time(compute, nbytes, fast), total + nbytes[-1] / fast, rel_tol=1e-12, unit="s")
-    r.claim("simulated, slow network: step = first segment + every all-reduce back to back",
-            step_time(compute, nbytes, slow), compute[0] + sum(nbytes) / slow, rel_tol=1e-12, unit="s")
-    r.claim("simulated: no overlap = backward + every all-reduce", step_time(compute, nbytes, slow, overlap=False),
-            total + sum(nbytes) / slow, rel_tol=1e-12, unit="s")
+    r.claim(
+        "simulated, fast network: step = backward + the last bucket's all-reduce",
+        step_time(compute, nbytes, fast),
+        total + nbytes[-1] / fast,
+        rel_tol=1e-12,
+        unit="s",
+    )
+    r.claim(
+        "simulated, slow network: step = first segment + every all-reduce back to back",
+        step_time(compute, nbytes, slow),
+        compute[0] + sum(nbytes) / slow,
+        rel_tol=1e-12,
+        unit="s",
+    )
+    r.claim(
+        "simulated: no overlap = backward + every all-reduce",
+        step_time(compute, nbytes, slow, overlap=False),
+        total + sum(nbytes) / slow,
+        rel_tol=1e-12,
+        unit="s",
+    )
     balanced = sum(nbytes) / total  # bandwidth at which all-reduce time equals backward time
     rows = []
     for f in (0.25, 0.5, 1, 2, 4, 16):
         bw = balanced * f
         with_o, without = step_time(compute, nbytes, bw), step_time(compute, nbytes, bw, overlap=False)
         rows.append([f"{f:g}", with_o * 1e3, without * 1e3, 1 - with_o / without])
-    r.table("simulated", ["bandwidth (x the one where all-reduce = backward)", "step with overlap (ms)",
-                          "without overlap (ms)", "saved by overlap"], rows,
-            caption="Backward segments measured with bucket_cap_mb=1, all-reduces modelled at each bandwidth")
+    r.table(
+        "simulated",
+        [
+            "bandwidth (x the one where all-reduce = backward)",
+            "step with overlap (ms)",
+            "without overlap (ms)",
+            "saved by overlap",
+        ],
+        rows,
+        caption="Backward segments measured with bucket_cap_mb=1, all-reduces modelled at each bandwidth",
+    )
     r.add("balanced_saving", rows[2][3], "fraction", "overlap's saving when all-reduce time = backward time")
     r.add("sim_backward_s", total, "s", "measured backward compute (bucket_cap_mb=1)")
 
@@ -258,8 +333,15 @@ def _timeline_figure(r: Result, timelines: dict) -> None:
         for i, b in enumerate(tl["buckets"]):
             end = max(ready[n] for n in b["params"])
             ax.barh(y + 0.5, (end - start) * 1e3, left=start * 1e3, height=0.35, color=f"C{i % 10}", alpha=0.45)
-            ax.barh(y, (b["finish_s"] - b["launch_s"]) * 1e3, left=b["launch_s"] * 1e3, height=0.35,
-                    color=f"C{i % 10}", edgecolor="black", lw=0.4)
+            ax.barh(
+                y,
+                (b["finish_s"] - b["launch_s"]) * 1e3,
+                left=b["launch_s"] * 1e3,
+                height=0.35,
+                color=f"C{i % 10}",
+                edgecolor="black",
+                lw=0.4,
+            )
             start = end
         ax.axvline(tl["backward_end_s"] * 1e3, ymin=0, ymax=1, color="grey", lw=0.3)
         labels += [(y, f"cap {cap} MiB: all-reduce"), (y + 0.5, "backward compute")]
@@ -267,6 +349,10 @@ def _timeline_figure(r: Result, timelines: dict) -> None:
     ax.set_yticks([p for p, _ in labels], [t for _, t in labels], fontsize=7)
     ax.set_xlabel("ms since the start of forward (rank 0)")
     fig.tight_layout()
-    r.figure("timeline", fig, "Backward compute (pale, coloured by the bucket it fills) and each bucket's "
-             "all-reduce (dark, same colour), for each bucket_cap_mb; grey lines: the last gradient. An all-reduce "
-             "ends when the slowest rank has sent its part, so a bar also holds waiting for the other rank")
+    r.figure(
+        "timeline",
+        fig,
+        "Backward compute (pale, coloured by the bucket it fills) and each bucket's "
+        "all-reduce (dark, same colour), for each bucket_cap_mb; grey lines: the last gradient. An all-reduce "
+        "ends when the slowest rank has sent its part, so a bar also holds waiting for the other rank",
+    )

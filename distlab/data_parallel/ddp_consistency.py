@@ -65,8 +65,14 @@ def consistency_rank(rank: int, world: int, device: str, steps: int) -> dict:
             losses = _train(wrapped, lambda: None, rank, w, dtype, dev, steps, LOCAL_BATCH)
             naive = DataParallelNaive(mlp(LAYERS, seed=100 + rank, dtype=dtype, device=dev), groups[w])
             _train(naive, naive.sync_gradients, rank, w, dtype, dev, steps, LOCAL_BATCH)
-            rec = {"init": init, "after_wrap": after_wrap, "ddp": flat(model.parameters()),
-                   "naive": flat(naive.parameters()), "losses": losses, "backend": torch.distributed.get_backend()}
+            rec = {
+                "init": init,
+                "after_wrap": after_wrap,
+                "ddp": flat(model.parameters()),
+                "naive": flat(naive.parameters()),
+                "losses": losses,
+                "backend": torch.distributed.get_backend(),
+            }
             if rank == 0:  # one process, rank 0's initial weights, the whole global batch
                 ref = mlp(LAYERS, seed=100, dtype=dtype, device=dev)
                 _train(ref, lambda: None, 0, w, dtype, dev, steps, None)
@@ -80,8 +86,10 @@ def _spread(recs: list[dict], key: str) -> float:
     return max(float((rec[key] - recs[0][key]).abs().max()) for rec in recs)
 
 
-@experiment("ddp-consistency", "DDP on real processes (W = 2, 3, 4): replicas bit-identical, equal to one "
-            "process on the global batch")
+@experiment(
+    "ddp-consistency",
+    "DDP on real processes (W = 2, 3, 4): replicas bit-identical, equal to one process on the global batch",
+)
 def ddp_consistency(device: str) -> Result:
     r = Result("ddp-consistency")
     per_rank = launch(consistency_rank, max(SIZES), device, STEPS, device=device, timeout_s=300)
@@ -99,20 +107,40 @@ def ddp_consistency(device: str) -> Result:
             vs_naive = max(float((rec["naive"] - rec["ddp"]).abs().max()) for rec in recs)
             loss_spread = max(rec["losses"][0] for rec in recs) - min(rec["losses"][0] for rec in recs)
             if name == "float32":
-                r.claim(f"W={w}: parameters identical on every rank after {STEPS} steps (max difference)",
-                        ddp_spread, 0.0)
+                r.claim(
+                    f"W={w}: parameters identical on every rank after {STEPS} steps (max difference)", ddp_spread, 0.0
+                )
                 r.claim(f"W={w}: DDP's constructor makes differently seeded replicas identical", wrap_spread, 0.0)
-            r.claim(f"W={w}, {name}: DDP vs one process on the global batch, max |parameter difference|", vs_ref,
-                    TOL[name], relation="<=", formula="rounding only: the all-reduce sums in another order")
-            r.claim(f"W={w}, {name}: naive data parallelism vs DDP, max |parameter difference|", vs_naive,
-                    TOL[name], relation="<=")
+            r.claim(
+                f"W={w}, {name}: DDP vs one process on the global batch, max |parameter difference|",
+                vs_ref,
+                TOL[name],
+                relation="<=",
+                formula="rounding only: the all-reduce sums in another order",
+            )
+            r.claim(
+                f"W={w}, {name}: naive data parallelism vs DDP, max |parameter difference|",
+                vs_naive,
+                TOL[name],
+                relation="<=",
+            )
             rows.append([w, name, init_spread, ddp_spread, vs_ref, vs_naive, loss_spread])
             r.add(f"w{w}_{name}_vs_reference", vs_ref, "", f"W={w} {name}: max |DDP - single process|")
             r.add(f"w{w}_{name}_init_spread", init_spread, "", f"W={w} {name}: max weight difference before DDP")
             r.add(f"w{w}_{name}_loss_spread", loss_spread, "", f"W={w} {name}: spread of the ranks' first losses")
-    r.table("consistency", ["W", "dtype", "largest Δ between ranks before DDP", f"... after {STEPS} DDP steps",
-                            "largest Δ, DDP vs one process", "largest Δ, naive vs DDP",
-                            "spread of first local losses"], rows,
-            caption=f"Parameters compared element by element; one world of 4 processes ({backend}), sub-groups of "
-                    "the first 2, 3 and 4 ranks")
+    r.table(
+        "consistency",
+        [
+            "W",
+            "dtype",
+            "largest Δ between ranks before DDP",
+            f"... after {STEPS} DDP steps",
+            "largest Δ, DDP vs one process",
+            "largest Δ, naive vs DDP",
+            "spread of first local losses",
+        ],
+        rows,
+        caption=f"Parameters compared element by element; one world of 4 processes ({backend}), sub-groups of "
+        "the first 2, 3 and 4 ranks",
+    )
     return r

@@ -53,7 +53,7 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
 def _micro(rank: int, i: int, dev) -> tuple[torch.Tensor, torch.Tensor]:
     x, y = regression_batch(0, WORLD * K * MICRO, LAYERS[0], LAYERS[-1], device=dev)
     lo = (rank * K + i) * MICRO
-    return x[lo:lo + MICRO], y[lo:lo + MICRO]
+    return x[lo : lo + MICRO], y[lo : lo + MICRO]
 
 
 def _accumulate(rank: int, dev, device: str, *, big_batch: bool, use_no_sync: bool) -> dict:
@@ -160,8 +160,11 @@ def accumulation_rank(rank: int, world: int, device: str) -> dict:
     return out
 
 
-@experiment("grad-accumulation", "k micro-batches under no_sync = one step on a k-times larger batch; "
-            "variable-length sequences normalised wrong and right")
+@experiment(
+    "grad-accumulation",
+    "k micro-batches under no_sync = one step on a k-times larger batch; "
+    "variable-length sequences normalised wrong and right",
+)
 def grad_accumulation(device: str) -> Result:
     r = Result("grad-accumulation")
     ranks = launch(accumulation_rank, WORLD, device, device=device, timeout_s=300)
@@ -178,38 +181,73 @@ def grad_accumulation(device: str) -> Result:
         rows.append([name, rec["calls"], g, p])
         r.claim(f"{name}: gradient vs one process on the global batch (relative)", g, TOL, relation="<=")
         r.add(f"{name.replace(' ', '_')}_grad_rel", g, "", f"{name}: relative gradient difference")
-    r.claim("no_sync: step after k micro-batches vs one step on the k-times larger batch (relative, parameters)",
-            _rel(zero["no_sync"]["params"], zero["big batch"]["params"]), TOL, relation="<=")
+    r.claim(
+        "no_sync: step after k micro-batches vs one step on the k-times larger batch (relative, parameters)",
+        _rel(zero["no_sync"]["params"], zero["big batch"]["params"]),
+        TOL,
+        relation="<=",
+    )
     calls_sync = zero["every micro-batch synced"]["calls"]
     calls_no_sync = zero["no_sync"]["calls"]
-    r.claim("all-reduce calls: syncing every micro-batch costs k times no_sync's", calls_sync, K * calls_no_sync,
-            formula=f"k = {K}")
+    r.claim(
+        "all-reduce calls: syncing every micro-batch costs k times no_sync's",
+        calls_sync,
+        K * calls_no_sync,
+        formula=f"k = {K}",
+    )
     r.add("calls_no_sync", calls_no_sync, "calls", "bucket all-reduces per step with no_sync")
     r.add("calls_every", calls_sync, "calls", "bucket all-reduces per step syncing every micro-batch")
-    r.table("fixed", ["how", "bucket all-reduces per step", "gradient vs global batch (relative)",
-                      "parameters after one step (relative)"], rows,
-            caption=f"W = {WORLD} {zero['backend']} processes, k = {K} micro-batches of {MICRO} samples, float32")
+    r.table(
+        "fixed",
+        [
+            "how",
+            "bucket all-reduces per step",
+            "gradient vs global batch (relative)",
+            "parameters after one step (relative)",
+        ],
+        rows,
+        caption=f"W = {WORLD} {zero['backend']} processes, k = {K} micro-batches of {MICRO} samples, float32",
+    )
 
     vref = zero["variable reference"]
     wrong = _rel(zero["per micro-batch"], vref["token mean"])
     right = _rel(zero["global tokens"], vref["token mean"])
     wrong_is_means = _rel(zero["per micro-batch"], vref["mean of micro-batch means"])
-    r.claim("variable length, sum / global tokens: gradient vs the global token mean (relative)", right, TOL,
-            relation="<=")
-    r.claim("variable length, mean per micro-batch: gradient vs the global token mean (relative) is large",
-            wrong, 0.05, relation=">=", formula="a different loss, not rounding")
-    r.claim("... because it is the gradient of the mean of micro-batch means (relative difference)",
-            wrong_is_means, TOL, relation="<=")
+    r.claim(
+        "variable length, sum / global tokens: gradient vs the global token mean (relative)", right, TOL, relation="<="
+    )
+    r.claim(
+        "variable length, mean per micro-batch: gradient vs the global token mean (relative) is large",
+        wrong,
+        0.05,
+        relation=">=",
+        formula="a different loss, not rounding",
+    )
+    r.claim(
+        "... because it is the gradient of the mean of micro-batch means (relative difference)",
+        wrong_is_means,
+        TOL,
+        relation="<=",
+    )
     r.add("wrong_rel", wrong, "fraction", "per-micro-batch means: gradient error")
     r.add("right_rel", right, "", "global-token normalisation: gradient error")
     toks = [[sum(lengths(rk, i)) for i in range(K)] for rk in range(WORLD)]
     flat_toks = [t for row in toks for t in row]
     r.add("tokens_min", min(flat_toks), "tokens", "fewest tokens in a micro-batch")
     r.add("tokens_max", max(flat_toks), "tokens", "most tokens in a micro-batch")
-    r.add("weight_ratio", max(flat_toks) / min(flat_toks), "",
-          "how much more a token of the shortest micro-batch weighs than one of the longest, when averaging means")
-    r.table("variable", ["normalisation", "gradient vs global token mean (relative)"],
-            [["token loss / tokens of its micro-batch, averaged over micro-batches and ranks", wrong],
-             ["token loss × W / tokens of the global batch (all-reduced count)", right]],
-            caption=f"Tokens per micro-batch, rank by rank: {toks}; tiny GPT, W = {WORLD}, k = {K}")
+    r.add(
+        "weight_ratio",
+        max(flat_toks) / min(flat_toks),
+        "",
+        "how much more a token of the shortest micro-batch weighs than one of the longest, when averaging means",
+    )
+    r.table(
+        "variable",
+        ["normalisation", "gradient vs global token mean (relative)"],
+        [
+            ["token loss / tokens of its micro-batch, averaged over micro-batches and ranks", wrong],
+            ["token loss × W / tokens of the global batch (all-reduced count)", right],
+        ],
+        caption=f"Tokens per micro-batch, rank by rank: {toks}; tiny GPT, W = {WORLD}, k = {K}",
+    )
     return r

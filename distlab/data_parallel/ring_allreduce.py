@@ -177,8 +177,11 @@ EXAMPLE_BUFFER = 960_000_000  # bytes; divisible by 2, 3, 8 and 64, so every rin
 GROWTH_RANKS = [2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64]
 
 
-@experiment("ring-allreduce", "ring all-reduce simulated step by step: exact sums, 2(N-1)/N bytes per rank, "
-            "vs tree and naive", kind="simulated")
+@experiment(
+    "ring-allreduce",
+    "ring all-reduce simulated step by step: exact sums, 2(N-1)/N bytes per rank, vs tree and naive",
+    kind="simulated",
+)
 def ring_allreduce(device: str) -> Result:
     r = Result("ring-allreduce")
     rng = np.random.default_rng(0)
@@ -195,24 +198,59 @@ def ring_allreduce(device: str) -> Result:
         t = traffic(8 * elements, n, "ring", element_bytes=8)
         formula = ring_bytes_per_rank(t.buffer_bytes, n)
         dev = max(abs(b - formula) for b in t.sent + t.received)
-        total_err = max(total_err, abs(sum(t.sent) - 2 * (n - 1) * t.buffer_bytes),
-                        abs(sum(t.received) - 2 * (n - 1) * t.buffer_bytes))
+        total_err = max(
+            total_err,
+            abs(sum(t.sent) - 2 * (n - 1) * t.buffer_bytes),
+            abs(sum(t.received) - 2 * (n - 1) * t.buffer_bytes),
+        )
         if elements % n == 0:
-            r.claim(f"ring, N={n}, L={elements} (divisible): largest |per-rank bytes - 2(N-1)/N x buffer|, "
-                    "sent and received", dev, 0, unit="B")
+            r.claim(
+                f"ring, N={n}, L={elements} (divisible): largest |per-rank bytes - 2(N-1)/N x buffer|, "
+                "sent and received",
+                dev,
+                0,
+                unit="B",
+            )
         else:
             dev_max = max(dev_max, dev / 8)
-        rows.append([n, elements, f"{elements % n} of {n} chunks one longer", t.buffer_bytes, min(t.sent),
-                     max(t.sent), f"{formula:,.2f}", t.steps])
-    r.table("cases", ["ranks N", "elements L (int64)", "chunking", "buffer (B)", "min sent per rank (B)",
-                      "max sent per rank (B)", "2(N-1)/N x buffer (B)", "steps"], rows,
-            caption="Ring all-reduce on int64 buffers; received counts are the same figures shifted by one rank")
+        rows.append(
+            [
+                n,
+                elements,
+                f"{elements % n} of {n} chunks one longer",
+                t.buffer_bytes,
+                min(t.sent),
+                max(t.sent),
+                f"{formula:,.2f}",
+                t.steps,
+            ]
+        )
+    r.table(
+        "cases",
+        [
+            "ranks N",
+            "elements L (int64)",
+            "chunking",
+            "buffer (B)",
+            "min sent per rank (B)",
+            "max sent per rank (B)",
+            "2(N-1)/N x buffer (B)",
+            "steps",
+        ],
+        rows,
+        caption="Ring all-reduce on int64 buffers; received counts are the same figures shifted by one rank",
+    )
     r.claim("ring, tree and naive results equal the direct sum (integer data)", exact_err, 0)
     r.claim("every rank ends with the same buffer", spread, 0)
-    r.claim("every case: bytes sent (and received) by all ranks together - 2(N-1) x buffer", total_err, 0,
-            unit="B")
-    r.claim("uneven chunks: per-rank bytes within 2 elements of 2(N-1)/N x buffer", dev_max, 2.0,
-            relation="<=", unit="elements", formula="|2L/N - c[r+1] - c[r+2]| < 2")
+    r.claim("every case: bytes sent (and received) by all ranks together - 2(N-1) x buffer", total_err, 0, unit="B")
+    r.claim(
+        "uneven chunks: per-rank bytes within 2 elements of 2(N-1)/N x buffer",
+        dev_max,
+        2.0,
+        relation="<=",
+        unit="elements",
+        formula="|2L/N - c[r+1] - c[r+2]| < 2",
+    )
     r.add("uneven_max_deviation_elements", dev_max, "elements", "largest per-rank deviation from 2(N-1)/N, uneven L")
 
     # Float32: the ring adds in a different order than a direct sum; bounded by (N-1) u sum|x|.
@@ -222,8 +260,13 @@ def ring_allreduce(device: str) -> Result:
     ring = simulate(xs, "ring")[0].astype(np.float64)
     bound = (n - 1) * np.finfo(np.float32).eps / 2 * np.sum(np.abs(np.asarray(xs, np.float64)), axis=0)
     ratio = float(np.max(np.abs(ring - exact) / bound))
-    r.claim("float32 ring sum: error / ((N-1) u sum|x|) (the recursive-summation bound)", ratio, 1.0,
-            relation="<=", formula="N=8, L=4099, u = 2^-24")
+    r.claim(
+        "float32 ring sum: error / ((N-1) u sum|x|) (the recursive-summation bound)",
+        ratio,
+        1.0,
+        relation="<=",
+        formula="N=8, L=4099, u = 2^-24",
+    )
     r.add("float32_error_over_bound", ratio, "", "worst float32 error as a fraction of its bound")
 
     _algorithms(r)
@@ -245,8 +288,12 @@ def _seven_b(r: Result) -> None:
         t = traffic(grad - grad % n, n, "ring")
         r.add(f"7b_ring_{n}_bytes", max(t.sent), "B", f"7B, ring over {n}: bytes each GPU sends")
         r.add(f"7b_ring_{n}_{name}_s", max(t.sent) / link, "s", f"7B, ring over {n}: bandwidth term on {name}")
-    r.add("7b_64_over_8", r.quantities["7b_ring_64_ndr_s"].value / r.quantities["7b_ring_8_nvlink_s"].value, "",
-          "7B: flat ring over 64 on NDR / ring over 8 on NVLink, bandwidth term")
+    r.add(
+        "7b_64_over_8",
+        r.quantities["7b_ring_64_ndr_s"].value / r.quantities["7b_ring_8_nvlink_s"].value,
+        "",
+        "7B: flat ring over 64 on NDR / ring over 8 on NVLink, bandwidth term",
+    )
     r.add("nvlink_per_direction", nvlink, "B/s", "NVLink 4 (H100), one direction")
     r.add("ndr_per_direction", ndr, "B/s", "InfiniBand NDR port, one direction")
     naive = traffic(grad - grad % 8, 8, "naive")
@@ -259,28 +306,47 @@ def _algorithms(r: Result) -> None:
     rows = []
     for n in (2, 3, 8, 64):
         logn = math.ceil(math.log2(n))
-        expect = {"ring": (ring_bytes_per_rank(buffer, n), 2 * (n - 1)), "tree": (logn * buffer, 2 * logn),
-                  "naive": ((n - 1) * buffer, 2 * (n - 1))}
+        expect = {
+            "ring": (ring_bytes_per_rank(buffer, n), 2 * (n - 1)),
+            "tree": (logn * buffer, 2 * logn),
+            "naive": ((n - 1) * buffer, 2 * (n - 1)),
+        }
         for alg in SCHEDULES:
             t = traffic(buffer, n, alg)
             worst = max(t.sent + t.received)
-            r.claim(f"{alg}, N={n}: busiest rank's bytes each way", worst, expect[alg][0], unit="B",
-                    formula={"ring": "2(N-1)/N B", "tree": "ceil(log2 N) B", "naive": "(N-1) B"}[alg])
-            r.claim(f"{alg}, N={n}: steps", t.steps, expect[alg][1],
-                    formula={"ring": "2(N-1)", "tree": "2 ceil(log2 N)", "naive": "2(N-1)"}[alg])
+            r.claim(
+                f"{alg}, N={n}: busiest rank's bytes each way",
+                worst,
+                expect[alg][0],
+                unit="B",
+                formula={"ring": "2(N-1)/N B", "tree": "ceil(log2 N) B", "naive": "(N-1) B"}[alg],
+            )
+            r.claim(
+                f"{alg}, N={n}: steps",
+                t.steps,
+                expect[alg][1],
+                formula={"ring": "2(N-1)", "tree": "2 ceil(log2 N)", "naive": "2(N-1)"}[alg],
+            )
             secs = t.seconds(EXAMPLE_LATENCY_S, EXAMPLE_BANDWIDTH)
             rows.append([alg, n, worst / buffer, t.steps, secs * 1e3])
             r.add(f"{alg}_{n}_seconds", secs, "s", f"{alg}, N={n}: alpha-beta time for the example buffer")
             r.add(f"{alg}_{n}_busiest_bytes", worst, "B", f"{alg}, N={n}: busiest rank's bytes, each way")
         t = traffic(buffer, n, "ring")
-        r.claim(f"ring, N={n}: simulated alpha-beta time = 2(N-1)(alpha + B/(N beta))",
-                t.seconds(EXAMPLE_LATENCY_S, EXAMPLE_BANDWIDTH),
-                ring_seconds(buffer, n, EXAMPLE_LATENCY_S, EXAMPLE_BANDWIDTH), rel_tol=1e-12, unit="s")
-    r.table("algorithms", ["algorithm", "ranks N", "busiest rank sends (x buffer)", "steps",
-                           "time (ms)"], rows,
-            caption=f"Buffer {format_quantity(buffer, 'B')}; time with the illustrative alpha = "
-                    f"{format_quantity(EXAMPLE_LATENCY_S, 's')}, beta = {format_quantity(EXAMPLE_BANDWIDTH, 'B/s')} "
-                    "per direction")
+        r.claim(
+            f"ring, N={n}: simulated alpha-beta time = 2(N-1)(alpha + B/(N beta))",
+            t.seconds(EXAMPLE_LATENCY_S, EXAMPLE_BANDWIDTH),
+            ring_seconds(buffer, n, EXAMPLE_LATENCY_S, EXAMPLE_BANDWIDTH),
+            rel_tol=1e-12,
+            unit="s",
+        )
+    r.table(
+        "algorithms",
+        ["algorithm", "ranks N", "busiest rank sends (x buffer)", "steps", "time (ms)"],
+        rows,
+        caption=f"Buffer {format_quantity(buffer, 'B')}; time with the illustrative alpha = "
+        f"{format_quantity(EXAMPLE_LATENCY_S, 's')}, beta = {format_quantity(EXAMPLE_BANDWIDTH, 'B/s')} "
+        "per direction",
+    )
     r.add("example_buffer", buffer, "B", "example buffer")
     r.add("example_latency_s", EXAMPLE_LATENCY_S, "s", "illustrative alpha")
     r.add("example_bandwidth", EXAMPLE_BANDWIDTH, "B/s", "illustrative beta")
@@ -290,10 +356,12 @@ def _algorithms(r: Result) -> None:
     # 2(N-1)(a + B/(N b)) = 2 log N (a + B/b)  =>  B = a b (N-1-log N) / (log N - (N-1)/N)
     crossover = EXAMPLE_LATENCY_S * EXAMPLE_BANDWIDTH * (n - 1 - logn) / (logn - (n - 1) / n)
     r.add("crossover_bytes_64", crossover, "B", "N=64: below this buffer size the tree is faster than the ring")
-    below = traffic(int(crossover // 2), n, "tree").seconds(EXAMPLE_LATENCY_S, EXAMPLE_BANDWIDTH) < \
-        traffic(int(crossover // 2), n, "ring").seconds(EXAMPLE_LATENCY_S, EXAMPLE_BANDWIDTH)
-    above = traffic(int(crossover * 2), n, "tree").seconds(EXAMPLE_LATENCY_S, EXAMPLE_BANDWIDTH) > \
-        traffic(int(crossover * 2), n, "ring").seconds(EXAMPLE_LATENCY_S, EXAMPLE_BANDWIDTH)
+    below = traffic(int(crossover // 2), n, "tree").seconds(EXAMPLE_LATENCY_S, EXAMPLE_BANDWIDTH) < traffic(
+        int(crossover // 2), n, "ring"
+    ).seconds(EXAMPLE_LATENCY_S, EXAMPLE_BANDWIDTH)
+    above = traffic(int(crossover * 2), n, "tree").seconds(EXAMPLE_LATENCY_S, EXAMPLE_BANDWIDTH) > traffic(
+        int(crossover * 2), n, "ring"
+    ).seconds(EXAMPLE_LATENCY_S, EXAMPLE_BANDWIDTH)
     r.claim("N=64: tree faster at half the crossover size and slower at twice it", int(below and above), 1)
 
 
@@ -324,21 +392,32 @@ def _growth_figure(r: Result) -> None:
         ax.legend(fontsize=7)
         ax.grid(alpha=0.3, which="both", lw=0.3)
     fig.tight_layout()
-    r.figure("growth", fig, "Simulated all-reduce: the busiest rank's bytes (the ring's approach 2 x buffer), "
-             "steps, and alpha-beta time at N = 64 with the illustrative alpha and beta")
+    r.figure(
+        "growth",
+        fig,
+        "Simulated all-reduce: the busiest rank's bytes (the ring's approach 2 x buffer), "
+        "steps, and alpha-beta time at N = 64 with the illustrative alpha and beta",
+    )
 
 
 # ---------------------------------------------------------------- the CLI
 @command("allreduce", "bytes each rank sends and receives in an all-reduce (ring, tree, naive), alpha-beta time")
 def allreduce_command(argv: list[str]) -> int:
-    p = parser("allreduce", "Simulate an all-reduce schedule and count the bytes of every message.\n"
-               "Ring chunks like numpy.array_split: the first (elements mod N) chunks are one element longer.\n"
-               "example: distlab allreduce --ranks 8 --bytes 1e9 --latency 5e-6 --bandwidth 100e9")
+    p = parser(
+        "allreduce",
+        "Simulate an all-reduce schedule and count the bytes of every message.\n"
+        "Ring chunks like numpy.array_split: the first (elements mod N) chunks are one element longer.\n"
+        "example: distlab allreduce --ranks 8 --bytes 1e9 --latency 5e-6 --bandwidth 100e9",
+    )
     p.add_argument("--ranks", type=positive(int), required=True, help="number of ranks N")
     p.add_argument("--bytes", type=positive(int), required=True, help="buffer size per rank, bytes")
     p.add_argument("--algorithm", choices=list(SCHEDULES), default="ring", help="schedule (default ring)")
-    p.add_argument("--element-bytes", type=positive(int), default=1,
-                   help="bytes per element: chunks never split an element (default 1)")
+    p.add_argument(
+        "--element-bytes",
+        type=positive(int),
+        default=1,
+        help="bytes per element: chunks never split an element (default 1)",
+    )
     p.add_argument("--latency", type=positive(float), help="alpha: seconds per step")
     p.add_argument("--bandwidth", type=positive(float), help="beta: bytes per second per direction")
     p.add_argument("--json", action="store_true", help="machine-readable output")
@@ -364,13 +443,17 @@ def allreduce_command(argv: list[str]) -> int:
         "time_s": seconds,
     }
     q = lambda b: format_quantity(b, "B")
-    lines = [f"{args.algorithm} all-reduce of {q(args.bytes)} over {args.ranks} ranks: {t.steps} steps",
-             f"  bytes sent per rank:     {q(min(t.sent))} .. {q(max(t.sent))}",
-             f"  bytes received per rank: {q(min(t.received))} .. {q(max(t.received))}",
-             f"  all ranks together:      {q(sum(t.sent))}",
-             f"  ring formula 2(N-1)/N x B = {q(ring_bytes_per_rank(args.bytes, args.ranks))}"]
+    lines = [
+        f"{args.algorithm} all-reduce of {q(args.bytes)} over {args.ranks} ranks: {t.steps} steps",
+        f"  bytes sent per rank:     {q(min(t.sent))} .. {q(max(t.sent))}",
+        f"  bytes received per rank: {q(min(t.received))} .. {q(max(t.received))}",
+        f"  all ranks together:      {q(sum(t.sent))}",
+        f"  ring formula 2(N-1)/N x B = {q(ring_bytes_per_rank(args.bytes, args.ranks))}",
+    ]
     if seconds is not None:
-        lines.append(f"  alpha-beta time: {format_quantity(seconds, 's')} "
-                     f"(alpha {args.latency:g} s x {t.steps} steps + bytes / {q(args.bandwidth)}/s)")
+        lines.append(
+            f"  alpha-beta time: {format_quantity(seconds, 's')} "
+            f"(alpha {args.latency:g} s x {t.steps} steps + bytes / {q(args.bandwidth)}/s)"
+        )
     emit(out, args.json, "\n".join(lines))
     return 0

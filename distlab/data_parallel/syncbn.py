@@ -111,8 +111,13 @@ def _run(bn: nn.Module, x: torch.Tensor, weights: torch.Tensor, group) -> dict:
     pgrads = torch.cat([bn.weight.grad, bn.bias.grad])
     all_reduce_(pgrads, group)  # the gradient of the sum of every rank's loss
     cpu = lambda t: t.detach().cpu()
-    return {"out": cpu(out), "x_grad": cpu(x.grad), "param_grad": cpu(pgrads),
-            "running_mean": cpu(bn.running_mean), "running_var": cpu(bn.running_var)}
+    return {
+        "out": cpu(out),
+        "x_grad": cpu(x.grad),
+        "param_grad": cpu(pgrads),
+        "running_mean": cpu(bn.running_mean),
+        "running_var": cpu(bn.running_var),
+    }
 
 
 def syncbn_rank(rank: int, world: int, device: str) -> dict:
@@ -128,8 +133,9 @@ def syncbn_rank(rank: int, world: int, device: str) -> dict:
         local = nn.BatchNorm2d(SHAPE[0], eps=EPS, momentum=MOMENTUM, dtype=torch.float64, device=dev)
         rec["local"] = _run(local, x, weights, groups[w])
         if torch_syncbn:  # PyTorch's own, on GPUs only
-            bn = nn.SyncBatchNorm(SHAPE[0], eps=EPS, momentum=MOMENTUM, process_group=groups[w],
-                                  dtype=torch.float64, device=dev)
+            bn = nn.SyncBatchNorm(
+                SHAPE[0], eps=EPS, momentum=MOMENTUM, process_group=groups[w], dtype=torch.float64, device=dev
+            )
             rec["torch"] = _run(bn, x, weights, groups[w])
         out[w] = rec
     return out
@@ -144,19 +150,31 @@ def reference(w: int) -> dict:
     out = bn(x)
     (out * torch.cat(ws)).sum().backward()
     split = lambda t: list(t.detach().split(BATCH[:w]))
-    return {"out": split(out), "x_grad": split(x.grad), "param_grad": torch.cat([bn.weight.grad, bn.bias.grad]),
-            "running_mean": bn.running_mean, "running_var": bn.running_var, "mean": x.detach().mean((0, 2, 3))}
+    return {
+        "out": split(out),
+        "x_grad": split(x.grad),
+        "param_grad": torch.cat([bn.weight.grad, bn.bias.grad]),
+        "running_mean": bn.running_mean,
+        "running_var": bn.running_var,
+        "mean": x.detach().mean((0, 2, 3)),
+    }
 
 
 def _max_diff(rec: dict, ref: dict, rank: int) -> dict[str, float]:
     d = lambda a, b: float((a - b).abs().max())
-    return {"out": d(rec["out"], ref["out"][rank]), "x_grad": d(rec["x_grad"], ref["x_grad"][rank]),
-            "param_grad": d(rec["param_grad"], ref["param_grad"]),
-            "running": max(d(rec["running_mean"], ref["running_mean"]), d(rec["running_var"], ref["running_var"]))}
+    return {
+        "out": d(rec["out"], ref["out"][rank]),
+        "x_grad": d(rec["x_grad"], ref["x_grad"][rank]),
+        "param_grad": d(rec["param_grad"], ref["param_grad"]),
+        "running": max(d(rec["running_mean"], ref["running_mean"]), d(rec["running_var"], ref["running_var"])),
+    }
 
 
-@experiment("syncbn", "SyncBatchNorm across real processes (W = 2, 3, 4, unequal batches) = one process's "
-            "BatchNorm on the full batch; per-rank BatchNorm differs")
+@experiment(
+    "syncbn",
+    "SyncBatchNorm across real processes (W = 2, 3, 4, unequal batches) = one process's "
+    "BatchNorm on the full batch; per-rank BatchNorm differs",
+)
 def syncbn(device: str) -> Result:
     r = Result("syncbn")
     ranks = launch(syncbn_rank, max(SIZES), device, device=device, timeout_s=300)
@@ -165,23 +183,55 @@ def syncbn(device: str) -> Result:
     rows = []
     for w in SIZES:
         ref = reference(w)
-        worst = {kind: {k: max(_max_diff(ranks[rank][w][kind], ref, rank)[k] for rank in range(w))
-                        for k in ("out", "x_grad", "param_grad", "running")} for kind in kinds + ["local"]}
+        worst = {
+            kind: {
+                k: max(_max_diff(ranks[rank][w][kind], ref, rank)[k] for rank in range(w))
+                for k in ("out", "x_grad", "param_grad", "running")
+            }
+            for kind in kinds + ["local"]
+        }
         for kind in kinds:
             label = "SyncBatchNormNaive" if kind == "naive" else "nn.SyncBatchNorm"
-            for key, what in (("out", "outputs"), ("x_grad", "input gradients"), ("param_grad", "weight and bias "
-                              "gradients (summed over ranks)"), ("running", "running mean and variance")):
-                r.claim(f"W={w}, {label}: {what} vs one process on the full batch, max |difference|",
-                        worst[kind][key], TOL, relation="<=", formula="float64")
-        local_mean_gap = max(float((ranks[k][w]["local"]["running_mean"] / MOMENTUM - ref["mean"]).abs().max())
-                             for k in range(w))
-        rows.append([w, str(list(BATCH[:w])), worst["naive"]["out"], worst["naive"]["x_grad"],
-                     worst["local"]["out"], local_mean_gap])
+            for key, what in (
+                ("out", "outputs"),
+                ("x_grad", "input gradients"),
+                ("param_grad", "weight and bias gradients (summed over ranks)"),
+                ("running", "running mean and variance"),
+            ):
+                r.claim(
+                    f"W={w}, {label}: {what} vs one process on the full batch, max |difference|",
+                    worst[kind][key],
+                    TOL,
+                    relation="<=",
+                    formula="float64",
+                )
+        local_mean_gap = max(
+            float((ranks[k][w]["local"]["running_mean"] / MOMENTUM - ref["mean"]).abs().max()) for k in range(w)
+        )
+        rows.append(
+            [
+                w,
+                str(list(BATCH[:w])),
+                worst["naive"]["out"],
+                worst["naive"]["x_grad"],
+                worst["local"]["out"],
+                local_mean_gap,
+            ]
+        )
         r.add(f"w{w}_local_out_gap", worst["local"]["out"], "", f"W={w}: max |per-rank BN output - full-batch BN|")
         r.add(f"w{w}_local_mean_gap", local_mean_gap, "", f"W={w}: max |per-rank mean - global mean|")
-    r.table("syncbn", ["W", "samples per rank", "SyncBN output: largest Δ vs full batch",
-                       "SyncBN input gradient: largest Δ", "per-rank BN output: largest Δ",
-                       "per-rank mean − global mean, worst channel"], rows,
-            caption=f"float64, input (N, {', '.join(map(str, SHAPE))}); rank r's data has mean r. Checked: "
-                    + ", ".join("SyncBatchNormNaive" if k == "naive" else "nn.SyncBatchNorm" for k in kinds))
+    r.table(
+        "syncbn",
+        [
+            "W",
+            "samples per rank",
+            "SyncBN output: largest Δ vs full batch",
+            "SyncBN input gradient: largest Δ",
+            "per-rank BN output: largest Δ",
+            "per-rank mean − global mean, worst channel",
+        ],
+        rows,
+        caption=f"float64, input (N, {', '.join(map(str, SHAPE))}); rank r's data has mean r. Checked: "
+        + ", ".join("SyncBatchNormNaive" if k == "naive" else "nn.SyncBatchNorm" for k in kinds),
+    )
     return r

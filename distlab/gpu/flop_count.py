@@ -97,8 +97,12 @@ def _group(op: str) -> str | None:
     op = op.rstrip("_")
     if "log_softmax" in op or "nll_loss" in op:
         return "loss (log-softmax, NLL)"
-    for key, group in (("softmax", "attention softmax"), ("layer_norm", "layer norm"), ("gelu", "GELU"),
-                       ("embedding", "embedding lookup")):
+    for key, group in (
+        ("softmax", "attention softmax"),
+        ("layer_norm", "layer norm"),
+        ("gelu", "GELU"),
+        ("embedding", "embedding lookup"),
+    ):
         if key in op:
             return group
     return "elementwise (residual adds, scaling, masking, bias sums)" if op in ELEMENTWISE else None
@@ -138,8 +142,9 @@ TRAIN = {  # the model whose training step the worked MFU times
     "cuda": dict(cfg=dict(vocab=32768, seq=1024, layers=12, hidden=1024, heads=16), batch=8, steps=5),
 }
 # The mistakes scenario: a 7B fine-tune on 8 H100s reporting this throughput. Inputs, not results.
-SCENARIO = dict(model="7B", gpus=8, gpu="H100-SXM", tokens_per_s_per_gpu=8000, pad_fraction=0.25,
-                hard_coded_gpu="A100-SXM-80GB")
+SCENARIO = dict(
+    model="7B", gpus=8, gpu="H100-SXM", tokens_per_s_per_gpu=8000, pad_fraction=0.25, hard_coded_gpu="A100-SXM-80GB"
+)
 
 
 def training_step(cfg, batch: int, device: str, *, recompute: bool = False):
@@ -184,35 +189,81 @@ def _flop_count(device: str) -> Result:
         n, n_mm = param_count(cfg), matmul_params(cfg)
         estimate = flops_per_token(n, cfg.layers, cfg.hidden, cfg.seq)
         per_token = counted / tokens
-        r.claim(f"{label}: counted FLOPs = 6 x matmul params + 12Lsh per token", counted,
-                counted_flops_closed_form(cfg, tokens), formula="flop_counter vs closed form")
-        r.claim(f"{label}: 6N + 12Lsh within {ESTIMATE_REL_TOL:.0%} of the count", estimate, per_token,
-                rel_tol=ESTIMATE_REL_TOL, unit="FLOP", formula="PaLM estimate vs counted")
-        r.claim(f"{label}: estimate - count = 6 x (parameters that do no matmul)", estimate - per_token,
-                6 * (n - n_mm), rel_tol=1e-12, unit="FLOP")
-        rows.append([label, f"L={cfg.layers}, h={cfg.hidden}, V={cfg.vocab}", n, n - n_mm,
-                     Quantity(per_token, "FLOP"), Quantity(estimate, "FLOP"), f"{estimate / per_token:.3f}",
-                     f"{6 * n / per_token:.3f}"])
-    r.table("shapes", ["model", "shape", "N", "params with no matmul", "counted FLOPs/token", "6N + 12Lhs",
-                       "estimate / count", "6N alone / count"], rows,
-            caption="Forward + backward of a real GPT (distlab.models.gpt), counted by torch.utils.flop_counter.")
+        r.claim(
+            f"{label}: counted FLOPs = 6 x matmul params + 12Lsh per token",
+            counted,
+            counted_flops_closed_form(cfg, tokens),
+            formula="flop_counter vs closed form",
+        )
+        r.claim(
+            f"{label}: 6N + 12Lsh within {ESTIMATE_REL_TOL:.0%} of the count",
+            estimate,
+            per_token,
+            rel_tol=ESTIMATE_REL_TOL,
+            unit="FLOP",
+            formula="PaLM estimate vs counted",
+        )
+        r.claim(
+            f"{label}: estimate - count = 6 x (parameters that do no matmul)",
+            estimate - per_token,
+            6 * (n - n_mm),
+            rel_tol=1e-12,
+            unit="FLOP",
+        )
+        rows.append(
+            [
+                label,
+                f"L={cfg.layers}, h={cfg.hidden}, V={cfg.vocab}",
+                n,
+                n - n_mm,
+                Quantity(per_token, "FLOP"),
+                Quantity(estimate, "FLOP"),
+                f"{estimate / per_token:.3f}",
+                f"{6 * n / per_token:.3f}",
+            ]
+        )
+    r.table(
+        "shapes",
+        [
+            "model",
+            "shape",
+            "N",
+            "params with no matmul",
+            "counted FLOPs/token",
+            "6N + 12Lhs",
+            "estimate / count",
+            "6N alone / count",
+        ],
+        rows,
+        caption="Forward + backward of a real GPT (distlab.models.gpt), counted by torch.utils.flop_counter.",
+    )
 
     cfg = GPTConfig(**SHAPES["tied, s=128"])
     tokens = batch * cfg.seq
     plain, _ = count_flops(cfg, batch, device=device)
     recomputed, _ = count_flops(cfg, batch, recompute=True, device=device)
-    r.claim("full recompute: counted FLOPs = closed form (forward again, less each block's last matmul)", recomputed,
-            counted_flops_closed_form(cfg, tokens, recompute=True))
+    r.claim(
+        "full recompute: counted FLOPs = closed form (forward again, less each block's last matmul)",
+        recomputed,
+        counted_flops_closed_form(cfg, tokens, recompute=True),
+    )
     r.add("recompute_ratio", recomputed / plain, "", "hardware / model FLOPs with full recompute (counted)")
     r.add("recompute_ratio_textbook", 4 / 3, "", "(8N + 16Lhs) / (6N + 12Lhs)")
 
     counted, elements, tokens = counts["tied, s=512"]
-    r.table("non_matmul", ["operation family", "elements written per token", "per 1,000 matmul FLOPs"],
-            [[g, f"{e / tokens:,.0f}", f"{1000 * e / counted:.2f}"] for g, e in elements.most_common()],
-            caption="Non-matmul work in the same forward + backward ('tied, s=512' model): elements "
-                    "written, each at least one FLOP and one trip to memory, none of them in the matmul count.")
-    r.add("non_matmul_per_1000", 1000 * sum(elements.values()) / counted, "",
-          "non-matmul elements written per 1,000 matmul FLOPs")
+    r.table(
+        "non_matmul",
+        ["operation family", "elements written per token", "per 1,000 matmul FLOPs"],
+        [[g, f"{e / tokens:,.0f}", f"{1000 * e / counted:.2f}"] for g, e in elements.most_common()],
+        caption="Non-matmul work in the same forward + backward ('tied, s=512' model): elements "
+        "written, each at least one FLOP and one trip to memory, none of them in the matmul count.",
+    )
+    r.add(
+        "non_matmul_per_1000",
+        1000 * sum(elements.values()) / counted,
+        "",
+        "non-matmul elements written per 1,000 matmul FLOPs",
+    )
 
     _presets(r)
     _worked_mfu(r, device)
@@ -229,15 +280,33 @@ def _presets(r: Result) -> None:
         est = flops_per_token(n, m.layers, m.hidden, m.seq)
         exact = 6 * n_mm + attention_flops_per_token(m.layers, m.hidden, m.seq)
         attention_share = attention_flops_per_token(m.layers, m.hidden, m.seq) / est
-        r.claim(f"{m.name}: 6N + 12Lhs within {PRESET_REL_TOL:.0%} of the matmul count", est, exact,
-                rel_tol=PRESET_REL_TOL, unit="FLOP", formula="6 x matmul params + 12Lhs")
-        rows.append([m.name, f"{n / 1e9:.2f} B", m.seq, Quantity(est, "FLOP"), f"{100 * (est / exact - 1):.1f} %",
-                     f"{100 * attention_share:.1f} %"])
+        r.claim(
+            f"{m.name}: 6N + 12Lhs within {PRESET_REL_TOL:.0%} of the matmul count",
+            est,
+            exact,
+            rel_tol=PRESET_REL_TOL,
+            unit="FLOP",
+            formula="6 x matmul params + 12Lhs",
+        )
+        rows.append(
+            [
+                m.name,
+                f"{n / 1e9:.2f} B",
+                m.seq,
+                Quantity(est, "FLOP"),
+                f"{100 * (est / exact - 1):.1f} %",
+                f"{100 * attention_share:.1f} %",
+            ]
+        )
         if name == "7B":
             r.add("7b_attention_share", attention_share, "fraction", "7B at s=4096: attention share of FLOPs/token")
-    r.table("presets", ["model", "N", "s", "6N + 12Lhs per token", "over the matmul count", "attention term share"],
-            rows, caption="Published shapes (distlab/data/models.toml): the estimate against a count of the weights "
-                          "that multiply (closed form).")
+    r.table(
+        "presets",
+        ["model", "N", "s", "6N + 12Lhs per token", "over the matmul count", "attention term share"],
+        rows,
+        caption="Published shapes (distlab/data/models.toml): the estimate against a count of the weights "
+        "that multiply (closed form).",
+    )
 
 
 def _worked_mfu(r: Result, device: str) -> None:
@@ -257,9 +326,11 @@ def _worked_mfu(r: Result, device: str) -> None:
     model_flops = flops_per_token(n, cfg.layers, cfg.hidden, cfg.seq)
     dtype = torch.float32 if device == "cpu" else torch.bfloat16
     # The peak and both training steps timed in interleaved rounds (medians), so machine load hits all alike.
-    kernels = [gemm_kernel("ceiling", 1024 if device == "cpu" else 8192, dtype, device),
-               Kernel("plain", training_step(cfg, batch, device), 0, 0),
-               Kernel("recompute", training_step(cfg, batch, device, recompute=True), 0, 0)]
+    kernels = [
+        gemm_kernel("ceiling", 1024 if device == "cpu" else 8192, dtype, device),
+        Kernel("plain", training_step(cfg, batch, device), 0, 0),
+        Kernel("recompute", training_step(cfg, batch, device, recompute=True), 0, 0),
+    ]
     times = {k: statistics.median(v) for k, v in time_kernels(kernels, device, rounds=spec["steps"]).items()}
     peak = kernels[0].flops / times["ceiling"]
     chip = match_device(device_name(device)) if device == "cuda" else None
@@ -288,15 +359,36 @@ def _worked_mfu(r: Result, device: str) -> None:
         sheet = f" (against the {chip.name} datasheet's dense bf16 peak: {100 * sheet_mfu:.1f} %)"
     r.claim("measured MFU at most 100 % of the measured matmul ceiling", m_plain, 1.0, relation="<=")
     r.claim("recompute run: HFU at most 100 %", h_rc, 1.0, relation="<=")
-    r.claim("recompute run: lower MFU than without (same model FLOPs, more work)", m_rc, m_plain, relation="<=",
-            rel_tol=0.05, unit="fraction")
-    r.table("worked_mfu", ["run", "tokens/s", "FLOPs/token counted as", "MFU", "HFU"],
-            [["no recompute", f"{tps:,.0f}", "6N + 12Lhs (model) / counted (hardware)", f"{100 * m_plain:.1f} %",
-              f"{100 * h_plain:.1f} %"],
-             ["full recompute", f"{tps_rc:,.0f}", "6N + 12Lhs (model) / counted (hardware)", f"{100 * m_rc:.1f} %",
-              f"{100 * h_rc:.1f} %"]],
-            caption="MFU = tokens/s x FLOPs per token / peak; here the peak is the measured matmul ceiling of the "
-                    "same device" + sheet)
+    r.claim(
+        "recompute run: lower MFU than without (same model FLOPs, more work)",
+        m_rc,
+        m_plain,
+        relation="<=",
+        rel_tol=0.05,
+        unit="fraction",
+    )
+    r.table(
+        "worked_mfu",
+        ["run", "tokens/s", "FLOPs/token counted as", "MFU", "HFU"],
+        [
+            [
+                "no recompute",
+                f"{tps:,.0f}",
+                "6N + 12Lhs (model) / counted (hardware)",
+                f"{100 * m_plain:.1f} %",
+                f"{100 * h_plain:.1f} %",
+            ],
+            [
+                "full recompute",
+                f"{tps_rc:,.0f}",
+                "6N + 12Lhs (model) / counted (hardware)",
+                f"{100 * m_rc:.1f} %",
+                f"{100 * h_rc:.1f} %",
+            ],
+        ],
+        caption="MFU = tokens/s x FLOPs per token / peak; here the peak is the measured matmul ceiling of the "
+        "same device" + sheet,
+    )
 
 
 def _mistakes(r: Result) -> None:
@@ -315,23 +407,32 @@ def _mistakes(r: Result) -> None:
         ("the fp8 peak for a bf16 run", mfu(tps, right, s["gpus"], chip.peak_flops("fp8"))),
         ("the fp32 (vector) peak for a bf16 run", mfu(tps, right, s["gpus"], chip.peak_flops("fp32"))),
         (f"a peak hard-coded for {hard.name}", mfu(tps, right, s["gpus"], hard.peak_flops("bf16"))),
-        (f"counting padding tokens ({s['pad_fraction']:.0%} of each batch)",
-         mfu(tps / (1 - s["pad_fraction"]), right, s["gpus"], peak)),
-        ("recomputed forwards counted as model FLOPs (HFU reported as MFU)",
-         mfu(tps, hardware_flops_per_token(n, m.layers, m.hidden, m.seq, "full"), s["gpus"], peak)),
+        (
+            f"counting padding tokens ({s['pad_fraction']:.0%} of each batch)",
+            mfu(tps / (1 - s["pad_fraction"]), right, s["gpus"], peak),
+        ),
+        (
+            "recomputed forwards counted as model FLOPs (HFU reported as MFU)",
+            mfu(tps, hardware_flops_per_token(n, m.layers, m.hidden, m.seq, "full"), s["gpus"], peak),
+        ),
         ("6N without the attention term", mfu(tps, 6 * n, s["gpus"], peak)),
     ]
-    r.table("mistakes", ["mistake", "reported MFU", "x the right value"],
-            [[name, f"{100 * v:.1f} %" + (" (impossible)" if v > 1 else ""), f"{v / correct:.2f}"]
-             for name, v in cases])
+    r.table(
+        "mistakes",
+        ["mistake", "reported MFU", "x the right value"],
+        [[name, f"{100 * v:.1f} %" + (" (impossible)" if v > 1 else ""), f"{v / correct:.2f}"] for name, v in cases],
+    )
     r.add("scenario_tokens_per_s_per_gpu", s["tokens_per_s_per_gpu"], "tokens/s", "scenario throughput per GPU")
     r.add("scenario_gpus", s["gpus"], "GPUs", "scenario GPUs")
     r.add("scenario_flops_per_token", right, "FLOP", "7B at s=4096: 6N + 12Lhs")
     r.add("scenario_mfu", correct, "fraction", "scenario MFU")
     r.add("scenario_pad_fraction", s["pad_fraction"], "fraction", "padding share")
     # the same scenario as `distlab mfu` arguments (bare numbers, for the page's command line)
-    for key, value in (("params", n), ("tokens_total", tps), ("layers", m.layers), ("hidden", m.hidden),
-                       ("seq", m.seq)):
+    for key, value in (
+        ("params", n),
+        ("tokens_total", tps),
+        ("layers", m.layers),
+        ("hidden", m.hidden),
+        ("seq", m.seq),
+    ):
         r.add(f"cli_{key}", value, "", f"scenario as a CLI argument: {key}")
-
-

@@ -16,8 +16,9 @@ def attention_flops_per_token(layers: int, hidden: int, seq: int) -> float:
     return 12 * layers * hidden * seq
 
 
-def flops_per_token(params: float, layers: int | None = None, hidden: int | None = None,
-                    seq: int | None = None) -> float:
+def flops_per_token(
+    params: float, layers: int | None = None, hidden: int | None = None, seq: int | None = None
+) -> float:
     """Training FLOPs per token: 6N, plus the attention term 12 L h s when layers, hidden and seq are given."""
     if not params > 0:
         raise ValueError(f"params must be positive, got {params}")
@@ -38,15 +39,28 @@ def hardware_flops_per_token(params: float, layers: int, hidden: int, seq: int, 
 
 def mfu(tokens_per_second: float, flops_per_token: float, gpus: int, peak_flops_per_gpu: float) -> float:
     """Model FLOPs utilisation as a fraction: achieved model FLOP/s over the GPUs' dense peak."""
-    for name, v in (("tokens_per_second", tokens_per_second), ("flops_per_token", flops_per_token),
-                    ("gpus", gpus), ("peak_flops_per_gpu", peak_flops_per_gpu)):
+    for name, v in (
+        ("tokens_per_second", tokens_per_second),
+        ("flops_per_token", flops_per_token),
+        ("gpus", gpus),
+        ("peak_flops_per_gpu", peak_flops_per_gpu),
+    ):
         if not v > 0:
             raise ValueError(f"{name} must be positive, got {v}")
     return tokens_per_second * flops_per_token / (gpus * peak_flops_per_gpu)
 
 
-def mfu_report(*, params: float, tokens_per_second: float, gpus: int, gpu_name: str, dtype: str = "bf16",
-               layers: int | None = None, hidden: int | None = None, seq: int | None = None) -> dict:
+def mfu_report(
+    *,
+    params: float,
+    tokens_per_second: float,
+    gpus: int,
+    gpu_name: str,
+    dtype: str = "bf16",
+    layers: int | None = None,
+    hidden: int | None = None,
+    seq: int | None = None,
+) -> dict:
     """Everything the `distlab mfu` command prints, as a dict (its --json output)."""
     chip = gpu(gpu_name)
     peak = chip.peak_flops(dtype)
@@ -54,25 +68,41 @@ def mfu_report(*, params: float, tokens_per_second: float, gpus: int, gpu_name: 
     value = mfu(tokens_per_second, per_token, gpus, peak)
     warnings = []
     if value > 1:
-        warnings.append("MFU above 100 % is impossible: is --tokens-per-second the total over all GPUs, "
-                        "and is --params right?")
+        warnings.append(
+            "MFU above 100 % is impossible: is --tokens-per-second the total over all GPUs, and is --params right?"
+        )
     return {
-        "mfu": value, "flops_per_token": per_token, "attention_flops_per_token": per_token - 6 * params,
-        "params": params, "tokens_per_second": tokens_per_second, "tokens_per_second_per_gpu": tokens_per_second / gpus,
-        "gpus": gpus, "gpu": chip.name, "dtype": dtype, "peak_flops_per_gpu": peak,
-        "achieved_flops_per_gpu": tokens_per_second * per_token / gpus, "warnings": warnings,
+        "mfu": value,
+        "flops_per_token": per_token,
+        "attention_flops_per_token": per_token - 6 * params,
+        "params": params,
+        "tokens_per_second": tokens_per_second,
+        "tokens_per_second_per_gpu": tokens_per_second / gpus,
+        "gpus": gpus,
+        "gpu": chip.name,
+        "dtype": dtype,
+        "peak_flops_per_gpu": peak,
+        "achieved_flops_per_gpu": tokens_per_second * per_token / gpus,
+        "warnings": warnings,
     }
 
 
 # ---------------------------------------------------------------- the CLI
 @command("mfu", "MFU of a training run from its throughput: FLOPs per token 6N (+ 12Lhs) over the GPUs' dense peak")
 def mfu_command(argv: list[str]) -> int:
-    p = parser("mfu", "Model FLOPs utilisation = tokens/s x FLOPs per token / (GPUs x dense peak).\n"
-               "FLOPs per token = 6 x params, plus 12 x layers x hidden x seq when all three are given\n"
-               "(PaLM, Chowdhery et al. 2022, Appendix B).")
+    p = parser(
+        "mfu",
+        "Model FLOPs utilisation = tokens/s x FLOPs per token / (GPUs x dense peak).\n"
+        "FLOPs per token = 6 x params, plus 12 x layers x hidden x seq when all three are given\n"
+        "(PaLM, Chowdhery et al. 2022, Appendix B).",
+    )
     p.add_argument("--params", type=positive(float), required=True, help="model parameters N (7e9 is fine)")
-    p.add_argument("--tokens-per-second", type=positive(float), required=True,
-                   help="training throughput, total over all GPUs (real tokens, not padding)")
+    p.add_argument(
+        "--tokens-per-second",
+        type=positive(float),
+        required=True,
+        help="training throughput, total over all GPUs (real tokens, not padding)",
+    )
     p.add_argument("--gpus", type=positive(int), required=True, help="number of GPUs")
     p.add_argument("--gpu", required=True, help=f"accelerator: one of {', '.join(gpu_names())}")
     p.add_argument("--dtype", default="bf16", choices=DTYPES, help="the dtype of the matmuls (default bf16)")
@@ -84,17 +114,31 @@ def mfu_command(argv: list[str]) -> int:
     given = [v is not None for v in (a.layers, a.hidden, a.seq)]
     if any(given) and not all(given):
         raise UsageError("distlab mfu: give all of --layers, --hidden and --seq (for the attention term), or none")
-    out = mfu_report(params=a.params, tokens_per_second=a.tokens_per_second, gpus=a.gpus, gpu_name=a.gpu,
-                     dtype=a.dtype, layers=a.layers, hidden=a.hidden, seq=a.seq)
-    attention = (f" + attention 12Lhs {out['attention_flops_per_token']:.4g}" if all(given)
-                 else " (no attention term: give --layers, --hidden and --seq)")
-    text = "\n".join([
-        f"MFU: {100 * out['mfu']:.1f} %  ({out['gpus']} x {out['gpu']}, dense {out['dtype']} peak "
-        f"{out['peak_flops_per_gpu'] / 1e12:g} TFLOP/s per GPU)",
-        f"FLOPs per token: {out['flops_per_token']:.4g} = 6N {6 * out['params']:.4g}{attention}",
-        f"achieved: {out['achieved_flops_per_gpu'] / 1e12:.4g} TFLOP/s per GPU "
-        f"({out['tokens_per_second_per_gpu']:,.0f} tokens/s per GPU)",
-        *[f"warning: {w}" for w in out["warnings"]]])
+    out = mfu_report(
+        params=a.params,
+        tokens_per_second=a.tokens_per_second,
+        gpus=a.gpus,
+        gpu_name=a.gpu,
+        dtype=a.dtype,
+        layers=a.layers,
+        hidden=a.hidden,
+        seq=a.seq,
+    )
+    attention = (
+        f" + attention 12Lhs {out['attention_flops_per_token']:.4g}"
+        if all(given)
+        else " (no attention term: give --layers, --hidden and --seq)"
+    )
+    text = "\n".join(
+        [
+            f"MFU: {100 * out['mfu']:.1f} %  ({out['gpus']} x {out['gpu']}, dense {out['dtype']} peak "
+            f"{out['peak_flops_per_gpu'] / 1e12:g} TFLOP/s per GPU)",
+            f"FLOPs per token: {out['flops_per_token']:.4g} = 6N {6 * out['params']:.4g}{attention}",
+            f"achieved: {out['achieved_flops_per_gpu'] / 1e12:.4g} TFLOP/s per GPU "
+            f"({out['tokens_per_second_per_gpu']:,.0f} tokens/s per GPU)",
+            *[f"warning: {w}" for w in out["warnings"]],
+        ]
+    )
     emit(out, a.json, text)
     return 0
 

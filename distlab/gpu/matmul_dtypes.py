@@ -33,8 +33,7 @@ def _matmul_variants(a, b, gpu_paths: bool) -> dict:
         scale_b = (b.abs().max() / torch.finfo(e4m3).max).float()
         a8 = (a / scale_a).to(e4m3)
         b8 = (b / scale_b).to(e4m3).t().contiguous().t()  # _scaled_mm wants the second operand column-major
-        variants["fp8"] = lambda: torch._scaled_mm(a8, b8, scale_a=scale_a, scale_b=scale_b,
-                                                   out_dtype=torch.bfloat16)
+        variants["fp8"] = lambda: torch._scaled_mm(a8, b8, scale_a=scale_a, scale_b=scale_b, out_dtype=torch.bfloat16)
     return variants
 
 
@@ -97,31 +96,69 @@ def _matmul_dtypes(device: str) -> Result:
     for dt in rates:
         u = UNIT_ROUNDOFF[dt]
         peak = chip.peak_flops(dt) if chip and dt in chip.peaks else None
-        rows.append([dt, BYTES_PER_ELEMENT[dt], f"2^{round(math.log2(u))}", f"{errors[dt]:.3g}",
-                     f"{errors[dt] / u:.2f}", Quantity(rates[dt], "FLOP/s"), f"{rates[dt] / rates['fp32']:.2f}x",
-                     f"{100 * rates[dt] / peak:.0f} %" if peak else "—"])
+        rows.append(
+            [
+                dt,
+                BYTES_PER_ELEMENT[dt],
+                f"2^{round(math.log2(u))}",
+                f"{errors[dt]:.3g}",
+                f"{errors[dt] / u:.2f}",
+                Quantity(rates[dt], "FLOP/s"),
+                f"{rates[dt] / rates['fp32']:.2f}x",
+                f"{100 * rates[dt] / peak:.0f} %" if peak else "—",
+            ]
+        )
         r.add(f"{dt}_error", errors[dt], "", f"{dt}: relative error vs float64 (Frobenius)")
         r.add(f"{dt}_flops_per_s", rates[dt], "FLOP/s", f"{dt}: achieved FLOP/s, {n}^3 matmul (median)")
         if dt != "fp32":
             r.add(f"{dt}_over_fp32", rates[dt] / rates["fp32"], "", f"{dt}: speed relative to fp32")
         if dt == "fp32":  # summation error grows like sqrt(k) u for random data (Higham 2002, section 3.1)
-            r.claim("fp32: error at most sqrt(n) x u", errors[dt], n**0.5 * u, relation="<=",
-                    formula=f"sqrt({n}) x 2^-24")
+            r.claim(
+                "fp32: error at most sqrt(n) x u", errors[dt], n**0.5 * u, relation="<=", formula=f"sqrt({n}) x 2^-24"
+            )
         else:  # dominated by rounding the inputs (and a low-precision output) once: of the order of u
             r.claim(f"{dt}: error at most its unit roundoff u", errors[dt], u, relation="<=", formula="u")
-            r.claim(f"{dt}: error at least u/4 (the low precision was really used)", errors[dt], u / 4,
-                    relation=">=", formula="u/4")
+            r.claim(
+                f"{dt}: error at least u/4 (the low precision was really used)",
+                errors[dt],
+                u / 4,
+                relation=">=",
+                formula="u/4",
+            )
         if peak:
-            r.claim(f"{chip.name} {dt}: achieved at most the dense datasheet peak", rates[dt], peak, relation="<=",
-                    rel_tol=0.02, unit="FLOP/s")
+            r.claim(
+                f"{chip.name} {dt}: achieved at most the dense datasheet peak",
+                rates[dt],
+                peak,
+                relation="<=",
+                rel_tol=0.02,
+                unit="FLOP/s",
+            )
     if chip:  # a known datacenter chip: tensor cores for bf16 and tf32
-        r.claim("bf16 at least 4x fp32 (tensor cores vs vector units)", rates["bf16"], 4 * rates["fp32"],
-                relation=">=", unit="FLOP/s")
+        r.claim(
+            "bf16 at least 4x fp32 (tensor cores vs vector units)",
+            rates["bf16"],
+            4 * rates["fp32"],
+            relation=">=",
+            unit="FLOP/s",
+        )
         r.claim("tf32 at least 2x fp32", rates["tf32"], 2 * rates["fp32"], relation=">=", unit="FLOP/s")
     r.add("n", n, "", "matrix size (n x n x n)")
     r.add("u_bf16", UNIT_ROUNDOFF["bf16"], "", "bf16 unit roundoff")
-    r.table("dtypes", ["dtype", "bytes/element", "unit roundoff u", "relative error", "error / u",
-                       "achieved FLOP/s", "vs fp32", "of datasheet peak"], rows,
-            caption=f"{n}x{n} @ {n}x{n} from the same standard-normal fp32 inputs; error against the float64 product "
-                    "of those inputs." + (" Not run: " + "; ".join(skipped) if skipped else ""))
+    r.table(
+        "dtypes",
+        [
+            "dtype",
+            "bytes/element",
+            "unit roundoff u",
+            "relative error",
+            "error / u",
+            "achieved FLOP/s",
+            "vs fp32",
+            "of datasheet peak",
+        ],
+        rows,
+        caption=f"{n}x{n} @ {n}x{n} from the same standard-normal fp32 inputs; error against the float64 product "
+        "of those inputs." + (" Not run: " + "; ".join(skipped) if skipped else ""),
+    )
     return r

@@ -127,8 +127,14 @@ def gemm_kernel(name: str, n: int, dtype, device: str, batch: int = 0) -> Kernel
     shape = (batch, n, n) if batch else (n, n)
     a, b, c = _rand(shape, dtype, device), _rand(shape, dtype, device), torch.empty(shape, dtype=dtype, device=device)
     fn = (lambda: torch.bmm(a, b, out=c)) if batch else (lambda: torch.mm(a, b, out=c))
-    return Kernel(name, fn, gemm_flops(n, n, n, max(batch, 1)), min_bytes(a, b, c),
-                  f"{batch} x " * bool(batch) + f"{n}x{n} @ {n}x{n}", (a, b, c))
+    return Kernel(
+        name,
+        fn,
+        gemm_flops(n, n, n, max(batch, 1)),
+        min_bytes(a, b, c),
+        f"{batch} x " * bool(batch) + f"{n}x{n} @ {n}x{n}",
+        (a, b, c),
+    )
 
 
 def add_kernel(name: str, n: int, dtype, device: str) -> Kernel:
@@ -138,8 +144,9 @@ def add_kernel(name: str, n: int, dtype, device: str) -> Kernel:
 
 def matvec_kernel(name: str, m: int, n: int, dtype, device: str) -> Kernel:
     a, x, y = _rand((m, n), dtype, device), _rand(n, dtype, device), torch.empty(m, dtype=dtype, device=device)
-    return Kernel(name, lambda: torch.mv(a, x, out=y), gemm_flops(m, 1, n), min_bytes(a, x, y), f"{m}x{n} @ {n}",
-                  (a, x, y))
+    return Kernel(
+        name, lambda: torch.mv(a, x, out=y), gemm_flops(m, 1, n), min_bytes(a, x, y), f"{m}x{n} @ {n}", (a, x, y)
+    )
 
 
 def stream_kernels(n: int, dtype, device: str) -> list[Kernel]:
@@ -147,12 +154,13 @@ def stream_kernels(n: int, dtype, device: str) -> list[Kernel]:
     dot, whose prefetching streams the way a BLAS matvec does; on n-element arrays."""
     x, y, z = _rand(n, dtype, device), _rand(n, dtype, device), torch.empty(n, dtype=dtype, device=device)
     out = min_bytes(z)
-    return [Kernel("stream copy", lambda: z.copy_(x), 0, min_bytes(x, z), store_bytes=out),
-            Kernel("stream add", lambda: torch.add(x, y, out=z), n, min_bytes(x, y, z), store_bytes=out),
-            Kernel("stream triad", lambda: torch.add(x, y, alpha=3.0, out=z), 2 * n, min_bytes(x, y, z),
-                   store_bytes=out),
-            Kernel("stream read (sum)", lambda: x.sum(), n, min_bytes(x)),
-            Kernel("stream read (dot)", lambda: torch.dot(x, y), 2 * n, min_bytes(x, y))]
+    return [
+        Kernel("stream copy", lambda: z.copy_(x), 0, min_bytes(x, z), store_bytes=out),
+        Kernel("stream add", lambda: torch.add(x, y, out=z), n, min_bytes(x, y, z), store_bytes=out),
+        Kernel("stream triad", lambda: torch.add(x, y, alpha=3.0, out=z), 2 * n, min_bytes(x, y, z), store_bytes=out),
+        Kernel("stream read (sum)", lambda: x.sum(), n, min_bytes(x)),
+        Kernel("stream read (dot)", lambda: torch.dot(x, y), 2 * n, min_bytes(x, y)),
+    ]
 
 
 def last_level_cache_bytes(device: str) -> int:
@@ -215,14 +223,35 @@ CONFIG = {
     # CPU: one core (see roofline()), fp32; arrays 4x the 32 MiB L3 and more. The ceiling matmul is no longer
     # per call than the large GEMM and gets `ceiling_rounds` extra rounds: under load a short call catches a quiet
     # window more often than a long one (a 1536^3 ceiling once read 49 GFLOP/s while the 1024^3 GEMM hit 67).
-    "cpu": dict(dtype=torch.float32, ceiling_n=1024, ceiling_rounds=20, gemm_n=1024, add_n=2**25 + 7, mv=(7919, 8192),
-                stream_n=2**25, rounds=7, sweep=[4, 8, 16, 32, 64, 128, 256, 512, 1024], sweep_bytes=192e6,
-                sweep_flops=1e9, sweep_rounds=3),
+    "cpu": dict(
+        dtype=torch.float32,
+        ceiling_n=1024,
+        ceiling_rounds=20,
+        gemm_n=1024,
+        add_n=2**25 + 7,
+        mv=(7919, 8192),
+        stream_n=2**25,
+        rounds=7,
+        sweep=[4, 8, 16, 32, 64, 128, 256, 512, 1024],
+        sweep_bytes=192e6,
+        sweep_flops=1e9,
+        sweep_rounds=3,
+    ),
     # GPU: bf16 tensor cores; arrays ~20x a 60 MiB L2.
-    "cuda": dict(dtype=torch.bfloat16, ceiling_n=8192, ceiling_rounds=20, gemm_n=4096, add_n=2**28 + 7,
-                 mv=(16384, 16383),
-                 stream_n=2**28, rounds=20, sweep=[16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192],
-                 sweep_bytes=3e9, sweep_flops=2e12, sweep_rounds=10),
+    "cuda": dict(
+        dtype=torch.bfloat16,
+        ceiling_n=8192,
+        ceiling_rounds=20,
+        gemm_n=4096,
+        add_n=2**28 + 7,
+        mv=(16384, 16383),
+        stream_n=2**28,
+        rounds=20,
+        sweep=[16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192],
+        sweep_bytes=3e9,
+        sweep_flops=2e12,
+        sweep_rounds=10,
+    ),
 }
 DTYPE_NAME = {torch.float32: "fp32", torch.bfloat16: "bf16"}
 # The "at most its roof" claims compare each kernel's BEST round with the best ceilings (best-of-N is far
@@ -247,11 +276,16 @@ def _roofline(device: str) -> Result:
     dname, b = DTYPE_NAME[dtype], BYTES_PER_ELEMENT[DTYPE_NAME[dtype]]
     cfg = sizes_beyond_cache(CONFIG[device], device, b) if CONFIG[device].get("beyond_cache", True) else CONFIG[device]
     torch.manual_seed(0)
-    ceiling_kernels = [gemm_kernel("compute ceiling (matmul)", cfg["ceiling_n"], dtype, device),
-                       *stream_kernels(cfg["stream_n"], dtype, device)]
+    ceiling_kernels = [
+        gemm_kernel("compute ceiling (matmul)", cfg["ceiling_n"], dtype, device),
+        *stream_kernels(cfg["stream_n"], dtype, device),
+    ]
     n, (mv_m, mv_n) = cfg["gemm_n"], cfg["mv"]
-    points = [gemm_kernel("large GEMM", n, dtype, device), add_kernel("elementwise add", cfg["add_n"], dtype, device),
-              matvec_kernel("batch-1 matvec", mv_m, mv_n, dtype, device)]
+    points = [
+        gemm_kernel("large GEMM", n, dtype, device),
+        add_kernel("elementwise add", cfg["add_n"], dtype, device),
+        matvec_kernel("batch-1 matvec", mv_m, mv_n, dtype, device),
+    ]
     times = time_kernels(ceiling_kernels + points, device, cfg["rounds"])
     best = {k.name: min(times[k.name]) for k in ceiling_kernels}
     peak = ceiling_kernels[0].flops / best["compute ceiling (matmul)"]
@@ -272,23 +306,32 @@ def _roofline(device: str) -> Result:
     t2[again[0].name] += time_kernels(again[:1], device, cfg["ceiling_rounds"], warmup=0)[again[0].name]
     # The compute roof is the best matmul rate seen anywhere in the run (as the memory roof is the best stream):
     # a batched 512^3 GEMM of the sweep can beat one 1024^3 call, and a roof below a measured point is no roof.
-    peak = max([peak, again[0].flops / min(t2[again[0].name]), points[0].flops / min(times[points[0].name])]
-               + [p[4] for p in sweep])
+    peak = max(
+        [peak, again[0].flops / min(t2[again[0].name]), points[0].flops / min(times[points[0].name])]
+        + [p[4] for p in sweep]
+    )
     bw = max([bw] + [k.traffic(device) / min(t2[k.name]) for k in again[1:]])
     del again, ceiling_kernels
     roof = Ceilings(f"{device_name(device)} {dname} (measured)", peak, bw)
 
     r.add("compute_ceiling", peak, "FLOP/s", f"measured compute ceiling ({dname} matmul {cfg['ceiling_n']}^3, best)")
     r.add("memory_ceiling", bw, "B/s", "measured memory ceiling (best STREAM-like kernel, bytes really moved)")
-    r.add("write_allocate_bytes_per_store", 2 if device == "cpu" else 1, "",
-          "bytes moved per byte stored, in the memory roof's count (write-allocate on a CPU)")
+    r.add(
+        "write_allocate_bytes_per_store",
+        2 if device == "cpu" else 1,
+        "",
+        "bytes moved per byte stored, in the memory roof's count (write-allocate on a CPU)",
+    )
     r.add("stream_array_bytes", cfg["stream_n"] * b, "B", "bytes of each STREAM array")
     r.add("last_level_cache", last_level_cache_bytes(device), "B", "last-level cache of the measuring device")
     r.add("ridge", roof.ridge, "FLOP/B", "measured ridge point")
     r.add("dtype_bytes", b, "B", f"bytes per {dname} element")
     rows, pts = [], []
-    closed = {"large GEMM": square_gemm_intensity(n, b), "elementwise add": add_intensity(b),
-              "batch-1 matvec": matvec_intensity(mv_m, mv_n, b)}
+    closed = {
+        "large GEMM": square_gemm_intensity(n, b),
+        "elementwise add": add_intensity(b),
+        "batch-1 matvec": matvec_intensity(mv_m, mv_n, b),
+    }
     for k in points:
         t = statistics.median(times[k.name])
         achieved, attainable = k.flops / t, roof.attainable(k.intensity)
@@ -299,50 +342,132 @@ def _roofline(device: str) -> Result:
         r.add(f"{slug}_of_roof", achieved / attainable, "fraction", f"{k.name}: share of the attainable roof")
         r.add(f"{slug}_flops", k.flops, "FLOP", f"{k.name}: FLOPs")
         r.add(f"{slug}_bytes", k.bytes, "B", f"{k.name}: minimum bytes")
-        r.claim(f"{k.name}: counted intensity = closed form", k.intensity, closed[k.name], rel_tol=1e-12,
-                unit="FLOP/B", formula={"large GEMM": "2n/3b", "elementwise add": "1/3b"}.get(k.name, "2mn/b(mn+m+n)"))
+        r.claim(
+            f"{k.name}: counted intensity = closed form",
+            k.intensity,
+            closed[k.name],
+            rel_tol=1e-12,
+            unit="FLOP/B",
+            formula={"large GEMM": "2n/3b", "elementwise add": "1/3b"}.get(k.name, "2mn/b(mn+m+n)"),
+        )
         relation = ">=" if k.name == "large GEMM" else "<="
-        r.claim(f"{k.name}: {'compute' if relation == '>=' else 'memory'}-bound on the measured roofline",
-                k.intensity, roof.ridge,
-                relation=relation, unit="FLOP/B", formula="intensity vs measured ridge", kind="timing")
+        r.claim(
+            f"{k.name}: {'compute' if relation == '>=' else 'memory'}-bound on the measured roofline",
+            k.intensity,
+            roof.ridge,
+            relation=relation,
+            unit="FLOP/B",
+            formula="intensity vs measured ridge",
+            kind="timing",
+        )
         if k.name != "large GEMM":  # the GEMM is one of the matmuls the compute roof is the best of
-            r.claim(f"{k.name}: best round at most the attainable roof", k.flops / min(times[k.name]), attainable,
-                    relation="<=", rel_tol=POINT_SLACK, unit="FLOP/s",
-                    formula="I x the memory roof (bytes really moved); slack for timing noise", kind="timing")
-        rows.append([k.name, k.shape, dname, Quantity(k.flops, "FLOP"), Quantity(k.bytes, "B"),
-                     f"{k.intensity:.3g}", Quantity(achieved, "FLOP/s"), Quantity(k.bytes / t, "B/s"),
-                     f"{100 * achieved / attainable:.0f} %", roof.bound(k.intensity)])
+            r.claim(
+                f"{k.name}: best round at most the attainable roof",
+                k.flops / min(times[k.name]),
+                attainable,
+                relation="<=",
+                rel_tol=POINT_SLACK,
+                unit="FLOP/s",
+                formula="I x the memory roof (bytes really moved); slack for timing noise",
+                kind="timing",
+            )
+        rows.append(
+            [
+                k.name,
+                k.shape,
+                dname,
+                Quantity(k.flops, "FLOP"),
+                Quantity(k.bytes, "B"),
+                f"{k.intensity:.3g}",
+                Quantity(achieved, "FLOP/s"),
+                Quantity(k.bytes / t, "B/s"),
+                f"{100 * achieved / attainable:.0f} %",
+                roof.bound(k.intensity),
+            ]
+        )
         pts.append({"name": k.name, "intensity": k.intensity, "flops_per_s": achieved, "dtype": dname})
-    r.table("kernels", ["kernel", "shape", "dtype", "FLOPs", "min bytes", "FLOP/B", "achieved FLOP/s",
-                        "achieved B/s", "of roof", "region"], rows)
-    r.table("ceilings", ["ceiling", "kernel", "best rate"],
-            [["compute", f"best {dname} matmul of the run ({cfg['ceiling_n']}³, the GEMM and the sweep)",
-              Quantity(peak, "FLOP/s")],
-             ["memory", "best of STREAM copy, add, triad and two read-only kernels (sum, dot), counting the bytes "
-              "really moved" + (" (a store reads its line first)" if device == "cpu" else ""), Quantity(bw, "B/s")]])
+    r.table(
+        "kernels",
+        [
+            "kernel",
+            "shape",
+            "dtype",
+            "FLOPs",
+            "min bytes",
+            "FLOP/B",
+            "achieved FLOP/s",
+            "achieved B/s",
+            "of roof",
+            "region",
+        ],
+        rows,
+    )
+    r.table(
+        "ceilings",
+        ["ceiling", "kernel", "best rate"],
+        [
+            [
+                "compute",
+                f"best {dname} matmul of the run ({cfg['ceiling_n']}³, the GEMM and the sweep)",
+                Quantity(peak, "FLOP/s"),
+            ],
+            [
+                "memory",
+                "best of STREAM copy, add, triad and two read-only kernels (sum, dot), counting the bytes "
+                "really moved" + (" (a store reads its line first)" if device == "cpu" else ""),
+                Quantity(bw, "B/s"),
+            ],
+        ],
+    )
     copy = stream_kernels(4, dtype, "cpu")[0]  # one read and one write per element, counted by hand below
-    r.claim("STREAM copy: bytes the roof counts / minimum bytes (3/2 with write-allocate, 1 without)",
-            copy.traffic(device) / copy.bytes, 1.5 if device == "cpu" else 1.0, rel_tol=1e-12,
-            formula="(read + line read + write) / (read + write)")
-    r.claim("every STREAM array and the matvec's matrix hold at least twice the last-level cache",
-            min(cfg["stream_n"] * b, cfg["mv"][0] * cfg["mv"][1] * b), 2 * last_level_cache_bytes(device),
-            relation=">=", unit="B", formula="otherwise the 'memory' roof measures the cache")
+    r.claim(
+        "STREAM copy: bytes the roof counts / minimum bytes (3/2 with write-allocate, 1 without)",
+        copy.traffic(device) / copy.bytes,
+        1.5 if device == "cpu" else 1.0,
+        rel_tol=1e-12,
+        formula="(read + line read + write) / (read + write)",
+    )
+    r.claim(
+        "every STREAM array and the matvec's matrix hold at least twice the last-level cache",
+        min(cfg["stream_n"] * b, cfg["mv"][0] * cfg["mv"][1] * b),
+        2 * last_level_cache_bytes(device),
+        relation=">=",
+        unit="B",
+        formula="otherwise the 'memory' roof measures the cache",
+    )
 
     # Sweep claims: intensity grows with n and crosses the measured ridge; no point above its roof.
-    r.table("sweep", ["n", "matrices per call", "FLOP/B", "achieved FLOP/s", "of roof", "region"],
-            [[s, bt, f"{i:.3g}", Quantity(f, "FLOP/s"), f"{100 * f / roof.attainable(i):.0f} %", roof.bound(i)]
-             for s, bt, i, f, _ in sweep])
-    r.claim("sweep: smallest GEMM is memory-bound", sweep[0][2], roof.ridge, relation="<=", unit="FLOP/B",
-            kind="timing")
-    r.claim("sweep: largest GEMM is compute-bound", sweep[-1][2], roof.ridge, relation=">=", unit="FLOP/B",
-            kind="timing")
-    r.claim("sweep: intensity increases with n (steps that did not)",
-            sum(a[2] >= b_[2] for a, b_ in zip(sweep, sweep[1:])), 0)
+    r.table(
+        "sweep",
+        ["n", "matrices per call", "FLOP/B", "achieved FLOP/s", "of roof", "region"],
+        [
+            [s, bt, f"{i:.3g}", Quantity(f, "FLOP/s"), f"{100 * f / roof.attainable(i):.0f} %", roof.bound(i)]
+            for s, bt, i, f, _ in sweep
+        ],
+    )
+    r.claim(
+        "sweep: smallest GEMM is memory-bound", sweep[0][2], roof.ridge, relation="<=", unit="FLOP/B", kind="timing"
+    )
+    r.claim(
+        "sweep: largest GEMM is compute-bound", sweep[-1][2], roof.ridge, relation=">=", unit="FLOP/B", kind="timing"
+    )
+    r.claim(
+        "sweep: intensity increases with n (steps that did not)",
+        sum(a[2] >= b_[2] for a, b_ in zip(sweep, sweep[1:])),
+        0,
+    )
     bound = [p for p in sweep if p[2] < roof.ridge]  # the memory-bound sizes (the compute roof is their best)
     worst = max(bound, key=lambda p: p[4] / roof.attainable(p[2]))
-    r.claim(f"sweep: memory-bound sizes at most the memory roof (worst n={worst[0]})", worst[4],
-            roof.attainable(worst[2]), relation="<=", rel_tol=SWEEP_SLACK, unit="FLOP/s",
-            formula="I x the memory roof", kind="timing")
+    r.claim(
+        f"sweep: memory-bound sizes at most the memory roof (worst n={worst[0]})",
+        worst[4],
+        roof.attainable(worst[2]),
+        relation="<=",
+        rel_tol=SWEEP_SLACK,
+        unit="FLOP/s",
+        formula="I x the memory roof",
+        kind="timing",
+    )
     r.data.update(points=pts, sweep=[list(p[:4]) for p in sweep], peak=peak, bw=bw, dtype=dname)
 
     panel = _panel_gpu(device, r, points, b)
@@ -363,8 +488,14 @@ def _panel_gpu(device: str, r: Result, points: list[Kernel], b: int):
         for k in points:
             i_bf16 = k.intensity * b / BYTES_PER_ELEMENT["bf16"]  # same shape in bf16: bytes scale with b
             relation = ">=" if k.name == "large GEMM" else "<="
-            r.claim(f"{k.name} in bf16 on the {g.name} roofline: {'compute' if relation == '>=' else 'memory'}-bound",
-                    i_bf16, g.ridge("bf16"), relation=relation, unit="FLOP/B", formula="intensity vs datasheet ridge")
+            r.claim(
+                f"{k.name} in bf16 on the {g.name} roofline: {'compute' if relation == '>=' else 'memory'}-bound",
+                i_bf16,
+                g.ridge("bf16"),
+                relation=relation,
+                unit="FLOP/B",
+                formula="intensity vs datasheet ridge",
+            )
     r.add("panel_ridge", chip.ridge("bf16"), "FLOP/B", f"{chip.name} bf16 ridge (datasheet)")
     r.data["panel_gpu"] = chip.name
     return chip
@@ -375,18 +506,40 @@ def _check_against_datasheet(r: Result, roof: Ceilings, chip) -> None:
     if chip is None:
         return
     props = torch.cuda.get_device_properties(0)
-    r.claim(f"{chip.name}: measured matmul ceiling at most the dense bf16 peak", roof.peak_flops,
-            chip.peak_flops("bf16"), relation="<=", rel_tol=0.02, unit="FLOP/s", kind="timing")
-    r.claim(f"{chip.name}: measured memory ceiling at most the HBM bandwidth", roof.bytes_per_s,
-            chip.hbm_bytes_per_s, relation="<=", rel_tol=0.02, unit="B/s", kind="timing")
+    r.claim(
+        f"{chip.name}: measured matmul ceiling at most the dense bf16 peak",
+        roof.peak_flops,
+        chip.peak_flops("bf16"),
+        relation="<=",
+        rel_tol=0.02,
+        unit="FLOP/s",
+        kind="timing",
+    )
+    r.claim(
+        f"{chip.name}: measured memory ceiling at most the HBM bandwidth",
+        roof.bytes_per_s,
+        chip.hbm_bytes_per_s,
+        relation="<=",
+        rel_tol=0.02,
+        unit="B/s",
+        kind="timing",
+    )
     r.claim(f"{chip.name}: device SM count = data file", props.multi_processor_count, chip.sms)
     l2 = getattr(props, "L2_cache_size", None)
     if l2:
         r.claim(f"{chip.name}: device L2 size = data file", l2, chip.l2_bytes, unit="B")
-    r.add("peak_fraction", roof.peak_flops / chip.peak_flops("bf16"), "fraction",
-          "measured matmul ceiling / datasheet dense bf16 peak")
-    r.add("bw_fraction", roof.bytes_per_s / chip.hbm_bytes_per_s, "fraction",
-          "measured memory ceiling / datasheet HBM bandwidth")
+    r.add(
+        "peak_fraction",
+        roof.peak_flops / chip.peak_flops("bf16"),
+        "fraction",
+        "measured matmul ceiling / datasheet dense bf16 peak",
+    )
+    r.add(
+        "bw_fraction",
+        roof.bytes_per_s / chip.hbm_bytes_per_s,
+        "fraction",
+        "measured memory ceiling / datasheet HBM bandwidth",
+    )
 
 
 def _figures(r: Result, roof: Ceilings, pts: list[dict], sweep: list, chip, device: str) -> None:
@@ -410,13 +563,18 @@ def _figures(r: Result, roof: Ceilings, pts: list[dict], sweep: list, chip, devi
         axes[1].plot(i, sheet.attainable(i), markers[p["name"]], ms=8, mfc="none", label=f"{p['name']} (bound)")
     if device == "cuda":  # this GPU's own kernels on its datasheet roofline
         for p in pts:
-            axes[1].plot(p["intensity"], p["flops_per_s"], markers.get(p["name"], "x"), ms=8,
-                         label=f"{p['name']} measured")
+            axes[1].plot(
+                p["intensity"], p["flops_per_s"], markers.get(p["name"], "x"), ms=8, label=f"{p['name']} measured"
+            )
         axes[1].set_title(axes[1].get_title() + f"\nfilled: measured on {device_name(device)}", fontsize=8)
     axes[1].legend(fontsize=7, loc="lower right")
-    r.figure("roofline", fig, "Left: the roofline of the machine that built this page, with its measured ceilings "
-             "and the three kernels. Right: a datacenter GPU's roofline from its datasheet; hollow markers are where "
-             "the same shapes in bf16 would sit at best, filled ones this GPU's measurements on a GPU run")
+    r.figure(
+        "roofline",
+        fig,
+        "Left: the roofline of the machine that built this page, with its measured ceilings "
+        "and the three kernels. Right: a datacenter GPU's roofline from its datasheet; hollow markers are where "
+        "the same shapes in bf16 would sit at best, filled ones this GPU's measurements on a GPU run",
+    )
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     _roof_axes(axes[0], roof, f"Square GEMM sweep, {here}")
@@ -427,14 +585,19 @@ def _figures(r: Result, roof: Ceilings, pts: list[dict], sweep: list, chip, devi
     ns = [2**k for k in range(3, 15)]
     axes[1].loglog(ns, [square_gemm_intensity(s, 2) for s in ns], "k.-", label="bf16 n x n GEMM: 2n/3b = n/3")
     for name in gpu_names():
-        axes[1].axhline(gpu(name).ridge("bf16"), lw=0.8, ls="--", color=f"C{gpu_names().index(name)}",
-                        label=f"{name} bf16 ridge")
+        axes[1].axhline(
+            gpu(name).ridge("bf16"), lw=0.8, ls="--", color=f"C{gpu_names().index(name)}", label=f"{name} bf16 ridge"
+        )
     axes[1].set_xlabel("n")
     axes[1].set_ylabel("FLOP per byte")
     axes[1].set_title("GEMM intensity grows with n and crosses each ridge", fontsize=9)
     axes[1].legend(fontsize=7)
-    r.figure("sweep", fig, "Left: square GEMMs of growing n on this machine, each call streaming far more data than "
-             "the caches hold; right: the same intensity in bf16 against each datasheet ridge")
+    r.figure(
+        "sweep",
+        fig,
+        "Left: square GEMMs of growing n on this machine, each call streaming far more data than "
+        "the caches hold; right: the same intensity in bf16 against each datasheet ridge",
+    )
 
 
 def _roof_axes(ax, roof: Ceilings, title: str) -> None:

@@ -67,8 +67,9 @@ def bus_bandwidth_factor(op: str, ranks: int, algorithm: str = "ring") -> float:
     return steps_and_factor(op, ranks, "ring" if algorithm == "naive" else algorithm)[1]
 
 
-def time_seconds(op: str, message_bytes: float, ranks: int, *, alpha_s: float, bandwidth_bytes_per_s: float,
-                 algorithm: str = "ring") -> float:
+def time_seconds(
+    op: str, message_bytes: float, ranks: int, *, alpha_s: float, bandwidth_bytes_per_s: float, algorithm: str = "ring"
+) -> float:
     """Predicted seconds for one collective `op` of `message_bytes` over `ranks` ranks.
 
     `alpha_s` is the per-step latency, `bandwidth_bytes_per_s` one rank's link bandwidth per direction.
@@ -97,14 +98,25 @@ def crossover_bytes(ranks: int, *, alpha_s: float, bandwidth_bytes_per_s: float)
 def link_time_seconds(op: str, message_bytes: float, ranks: int, on: str | Link, algorithm: str = "ring") -> float:
     """time_seconds with alpha and B taken from a link."""
     lk = _as_link(on)
-    return time_seconds(op, message_bytes, ranks, alpha_s=lk.alpha_s, bandwidth_bytes_per_s=lk.bandwidth_bytes_per_s,
-                        algorithm=algorithm)
+    return time_seconds(
+        op,
+        message_bytes,
+        ranks,
+        alpha_s=lk.alpha_s,
+        bandwidth_bytes_per_s=lk.bandwidth_bytes_per_s,
+        algorithm=algorithm,
+    )
 
 
 # ---------------------------------------------------------------- hierarchical all-reduce
-def hierarchical_allreduce_phases(message_bytes: float, gpus_per_node: int, nodes: int, *,
-                                  intra: str | Link = "NVLink4-H100",
-                                  inter: str | Link = "InfiniBand-NDR") -> dict[str, float]:
+def hierarchical_allreduce_phases(
+    message_bytes: float,
+    gpus_per_node: int,
+    nodes: int,
+    *,
+    intra: str | Link = "NVLink4-H100",
+    inter: str | Link = "InfiniBand-NDR",
+) -> dict[str, float]:
     """Seconds of each phase of a two-level all-reduce of `message_bytes` on nodes x gpus_per_node GPUs:
 
     1. reduce-scatter inside each node (g ranks, intra link): each GPU ends with S/g bytes of the node's sum;
@@ -126,7 +138,13 @@ def hierarchical_allreduce_phases(message_bytes: float, gpus_per_node: int, node
     }
 
 
-def hierarchical_allreduce_seconds(message_bytes: float, gpus_per_node: int, nodes: int, *,
-                                   intra: str | Link = "NVLink4-H100", inter: str | Link = "InfiniBand-NDR") -> float:
+def hierarchical_allreduce_seconds(
+    message_bytes: float,
+    gpus_per_node: int,
+    nodes: int,
+    *,
+    intra: str | Link = "NVLink4-H100",
+    inter: str | Link = "InfiniBand-NDR",
+) -> float:
     """Predicted seconds of a two-level all-reduce (see hierarchical_allreduce_phases)."""
     return sum(hierarchical_allreduce_phases(message_bytes, gpus_per_node, nodes, intra=intra, inter=inter).values())

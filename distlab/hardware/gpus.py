@@ -22,8 +22,13 @@ from distlab.hardware.links import per_direction_bytes_per_s
 
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
 # dtype -> the data file's field for its dense peak (fp32 is the vector units' rate, the others tensor cores)
-PEAK_FIELDS = {"fp32": "fp32_tflops", "tf32": "tf32_dense_tflops", "bf16": "bf16_dense_tflops",
-               "fp16": "fp16_dense_tflops", "fp8": "fp8_dense_tflops"}
+PEAK_FIELDS = {
+    "fp32": "fp32_tflops",
+    "tf32": "tf32_dense_tflops",
+    "bf16": "bf16_dense_tflops",
+    "fp16": "fp16_dense_tflops",
+    "fp8": "fp8_dense_tflops",
+}
 BYTES_PER_ELEMENT = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 KIB, MIB = 2**10, 2**20  # on-chip SRAM sizes are printed in binary units (a "50 MB" L2 is 50 MiB)
 
@@ -102,18 +107,30 @@ def gpu(name: str) -> GPU:
     peaks = {dt: value(f) * 1e12 for dt, f in PEAK_FIELDS.items() if f in row}
     link = value("link")  # the chip's GPU-to-GPU link: an entry of interconnect.toml
     return GPU(
-        name=key, title=value("name"), vendor=value("vendor"), sms=value("sms"),
-        hbm_bytes=value("hbm_gb") * 1e9, hbm_bytes_per_s=value("hbm_tbps") * 1e12,
-        l2_bytes=round(value("l2_mib") * MIB), smem_per_sm_bytes=round(value("smem_per_sm_kib") * KIB),
-        link_bytes_per_s=per_direction_bytes_per_s(link), link_name=fact(f"interconnect.{link}.name").value,
-        peaks=peaks, bf16_sparse_flops=value("bf16_sparse_tflops") * 1e12,
+        name=key,
+        title=value("name"),
+        vendor=value("vendor"),
+        sms=value("sms"),
+        hbm_bytes=value("hbm_gb") * 1e9,
+        hbm_bytes_per_s=value("hbm_tbps") * 1e12,
+        l2_bytes=round(value("l2_mib") * MIB),
+        smem_per_sm_bytes=round(value("smem_per_sm_kib") * KIB),
+        link_bytes_per_s=per_direction_bytes_per_s(link),
+        link_name=fact(f"interconnect.{link}.name").value,
+        peaks=peaks,
+        bf16_sparse_flops=value("bf16_sparse_tflops") * 1e12,
     )
 
 
 # Device names as torch reports them -> data-file entries. Variants we do not have data for (PCIe cards,
 # NVL, 40 GB A100) match nothing rather than the wrong row.
-_DEVICE_PATTERNS = [("H200", "H200"), ("H100", "H100-SXM"), ("A100", "A100-SXM-80GB"), ("B200", "B200"),
-                    ("MI300X", "MI300X")]
+_DEVICE_PATTERNS = [
+    ("H200", "H200"),
+    ("H100", "H100-SXM"),
+    ("A100", "A100-SXM-80GB"),
+    ("B200", "B200"),
+    ("MI300X", "MI300X"),
+]
 _EXCLUDE = ("PCIE", "NVL", "40GB", "GH200", "GB200")
 
 
@@ -134,17 +151,34 @@ def gpus_command(argv: list[str]) -> int:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     a = p.parse_args(argv)
     chips = [gpu(name) for name in gpu_names()]
-    obj = [{"name": g.name, "title": g.title, "vendor": g.vendor, "sms": g.sms, "hbm_bytes": g.hbm_bytes,
-            "hbm_bytes_per_s": g.hbm_bytes_per_s, "l2_bytes": g.l2_bytes, "smem_per_sm_bytes": g.smem_per_sm_bytes,
-            "link_name": g.link_name, "link_bytes_per_s": g.link_bytes_per_s,
-            "peak_flops": dict(g.peaks), "ridge": {dt: g.ridge(dt) for dt in g.peaks}} for g in chips]
-    head = f"{'name':<15}{'SMs':>5}{'HBM GB':>8}{'TB/s':>6}{'bf16 TF':>9}{'fp8 TF':>8}{'fp32 TF':>9}" \
-           f"{'L2 MiB':>8}{'smem KiB':>9}{'link GB/s (1 dir)':>19}{'ridge bf16':>12}"
+    obj = [
+        {
+            "name": g.name,
+            "title": g.title,
+            "vendor": g.vendor,
+            "sms": g.sms,
+            "hbm_bytes": g.hbm_bytes,
+            "hbm_bytes_per_s": g.hbm_bytes_per_s,
+            "l2_bytes": g.l2_bytes,
+            "smem_per_sm_bytes": g.smem_per_sm_bytes,
+            "link_name": g.link_name,
+            "link_bytes_per_s": g.link_bytes_per_s,
+            "peak_flops": dict(g.peaks),
+            "ridge": {dt: g.ridge(dt) for dt in g.peaks},
+        }
+        for g in chips
+    ]
+    head = (
+        f"{'name':<15}{'SMs':>5}{'HBM GB':>8}{'TB/s':>6}{'bf16 TF':>9}{'fp8 TF':>8}{'fp32 TF':>9}"
+        f"{'L2 MiB':>8}{'smem KiB':>9}{'link GB/s (1 dir)':>19}{'ridge bf16':>12}"
+    )
     lines = [head] + [
         f"{g.name:<15}{g.sms:>5}{g.hbm_bytes / 1e9:>8g}{g.hbm_bytes_per_s / 1e12:>6g}"
         f"{g.peak_flops('bf16') / 1e12:>9g}{_tflops(g, 'fp8'):>8}"
         f"{g.peak_flops('fp32') / 1e12:>9g}{g.l2_bytes / 2**20:>8g}{g.smem_per_sm_bytes / 2**10:>9g}"
-        f"{g.link_bytes_per_s / 1e9:>19g}{g.ridge('bf16'):>12.0f}" for g in chips]
+        f"{g.link_bytes_per_s / 1e9:>19g}{g.ridge('bf16'):>12.0f}"
+        for g in chips
+    ]
     emit(obj, a.json, "\n".join(lines) + "\n\nDense peaks (no 2:4 sparsity); sources in distlab/data/gpus.toml.")
     return 0
 

@@ -53,8 +53,16 @@ class SMLimits:
     """A block's shared memory is allocated in multiples of this."""
 
     def __post_init__(self) -> None:
-        for name in ("regs_per_sm", "max_regs_per_thread", "max_blocks_per_sm", "max_warps_per_sm",
-                     "smem_per_sm_bytes", "reg_alloc_unit", "reg_subpartitions", "smem_alloc_unit_bytes"):
+        for name in (
+            "regs_per_sm",
+            "max_regs_per_thread",
+            "max_blocks_per_sm",
+            "max_warps_per_sm",
+            "smem_per_sm_bytes",
+            "reg_alloc_unit",
+            "reg_subpartitions",
+            "smem_alloc_unit_bytes",
+        ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{self.chip}: {name} must be > 0, got {getattr(self, name)}")
 
@@ -62,13 +70,20 @@ class SMLimits:
 def sm_limits(chip: str) -> SMLimits:
     """The per-SM limits of a gpus.toml entry that has them (A100-SXM-80GB, H100-SXM, B200)."""
     v = lambda field: value(f"gpus.{chip}.{field}")
-    return SMLimits(chip=chip, compute_capability=v("compute_capability"), regs_per_sm=v("regs_per_sm"),
-                    max_regs_per_thread=v("max_regs_per_thread"), max_blocks_per_sm=v("max_blocks_per_sm"),
-                    max_warps_per_sm=v("max_warps_per_sm"), smem_per_sm_bytes=round(v("smem_per_sm_kib") * 1024),
-                    smem_per_block_optin_bytes=round(v("smem_per_block_optin_kib") * 1024),
-                    smem_reserved_per_block_bytes=round(v("smem_reserved_per_block_kib") * 1024),
-                    reg_alloc_unit=v("reg_alloc_unit"), reg_subpartitions=v("reg_subpartitions"),
-                    smem_alloc_unit_bytes=v("smem_alloc_unit_bytes"))
+    return SMLimits(
+        chip=chip,
+        compute_capability=v("compute_capability"),
+        regs_per_sm=v("regs_per_sm"),
+        max_regs_per_thread=v("max_regs_per_thread"),
+        max_blocks_per_sm=v("max_blocks_per_sm"),
+        max_warps_per_sm=v("max_warps_per_sm"),
+        smem_per_sm_bytes=round(v("smem_per_sm_kib") * 1024),
+        smem_per_block_optin_bytes=round(v("smem_per_block_optin_kib") * 1024),
+        smem_reserved_per_block_bytes=round(v("smem_reserved_per_block_kib") * 1024),
+        reg_alloc_unit=v("reg_alloc_unit"),
+        reg_subpartitions=v("reg_subpartitions"),
+        smem_alloc_unit_bytes=v("smem_alloc_unit_bytes"),
+    )
 
 
 def _round_up(x: int, unit: int) -> int:
@@ -90,10 +105,12 @@ def blocks_per_sm_naive(lim: SMLimits, *, regs: int, warps: int, smem_bytes: int
     _check(regs, warps, smem_bytes)
     per_block_regs = regs_per_warp(lim, regs) * warps
     per_block_smem = smem_bytes + lim.smem_reserved_per_block_bytes
-    limits = {"registers": lim.regs_per_sm // per_block_regs if per_block_regs else lim.max_blocks_per_sm,
-              "shared": lim.smem_per_sm_bytes // per_block_smem,
-              "warps": lim.max_warps_per_sm // warps,
-              "blocks": lim.max_blocks_per_sm}
+    limits = {
+        "registers": lim.regs_per_sm // per_block_regs if per_block_regs else lim.max_blocks_per_sm,
+        "shared": lim.smem_per_sm_bytes // per_block_smem,
+        "warps": lim.max_warps_per_sm // warps,
+        "blocks": lim.max_blocks_per_sm,
+    }
     return limits | {"min": min(limits.values())}
 
 
@@ -113,8 +130,12 @@ def blocks_per_sm(lim: SMLimits, *, regs: int, warps: int, smem_bytes: int) -> d
         by_regs = warps_per_sub * lim.reg_subpartitions // warps
     smem = _round_up(smem_bytes + lim.smem_reserved_per_block_bytes, lim.smem_alloc_unit_bytes)
     by_smem = 0 if smem_bytes > lim.smem_per_block_optin_bytes else lim.smem_per_sm_bytes // smem
-    limits = {"registers": by_regs, "shared": by_smem, "warps": lim.max_warps_per_sm // warps,
-              "blocks": lim.max_blocks_per_sm}
+    limits = {
+        "registers": by_regs,
+        "shared": by_smem,
+        "warps": lim.max_warps_per_sm // warps,
+        "blocks": lim.max_blocks_per_sm,
+    }
     return limits | {"min": min(limits.values())}
 
 

@@ -57,8 +57,9 @@ def check_collectives(rank: int, world: int, elements: int) -> dict[str, list[fl
     return out
 
 
-def time_collectives(rank: int, world: int, sizes: list[int], ops: tuple[str, ...], samples: int,
-                     device: str) -> dict[str, dict[int, list[float]]]:
+def time_collectives(
+    rank: int, world: int, sizes: list[int], ops: tuple[str, ...], samples: int, device: str
+) -> dict[str, dict[int, list[float]]]:
     """Rank function: seconds per operation, per op and size, `samples` samples each (sizes interleaved,
     so a burst of load from elsewhere spreads over all sizes instead of ruining one)."""
     dev = torch.device("cuda", torch.cuda.current_device()) if device == "cuda" else torch.device("cpu")
@@ -91,8 +92,10 @@ def time_collectives(rank: int, world: int, sizes: list[int], ops: tuple[str, ..
 def combine(per_rank: list[dict]) -> dict[str, dict[int, float]]:
     """Slowest rank per sample (a collective ends when its last rank does), then the best sample."""
     ops = per_rank[0].keys()
-    return {op: {s: min(max(samples) for samples in zip(*(r[op][s] for r in per_rank)))
-                 for s in per_rank[0][op]} for op in ops}
+    return {
+        op: {s: min(max(samples) for samples in zip(*(r[op][s] for r in per_rank))) for s in per_rank[0][op]}
+        for op in ops
+    }
 
 
 def fit_alpha_beta(sizes, seconds, op: str, ranks: int) -> tuple[float, float, np.ndarray]:
@@ -130,24 +133,39 @@ def collective_fit(device: str) -> Result:
     r.add("median_abs_residual", float(np.median(np.abs(resid))), "fraction", "median |relative residual|")
     r.add("max_abs_residual", float(np.max(np.abs(resid))), "fraction", "largest |relative residual|")
     half = steps * alpha * bw / bus_bandwidth_factor("all-reduce", world)
-    r.add("half_bandwidth_bytes", half, "B",
-          "message size where latency and bandwidth terms are equal (n_1/2)")
+    r.add("half_bandwidth_bytes", half, "B", "message size where latency and bandwidth terms are equal (n_1/2)")
     rows = []
     for s, e in zip(SIZES, resid):
         t = ar[s]
-        rows.append([_size(s), t * 1e6, t * 1e6 / (1 + e), f"{100 * e:+.0f} %", s / t / 1e9,
-                     s / t * bus_bandwidth_factor("all-reduce", world) / 1e9])
-    r.table("allreduce", ["message", "measured (µs)", "fit (µs)", "residual", "algbw (GB/s)", "busbw (GB/s)"], rows,
-            caption=f"all-reduce on {world} ranks: slowest rank, best of {SAMPLES} samples")
+        rows.append(
+            [
+                _size(s),
+                t * 1e6,
+                t * 1e6 / (1 + e),
+                f"{100 * e:+.0f} %",
+                s / t / 1e9,
+                s / t * bus_bandwidth_factor("all-reduce", world) / 1e9,
+            ]
+        )
+    r.table(
+        "allreduce",
+        ["message", "measured (µs)", "fit (µs)", "residual", "algbw (GB/s)", "busbw (GB/s)"],
+        rows,
+        caption=f"all-reduce on {world} ranks: slowest rank, best of {SAMPLES} samples",
+    )
     other_rows = []
     for op in OPS[1:]:
         for s in SIZES[-3:]:
             pred = time_seconds(op, s, world, alpha_s=alpha, bandwidth_bytes_per_s=bw)
             other_rows.append([op, _size(s), med[op][s] * 1e3, pred * 1e3, med[op][s] / pred])
             r.add(f"{op}_{s // (KIB * KIB)}mib_ratio", med[op][s] / pred, "", f"{op}: measured / predicted")
-    r.table("others", ["op", "message", "measured (ms)", "predicted from the all-reduce fit (ms)", "ratio"],
-            other_rows, caption="The all-reduce fit, applied to other collectives through their step and byte "
-            "counts: a ratio far from 1 is the implementation, not the wire")
+    r.table(
+        "others",
+        ["op", "message", "measured (ms)", "predicted from the all-reduce fit (ms)", "ratio"],
+        other_rows,
+        caption="The all-reduce fit, applied to other collectives through their step and byte "
+        "counts: a ratio far from 1 is the implementation, not the wire",
+    )
     # The model's two regimes, measured: flat below n_1/2, linear above it.
     small = ar[SIZES[2]] / ar[SIZES[0]]
     large = ar[SIZES[-1]] / ar[SIZES[-3]]
@@ -155,18 +173,39 @@ def collective_fit(device: str) -> Result:
     r.add("large_ratio", large, "", "t(64 MiB) / t(4 MiB)")
     # The latency regime is claimed through the fit (all nine sizes), not through two single points: on a
     # loaded 2-core machine one small message can take 3x another of the same cost.
-    r.claim("latency regime: the fitted n_1/2 is at least 16 KiB (small messages cost their latency)",
-            half, SIZES[2], relation=">=", unit="B", formula="n_1/2 = steps·α·B / factor")
-    r.claim("bandwidth regime starts within the sweep: the fitted n_1/2 is at most 16 MiB",
-            half, SIZES[-2], relation="<=", unit="B", formula="n_1/2 = steps·α·B / factor")
+    r.claim(
+        "latency regime: the fitted n_1/2 is at least 16 KiB (small messages cost their latency)",
+        half,
+        SIZES[2],
+        relation=">=",
+        unit="B",
+        formula="n_1/2 = steps·α·B / factor",
+    )
+    r.claim(
+        "bandwidth regime starts within the sweep: the fitted n_1/2 is at most 16 MiB",
+        half,
+        SIZES[-2],
+        relation="<=",
+        unit="B",
+        formula="n_1/2 = steps·α·B / factor",
+    )
     # Over 16x the bytes, so that one noisy sample (up to 1.5x seen under load) cannot move it out of the band.
-    r.claim("bandwidth regime: 16x the bytes, about 16x the time (4 MiB -> 64 MiB)", large, 16.0, rel_tol=0.5,
-            formula="t ≈ factor·S/B when S ≫ n_1/2")
+    r.claim(
+        "bandwidth regime: 16x the bytes, about 16x the time (4 MiB -> 64 MiB)",
+        large,
+        16.0,
+        rel_tol=0.5,
+        formula="t ≈ factor·S/B when S ≫ n_1/2",
+    )
     # The fit's residuals are reported, not claimed: on a shared 2-core machine a single size can come out
     # 60 % slow in one run and on the line in the next (median residual 8-40 % seen), so no bound on them is
     # robust. The regime claims above are.
-    r.data.update(sizes=SIZES, median_seconds={op: [med[op][s] for s in SIZES] for op in OPS}, alpha_s=alpha,
-                  bandwidth_bytes_per_s=bw)
+    r.data.update(
+        sizes=SIZES,
+        median_seconds={op: [med[op][s] for s in SIZES] for op in OPS},
+        alpha_s=alpha,
+        bandwidth_bytes_per_s=bw,
+    )
     _figure(r, ar, alpha, bw, resid, world)
     return r
 
@@ -185,13 +224,20 @@ def _figure(r: Result, ar: dict, alpha: float, bw: float, resid, world: int) -> 
     grid = np.logspace(np.log10(s[0]), np.log10(s[-1]), 100)
     fig, (ax, bx) = plt.subplots(2, 1, figsize=(6.5, 5), sharex=True, gridspec_kw={"height_ratios": [3, 1]})
     ax.loglog(s, [ar[x] for x in SIZES], "o", label=f"measured (best of {SAMPLES})")
-    ax.loglog(grid, [time_seconds("all-reduce", x, world, alpha_s=alpha, bandwidth_bytes_per_s=bw) for x in grid],
-              "-", label=f"fit: α = {alpha * 1e6:.0f} µs/step, B = {bw / 1e9:.2f} GB/s")
+    ax.loglog(
+        grid,
+        [time_seconds("all-reduce", x, world, alpha_s=alpha, bandwidth_bytes_per_s=bw) for x in grid],
+        "-",
+        label=f"fit: α = {alpha * 1e6:.0f} µs/step, B = {bw / 1e9:.2f} GB/s",
+    )
     ax.set_ylabel("seconds per all-reduce")
     ax.legend(fontsize=8)
     bx.semilogx(s, 100 * np.asarray(resid), "o-")
     bx.axhline(0, color="gray", lw=0.8)
     bx.set_ylabel("residual (%)")
     bx.set_xlabel("message size (bytes)")
-    r.figure("fit", fig, f"all-reduce time vs message size on {world} ranks, with the alpha-beta fit and its "
-             "relative residuals")
+    r.figure(
+        "fit",
+        fig,
+        f"all-reduce time vs message size on {world} ranks, with the alpha-beta fit and its relative residuals",
+    )

@@ -20,8 +20,11 @@ from distlab.interconnect.topology import ASSUMED_MFU, BF16_BYTES, DDP_BUCKET_BY
 from distlab.models.shapes import preset
 
 
-@experiment("placement", "alpha-beta predictions: NVLink vs InfiniBand vs PCIe, and TP placed in or across nodes",
-            kind="computed")
+@experiment(
+    "placement",
+    "alpha-beta predictions: NVLink vs InfiniBand vs PCIe, and TP placed in or across nodes",
+    kind="computed",
+)
 def placement(device: str) -> Result:
     r = Result("placement")
     _links_table(r)
@@ -38,12 +41,22 @@ def _links_table(r: Result) -> None:
         lk = link(name)
         steps, factor = steps_and_factor("all-reduce", 8)
         half = steps * lk.alpha_s * lk.bandwidth_bytes_per_s / factor  # steps·α = factor·S/B
-        rows.append([name, Quantity(lk.bandwidth_bytes_per_s, "B/s"), Quantity(lk.bidirectional_bytes_per_s, "B/s"),
-                     Quantity(lk.alpha_s, "s"), Quantity(half, "B")])
-    r.table("links", ["link", "per direction", "both directions", "α per step (NCCL LL)",
-                      "n½ of an 8-rank ring all-reduce"], rows,
-            caption="Per-GPU (NVLink, NVSwitch), per-slot (PCIe x16) and per-port (network) bandwidth from "
-            "distlab/data/interconnect.toml; n½ is the message size at which latency and bandwidth terms are equal")
+        rows.append(
+            [
+                name,
+                Quantity(lk.bandwidth_bytes_per_s, "B/s"),
+                Quantity(lk.bidirectional_bytes_per_s, "B/s"),
+                Quantity(lk.alpha_s, "s"),
+                Quantity(half, "B"),
+            ]
+        )
+    r.table(
+        "links",
+        ["link", "per direction", "both directions", "α per step (NCCL LL)", "n½ of an 8-rank ring all-reduce"],
+        rows,
+        caption="Per-GPU (NVLink, NVSwitch), per-slot (PCIe x16) and per-port (network) bandwidth from "
+        "distlab/data/interconnect.toml; n½ is the message size at which latency and bandwidth terms are equal",
+    )
     nvl, ib = link("NVLink4-H100"), link("InfiniBand-NDR")
     r.add("nvlink4_per_direction", nvl.bandwidth_bytes_per_s, "B/s", "NVLink 4, per direction")
     r.add("ndr_per_direction", ib.bandwidth_bytes_per_s, "B/s", "InfiniBand NDR, per direction")
@@ -73,16 +86,24 @@ def _time_vs_size(r: Result) -> None:
     ax.set_ylabel("predicted seconds (ring)")
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(fontsize=8)
-    r.figure("time_vs_size", fig, "Predicted ring all-reduce time on 8 GPUs vs message size: flat left of n½ "
-             "(latency), slope 1 right of it (bandwidth)")
+    r.figure(
+        "time_vs_size",
+        fig,
+        "Predicted ring all-reduce time on 8 GPUs vs message size: flat left of n½ "
+        "(latency), slope 1 right of it (bandwidth)",
+    )
     big = 1e9
     nvl = link_time_seconds("all-reduce", big, 8, curves["8 GPUs, NVLink 4 (one node)"])
     ib8 = link_time_seconds("all-reduce", big, 8, curves["8 GPUs on 8 nodes, NDR (1 NIC each)"])
     r.add("gb_allreduce_nvlink_s", nvl, "s", "1 GB all-reduce, 8 GPUs on NVLink 4")
     r.add("gb_allreduce_ib_s", ib8, "s", "1 GB all-reduce, 8 GPUs on 8 nodes of NDR")
-    r.claim("1 GB all-reduce: IB/NVLink time ratio approaches the bandwidth ratio", ib8 / nvl,
-            link("NVLink4-H100").bandwidth_bytes_per_s / link("InfiniBand-NDR").bandwidth_bytes_per_s, rel_tol=0.01,
-            formula="bandwidth regime: t ≈ 2(p-1)/p · S/B, the α term < 1 %")
+    r.claim(
+        "1 GB all-reduce: IB/NVLink time ratio approaches the bandwidth ratio",
+        ib8 / nvl,
+        link("NVLink4-H100").bandwidth_bytes_per_s / link("InfiniBand-NDR").bandwidth_bytes_per_s,
+        rel_tol=0.01,
+        formula="bandwidth regime: t ≈ 2(p-1)/p · S/B, the α term < 1 %",
+    )
 
 
 def _tp_worked(r: Result) -> None:
@@ -96,8 +117,16 @@ def _tp_worked(r: Result) -> None:
     rows = []
     for label, gpn in (("one node, NVLink 4", 8), ("2 nodes x 4 GPUs, NDR", 4), ("8 nodes x 1 GPU, NDR", 1)):
         t = tp_step_seconds(model, 8, gpn)
-        rows.append([label, Quantity(t["bandwidth_bytes_per_s"], "B/s"), Quantity(t["per_allreduce_s"], "s"),
-                     Quantity(t["comm_s"], "s"), Quantity(t["compute_s"], "s"), t["comm_s"] / t["compute_s"]])
+        rows.append(
+            [
+                label,
+                Quantity(t["bandwidth_bytes_per_s"], "B/s"),
+                Quantity(t["per_allreduce_s"], "s"),
+                Quantity(t["comm_s"], "s"),
+                Quantity(t["compute_s"], "s"),
+                t["comm_s"] / t["compute_s"],
+            ]
+        )
         key = {8: "node", 4: "two_nodes", 1: "eight_nodes"}[gpn]
         r.add(f"tp_{key}_comm_s", t["comm_s"], "s", f"TP=8 {label}: communication per micro-batch")
         r.add(f"tp_{key}_per_allreduce_s", t["per_allreduce_s"], "s", f"TP=8 {label}: one all-reduce")
@@ -106,13 +135,27 @@ def _tp_worked(r: Result) -> None:
     r.add("tp_allreduces", t["allreduces"], "", "TP all-reduces per micro-batch (4L)")
     r.add("tp_compute_peak_s", t["compute_peak_s"], "s", "compute per micro-batch at peak, per GPU")
     r.add("tp_compute_s", t["compute_s"], "s", "compute per micro-batch at the assumed MFU")
-    r.table("tp", ["TP=8 placement", "ring bandwidth per rank", "one all-reduce", "per micro-batch (4L of them)",
-                   "compute per micro-batch", "comm / compute"], rows,
-            caption=f"{m.name}, micro-batch 1, sequence {m.seq}, bf16 activations, no sequence parallelism; compute "
-            f"is 6·Ψ·tokens / (TP · peak · MFU) on H100 SXM")
+    r.table(
+        "tp",
+        [
+            "TP=8 placement",
+            "ring bandwidth per rank",
+            "one all-reduce",
+            "per micro-batch (4L of them)",
+            "compute per micro-batch",
+            "comm / compute",
+        ],
+        rows,
+        caption=f"{m.name}, micro-batch 1, sequence {m.seq}, bf16 activations, no sequence parallelism; compute "
+        f"is 6·Ψ·tokens / (TP · peak · MFU) on H100 SXM",
+    )
     q = r.quantities
-    r.add("tp_bad_placement_extra_s", q["tp_eight_nodes_comm_s"].value - q["tp_node_comm_s"].value, "s",
-          "extra communication per micro-batch, 8 nodes vs one")
+    r.add(
+        "tp_bad_placement_extra_s",
+        q["tp_eight_nodes_comm_s"].value - q["tp_node_comm_s"].value,
+        "s",
+        "extra communication per micro-batch, 8 nodes vs one",
+    )
 
 
 def _dp_hierarchical(r: Result) -> None:
@@ -123,9 +166,12 @@ def _dp_hierarchical(r: Result) -> None:
     rows = []
     for label, size in (("7B gradients, bf16", grad_bytes), ("one 1 MB bucket", 1e6)):
         phases = hierarchical_allreduce_phases(size, 8, 4)
-        times = {"flat_eight_nics": link_time_seconds("all-reduce", size, 32, flat_ring_link(8, nodes=4)),
-                 "flat_one_nic": link_time_seconds("all-reduce", size, 32, flat_ring_link(1, nodes=4)),
-                 "hier": sum(phases.values()), "hier_pipelined": max(phases.values())}
+        times = {
+            "flat_eight_nics": link_time_seconds("all-reduce", size, 32, flat_ring_link(8, nodes=4)),
+            "flat_one_nic": link_time_seconds("all-reduce", size, 32, flat_ring_link(1, nodes=4)),
+            "hier": sum(phases.values()),
+            "hier_pipelined": max(phases.values()),
+        }
         rows.append([label, Quantity(size, "B")] + [Quantity(t, "s") for t in times.values()])
         key = "dp" if size == grad_bytes else "dp_small"
         for k, t in times.items():
@@ -133,9 +179,19 @@ def _dp_hierarchical(r: Result) -> None:
         if size == grad_bytes:
             for k, t in phases.items():
                 r.add(f"dp_phase_{k.split()[0].replace('-', '_')}_s", t, "s", f"hierarchical phase: {k}")
-    r.table("dp", ["message", "bytes", "flat ring, 8 NICs/node", "flat ring, 1 NIC/node",
-                   "hierarchical (phases summed)", "hierarchical (phases pipelined: largest)"], rows,
-            caption="All-reduce over 4 DGX H100 nodes x 8 GPUs (NVLink 4 inside, NDR between), ring model")
+    r.table(
+        "dp",
+        [
+            "message",
+            "bytes",
+            "flat ring, 8 NICs/node",
+            "flat ring, 1 NIC/node",
+            "hierarchical (phases summed)",
+            "hierarchical (phases pipelined: largest)",
+        ],
+        rows,
+        caption="All-reduce over 4 DGX H100 nodes x 8 GPUs (NVLink 4 inside, NDR between), ring model",
+    )
 
 
 def _overlap(r: Result) -> None:
@@ -154,10 +210,26 @@ def _overlap(r: Result) -> None:
     for tokens in (256, 1024, 4096):
         backward = 4 * m.params() * tokens / (peak * ASSUMED_MFU)  # backward is 2/3 of 6·Ψ·tokens
         exposed = max(comm - backward, 0.0) + last
-        rows.append([tokens, Quantity(backward, "s"), Quantity(comm, "s"), Quantity(exposed, "s"),
-                     f"{100 * exposed / (backward + exposed):.1f} %"])
+        rows.append(
+            [
+                tokens,
+                Quantity(backward, "s"),
+                Quantity(comm, "s"),
+                Quantity(exposed, "s"),
+                f"{100 * exposed / (backward + exposed):.1f} %",
+            ]
+        )
         r.add(f"overlap_{tokens}_exposed_s", exposed, "s", f"{tokens} tokens per GPU: exposed communication")
         r.add(f"overlap_{tokens}_backward_s", backward, "s", f"{tokens} tokens per GPU: backward")
-    r.table("overlap", ["tokens per GPU per step", "backward", "gradient all-reduce", "exposed ≈ max(comm − "
-                        "backward, 0) + last bucket", "exposed share of backward + exposed"], rows,
-            caption=f"{m.name}, 4 nodes x 8 H100 (NVLink 4, NDR), flat ring, backward = 4·Ψ·tokens / (peak · MFU)")
+    r.table(
+        "overlap",
+        [
+            "tokens per GPU per step",
+            "backward",
+            "gradient all-reduce",
+            "exposed ≈ max(comm − backward, 0) + last bucket",
+            "exposed share of backward + exposed",
+        ],
+        rows,
+        caption=f"{m.name}, 4 nodes x 8 H100 (NVLink 4, NDR), flat ring, backward = 4·Ψ·tokens / (peak · MFU)",
+    )

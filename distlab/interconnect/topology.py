@@ -29,20 +29,31 @@ TP_ALLREDUCES_PER_LAYER = 4  # 2 forward (attention output, MLP output) + 2 back
 DDP_BUCKET_BYTES = 25 * 2**20  # DistributedDataParallel(bucket_cap_mb=25), PyTorch's default bucket
 
 
-def flat_ring_link(gpus_per_node: int, intra: str | Link = "NVLink4-H100", inter: str | Link = "InfiniBand-NDR",
-                   nodes: int = 2) -> Link:
+def flat_ring_link(
+    gpus_per_node: int, intra: str | Link = "NVLink4-H100", inter: str | Link = "InfiniBand-NDR", nodes: int = 2
+) -> Link:
     """The effective link of one ring over `nodes` nodes with `gpus_per_node` of the group's GPUs in each:
     bandwidth min(B_intra, gpus_per_node * B_nic), the network's per-step latency."""
     a = intra if isinstance(intra, Link) else link(intra)
     b = inter if isinstance(inter, Link) else link(inter)
     if nodes == 1:
         return a
-    return Link(name=f"ring over {nodes} nodes", bandwidth_bytes_per_s=min(a.bandwidth_bytes_per_s,
-                gpus_per_node * b.bandwidth_bytes_per_s), alpha_s=b.alpha_s, transport="net")
+    return Link(
+        name=f"ring over {nodes} nodes",
+        bandwidth_bytes_per_s=min(a.bandwidth_bytes_per_s, gpus_per_node * b.bandwidth_bytes_per_s),
+        alpha_s=b.alpha_s,
+        transport="net",
+    )
 
 
-def tp_step_seconds(model: str, tp: int, gpus_per_node: int, micro_batch: int = 1,
-                    intra: str = "NVLink4-H100", inter: str = "InfiniBand-NDR") -> dict[str, float]:
+def tp_step_seconds(
+    model: str,
+    tp: int,
+    gpus_per_node: int,
+    micro_batch: int = 1,
+    intra: str = "NVLink4-H100",
+    inter: str = "InfiniBand-NDR",
+) -> dict[str, float]:
     """Tensor-parallel communication of one micro-batch (forward + backward) for a TP group of `tp` GPUs
     with `gpus_per_node` of them per node, against the compute of that micro-batch."""
     m = preset(model)
@@ -55,6 +66,12 @@ def tp_step_seconds(model: str, tp: int, gpus_per_node: int, micro_batch: int = 
     count = TP_ALLREDUCES_PER_LAYER * m.layers
     peak = fact("gpus.H100-SXM.bf16_dense_tflops").value * 1e12
     compute_peak = 6 * m.params() * micro_batch * m.seq / (tp * peak)
-    return {"message_bytes": message, "allreduces": count, "per_allreduce_s": per_allreduce,
-            "comm_s": count * per_allreduce, "compute_peak_s": compute_peak,
-            "compute_s": compute_peak / ASSUMED_MFU, "bandwidth_bytes_per_s": lk.bandwidth_bytes_per_s}
+    return {
+        "message_bytes": message,
+        "allreduces": count,
+        "per_allreduce_s": per_allreduce,
+        "comm_s": count * per_allreduce,
+        "compute_peak_s": compute_peak,
+        "compute_s": compute_peak / ASSUMED_MFU,
+        "bandwidth_bytes_per_s": lk.bandwidth_bytes_per_s,
+    }

@@ -24,8 +24,16 @@ def published_bytes_per_layer(s: int, b: int, h: int, a: int) -> float:
     return s * b * h * (34 + 5 * a * s / h)
 
 
-def activation_bytes_per_layer(seq: int, batch: int, hidden: int, heads: int, *, tp: int = 1,
-                               sequence_parallel: bool = False, recompute: str = "none") -> float:
+def activation_bytes_per_layer(
+    seq: int,
+    batch: int,
+    hidden: int,
+    heads: int,
+    *,
+    tp: int = 1,
+    sequence_parallel: bool = False,
+    recompute: str = "none",
+) -> float:
     """Bytes of activations one layer keeps for backward, per GPU (the paper's Table 2).
 
     none:       sbh(10 + 24/t + 5as/(ht))       (with sequence parallelism: sbh/t (34 + 5as/h))
@@ -65,8 +73,18 @@ class Term:
     """Part of the attention core, which selective recompute drops (Section 5)."""
 
 
-def block_terms(s: int, b: int, h: int, a: int, *, dropout: bool = True, ffn: int | None = None,
-                act_bytes: int = 2, mask_bytes: int = 1, norm_stat_bytes: int = 2) -> list[Term]:
+def block_terms(
+    s: int,
+    b: int,
+    h: int,
+    a: int,
+    *,
+    dropout: bool = True,
+    ffn: int | None = None,
+    act_bytes: int = 2,
+    mask_bytes: int = 1,
+    norm_stat_bytes: int = 2,
+) -> list[Term]:
     """Every tensor our GPT block (distlab.models.gpt.Block) saves for backward, by module.
 
     act_bytes: bytes of an activation element (2 for bf16/fp16). mask_bytes: a dropout mask element
@@ -142,23 +160,30 @@ def layer_forward_flops(s: int, b: int, h: int) -> dict[str, int]:
 
 
 FORMULAS = {  # the paper's per-layer expression for each row
-    (False, "none"): "sbh(10 + 24/t + 5as/(ht))", (True, "none"): "sbh/t (34 + 5as/h)",
-    (False, "selective"): "sbh(10 + 24/t)", (True, "selective"): "34 sbh/t",
-    (False, "full"): "2sbh", (True, "full"): "2sbh/t",
+    (False, "none"): "sbh(10 + 24/t + 5as/(ht))",
+    (True, "none"): "sbh/t (34 + 5as/h)",
+    (False, "selective"): "sbh(10 + 24/t)",
+    (True, "selective"): "34 sbh/t",
+    (False, "full"): "2sbh",
+    (True, "full"): "2sbh/t",
 }
 
 
 # ---------------------------------------------------------------- the calculator
-CONVENTION = ("Convention (Korthikanti et al. 2022, Table 2): a GPT layer (LayerNorm, attention, LayerNorm, 4h "
-              "GeLU MLP) with 16-bit activations and dropout (1-byte masks); LayerNorm statistics, the causal "
-              "mask, embeddings and the loss are left out. Per GPU: tensor parallelism splits heads t ways; "
-              "sequence parallelism also splits what tensor parallelism leaves whole. Bytes are exact; 1 GB = 1e9 B.")
+CONVENTION = (
+    "Convention (Korthikanti et al. 2022, Table 2): a GPT layer (LayerNorm, attention, LayerNorm, 4h "
+    "GeLU MLP) with 16-bit activations and dropout (1-byte masks); LayerNorm statistics, the causal "
+    "mask, embeddings and the loss are left out. Per GPU: tensor parallelism splits heads t ways; "
+    "sequence parallelism also splits what tensor parallelism leaves whole. Bytes are exact; 1 GB = 1e9 B."
+)
 
 
 @command("activations", "activation bytes per layer and per GPU (Korthikanti et al. 2022, Table 2)")
 def activations_command(argv: list[str]) -> int:
-    p = parser("activations", "Activation bytes a transformer keeps for backward, per layer and in total per GPU.\n\n"
-               + CONVENTION)
+    p = parser(
+        "activations",
+        "Activation bytes a transformer keeps for backward, per layer and in total per GPU.\n\n" + CONVENTION,
+    )
     p.add_argument("--layers", type=positive(int), required=True, help="transformer layers L (on this GPU)")
     p.add_argument("--hidden", type=positive(int), required=True, help="hidden size h")
     p.add_argument("--heads", type=positive(int), required=True, help="attention heads a")
@@ -166,24 +191,47 @@ def activations_command(argv: list[str]) -> int:
     p.add_argument("--batch", type=positive(int), required=True, help="micro-batch b (sequences)")
     p.add_argument("--tp", type=positive(int), default=1, help="tensor-parallel size t (default 1)")
     p.add_argument("--sequence-parallel", action="store_true", help="Megatron sequence parallelism (with --tp)")
-    p.add_argument("--recompute", choices=RECOMPUTE, default="none",
-                   help="none (default), selective (attention core) or full (keep layer inputs only)")
+    p.add_argument(
+        "--recompute",
+        choices=RECOMPUTE,
+        default="none",
+        help="none (default), selective (attention core) or full (keep layer inputs only)",
+    )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     args = p.parse_args(argv)
     if args.hidden % args.heads:
         raise ValueError(f"--hidden ({args.hidden}) must be divisible by --heads ({args.heads})")
     if args.heads % args.tp:
         raise ValueError(f"--heads ({args.heads}) must be divisible by --tp ({args.tp})")
-    per_layer = activation_bytes_per_layer(args.seq, args.batch, args.hidden, args.heads, tp=args.tp,
-                                           sequence_parallel=args.sequence_parallel, recompute=args.recompute)
+    per_layer = activation_bytes_per_layer(
+        args.seq,
+        args.batch,
+        args.hidden,
+        args.heads,
+        tp=args.tp,
+        sequence_parallel=args.sequence_parallel,
+        recompute=args.recompute,
+    )
     per_layer = int(per_layer) if float(per_layer).is_integer() else per_layer
     total = args.layers * per_layer
     formula = FORMULAS[(args.sequence_parallel, args.recompute)]
-    out = {"layers": args.layers, "hidden": args.hidden, "heads": args.heads, "seq": args.seq, "batch": args.batch,
-           "tp": args.tp, "sequence_parallel": args.sequence_parallel, "recompute": args.recompute,
-           "formula": formula, "bytes_per_layer": per_layer, "total_bytes": total}
-    text = (f"per layer  {per_layer:,} B ({per_layer / 1e9:.3g} GB)   {formula}\n"
-            f"per GPU    {total:,} B ({total / 1e9:.3g} GB)   {args.layers} layers\n"
-            "16-bit activations with dropout (Korthikanti et al. 2022, Table 2); see --help for the convention")
+    out = {
+        "layers": args.layers,
+        "hidden": args.hidden,
+        "heads": args.heads,
+        "seq": args.seq,
+        "batch": args.batch,
+        "tp": args.tp,
+        "sequence_parallel": args.sequence_parallel,
+        "recompute": args.recompute,
+        "formula": formula,
+        "bytes_per_layer": per_layer,
+        "total_bytes": total,
+    }
+    text = (
+        f"per layer  {per_layer:,} B ({per_layer / 1e9:.3g} GB)   {formula}\n"
+        f"per GPU    {total:,} B ({total / 1e9:.3g} GB)   {args.layers} layers\n"
+        "16-bit activations with dropout (Korthikanti et al. 2022, Table 2); see --help for the convention"
+    )
     emit(out, args.json, text)
     return 0

@@ -30,8 +30,12 @@ VARIANTS = [  # (label, tp, sequence_parallel, recompute): the rows of the paper
 ]
 
 
-@experiment("activations-7b", "activation bytes of a 7B model at sequence 4096: recompute x tensor/sequence "
-            "parallelism x micro-batch (Korthikanti Table 2)", kind="computed")
+@experiment(
+    "activations-7b",
+    "activation bytes of a 7B model at sequence 4096: recompute x tensor/sequence "
+    "parallelism x micro-batch (Korthikanti Table 2)",
+    kind="computed",
+)
 def activations_7b(device: str) -> Result:
     r = Result("activations-7b")
     m, seq, batches = presets()["7B"], 4096, (1, 2, 4, 8)
@@ -45,61 +49,108 @@ def activations_7b(device: str) -> Result:
     for label, t, sp, rc in VARIANTS:
         cells = []
         for b in batches:
-            total = m.layers * activation_bytes_per_layer(seq, b, m.hidden, m.heads, tp=t, sequence_parallel=sp,
-                                                          recompute=rc)
+            total = m.layers * activation_bytes_per_layer(
+                seq, b, m.hidden, m.heads, tp=t, sequence_parallel=sp, recompute=rc
+            )
             totals[(label, b)] = total
             cells.append(Quantity(total, "B"))
         rows.append([label, t, FORMULAS[(sp, rc)]] + cells)
-    r.table("variants", ["variant", "t", "per layer (paper)", *(f"b = {b}" for b in batches)], rows,
-            caption=f"{m.name}: activation bytes per GPU for all {m.layers} layers, s = {seq}, 16-bit activations "
-            "with dropout (the paper's convention); computed by distlab.memory.activations")
+    r.table(
+        "variants",
+        ["variant", "t", "per layer (paper)", *(f"b = {b}" for b in batches)],
+        rows,
+        caption=f"{m.name}: activation bytes per GPU for all {m.layers} layers, s = {seq}, 16-bit activations "
+        "with dropout (the paper's convention); computed by distlab.memory.activations",
+    )
     none1 = totals[("no parallelism", 1)]
-    for key, label in (("none", "no parallelism"), ("selective", "no parallelism, selective recompute"),
-                       ("full", "no parallelism, full recompute"), ("tp", "tensor parallel"),
-                       ("tp_sp", "tensor + sequence parallel"),
-                       ("tp_sp_selective", "tensor + sequence parallel, selective recompute")):
+    for key, label in (
+        ("none", "no parallelism"),
+        ("selective", "no parallelism, selective recompute"),
+        ("full", "no parallelism, full recompute"),
+        ("tp", "tensor parallel"),
+        ("tp_sp", "tensor + sequence parallel"),
+        ("tp_sp_selective", "tensor + sequence parallel, selective recompute"),
+    ):
         for b in (1, 8):
             r.add(f"{key}_b{b}", totals[(label, b)], "B", f"{label}, micro-batch {b}")
-    r.add("selective_saving", 1 - totals[("no parallelism, selective recompute", 1)] / none1, "fraction",
-          "share of activation memory that selective recompute removes")
+    r.add(
+        "selective_saving",
+        1 - totals[("no parallelism, selective recompute", 1)] / none1,
+        "fraction",
+        "share of activation memory that selective recompute removes",
+    )
     r.add("none_b1_over_hbm", none1 / hbm, "", "no recompute, b = 1, over one 80 GB GPU")
     from distlab.memory.model_states import model_state_bytes
 
     states = sum(model_state_bytes(m.params()).values()) / 8  # mixed-precision AdamW states, ZeRO-3 over 8 GPUs
     r.add("states_zero3_8", states, "B", "7B model states per GPU, sharded over 8 GPUs")
     for rc in ("none", "selective", "full"):
-        fits = [b for b in range(1, 65) if states + m.layers * activation_bytes_per_layer(
-            seq, b, m.hidden, m.heads, recompute=rc) <= hbm]
-        r.add(f"fit_b_{rc}", max(fits, default=0), "", f"largest micro-batch that fits 80 GB with sharded states, "
-              f"{rc} recompute (0: none)")
+        fits = [
+            b
+            for b in range(1, 65)
+            if states + m.layers * activation_bytes_per_layer(seq, b, m.hidden, m.heads, recompute=rc) <= hbm
+        ]
+        r.add(
+            f"fit_b_{rc}",
+            max(fits, default=0),
+            "",
+            f"largest micro-batch that fits 80 GB with sharded states, {rc} recompute (0: none)",
+        )
     flops = layer_forward_flops(seq, 1, m.hidden)
-    r.add("core_flop_share", flops["core"] / flops["layer"], "fraction",
-          "attention core's share of a layer's forward matmul FLOPs, 4s/(24h + 4s)")
+    r.add(
+        "core_flop_share",
+        flops["core"] / flops["layer"],
+        "fraction",
+        "attention core's share of a layer's forward matmul FLOPs, 4s/(24h + 4s)",
+    )
     g3 = layer_forward_flops(2048, 1, 12288)
     r.add("gpt3_core_flop_share", g3["core"] / g3["layer"], "fraction", "the same for GPT-3 175B at s = 2048")
     for rc in ("none", "selective"):
-        r.add(f"layer_over_input_{rc}", activation_bytes_per_layer(seq, 1, m.hidden, m.heads, recompute=rc)
-              / activation_bytes_per_layer(seq, 1, m.hidden, m.heads, recompute="full"), "",
-              f"one layer's saves / its input, {rc} recompute")
+        r.add(
+            f"layer_over_input_{rc}",
+            activation_bytes_per_layer(seq, 1, m.hidden, m.heads, recompute=rc)
+            / activation_bytes_per_layer(seq, 1, m.hidden, m.heads, recompute="full"),
+            "",
+            f"one layer's saves / its input, {rc} recompute",
+        )
     r.add("logits_b1", 4 * seq * m.vocab, "B", "fp32 logits of one sequence for the loss (s · V · 4 B)")
     r.add("vocab", m.vocab, "tokens", "vocabulary")
     for rc in ("none", "selective"):
-        r.add(f"double_seq_{rc}", activation_bytes_per_layer(2 * seq, 1, m.hidden, m.heads, recompute=rc)
-              / activation_bytes_per_layer(seq, 1, m.hidden, m.heads, recompute=rc), "",
-              f"activation growth when s doubles, {rc} recompute")
+        r.add(
+            f"double_seq_{rc}",
+            activation_bytes_per_layer(2 * seq, 1, m.hidden, m.heads, recompute=rc)
+            / activation_bytes_per_layer(seq, 1, m.hidden, m.heads, recompute=rc),
+            "",
+            f"activation growth when s doubles, {rc} recompute",
+        )
     # The paper's Table 2 rows agree with one another where they must: t = 1 with sequence parallelism is
     # no parallelism; the variants sum the same per-term pieces as block_terms' paper column.
     s, b, h, a = seq, 1, m.hidden, m.heads
-    r.claim("Table 2 at t = 1: sequence parallel equals no parallelism",
-            activation_bytes_per_layer(s, b, h, a, tp=1, sequence_parallel=True),
-            published_bytes_per_layer(s, b, h, a), unit="B")
-    r.claim("the paper's terms of Section 4.1 sum to sbh(34 + 5as/h)",
-            sum(t.paper_bytes for t in block_terms(s, b, h, a)), published_bytes_per_layer(s, b, h, a), unit="B")
-    r.claim("selective recompute drops exactly the 5as²b terms",
-            none1 - totals[("no parallelism, selective recompute", 1)],
-            m.layers * 5 * a * s * s * b, unit="B", formula="L · 5as²b")
+    r.claim(
+        "Table 2 at t = 1: sequence parallel equals no parallelism",
+        activation_bytes_per_layer(s, b, h, a, tp=1, sequence_parallel=True),
+        published_bytes_per_layer(s, b, h, a),
+        unit="B",
+    )
+    r.claim(
+        "the paper's terms of Section 4.1 sum to sbh(34 + 5as/h)",
+        sum(t.paper_bytes for t in block_terms(s, b, h, a)),
+        published_bytes_per_layer(s, b, h, a),
+        unit="B",
+    )
+    r.claim(
+        "selective recompute drops exactly the 5as²b terms",
+        none1 - totals[("no parallelism, selective recompute", 1)],
+        m.layers * 5 * a * s * s * b,
+        unit="B",
+        formula="L · 5as²b",
+    )
     gpt3 = dict(s=2048, h=12288, a=96)  # GPT-3 175B, the paper's running example
     r.add("gpt3_attention_ratio", 5 * gpt3["a"] * gpt3["s"] / gpt3["h"], "", "5as/h for GPT-3 175B")
-    r.add("gpt3_selective_saving", 1 - 34 / (34 + 5 * gpt3["a"] * gpt3["s"] / gpt3["h"]), "fraction",
-          "share of GPT-3's activations that selective recompute removes")
+    r.add(
+        "gpt3_selective_saving",
+        1 - 34 / (34 + 5 * gpt3["a"] * gpt3["s"] / gpt3["h"]),
+        "fraction",
+        "share of GPT-3's activations that selective recompute removes",
+    )
     return r

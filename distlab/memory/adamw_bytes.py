@@ -105,11 +105,20 @@ def adamw_bytes(device: str) -> Result:
             r.claim(f"{precision}: {cat} bytes/param", per_param, expected, unit="B/param")
             rows.append([cat, counts[cat], per_param, expected])
         tensors = counts["tensors"]
-        r.claim(f"{precision}: step counters = 4 B x parameter tensors", counts["step counters"],
-                STEP_COUNTER_BYTES * tensors, unit="B", formula=f"{tensors} tensors")
+        r.claim(
+            f"{precision}: step counters = 4 B x parameter tensors",
+            counts["step counters"],
+            STEP_COUNTER_BYTES * tensors,
+            unit="B",
+            formula=f"{tensors} tensors",
+        )
         rows.append(["step counters (per tensor)", counts["step counters"], counts["step counters"] / n, "—"])
-        r.claim(f"{precision}: total bytes/param (without step counters)", total / n,
-                sum(BYTES_PER_PARAM[precision].values()), unit="B/param")
+        r.claim(
+            f"{precision}: total bytes/param (without step counters)",
+            total / n,
+            sum(BYTES_PER_PARAM[precision].values()),
+            unit="B/param",
+        )
         r.add(f"{precision}_bytes_per_param", total / n, "B/param", f"{precision}: persistent bytes per parameter")
         r.add(f"{precision}_step_counter_bytes", counts["step counters"], "B", "step counters")
         r.add(f"{precision}_tensors", tensors, "", "parameter tensors")
@@ -129,8 +138,13 @@ def _seven_b(r: Result) -> None:
     hbm = fact("gpus.H100-SXM.hbm_gb").value * 1e9
     r.add("7b_params", n, "params", f"{model.name} parameters")
     r.add("7b_params_billions", n / 1e9, "billion", f"{model.name} parameters, in billions")
-    formulas = {"weights (bf16)": "2Ψ", "gradients (bf16)": "2Ψ", "master weights (fp32)": "4Ψ",
-                "Adam m (fp32)": "4Ψ", "Adam v (fp32)": "4Ψ"}
+    formulas = {
+        "weights (bf16)": "2Ψ",
+        "gradients (bf16)": "2Ψ",
+        "master weights (fp32)": "4Ψ",
+        "Adam m (fp32)": "4Ψ",
+        "Adam v (fp32)": "4Ψ",
+    }
     states = model_state_bytes(n, "mixed")
     rows = [[cat, formulas[cat], Quantity(states[cat], "B")] for cat in states]
     total = sum(states.values())
@@ -172,6 +186,10 @@ def _dominance_figure(r: Result, seq: int = 4096, batch: int = 1) -> None:
     ax.set_ylabel("share of training memory")
     ax.legend(fontsize=7, loc="lower right")
     ax.set_ylim(0, 1)
-    r.figure("share", fig, "Share of per-GPU training memory by category (mixed-precision AdamW, one GPU, "
-             "activations from the published per-layer formula)")
+    r.figure(
+        "share",
+        fig,
+        "Share of per-GPU training memory by category (mixed-precision AdamW, one GPU, "
+        "activations from the published per-layer formula)",
+    )
     r.data["shares"] = dict(zip([n.split("\n")[0] for n in names], shares))

@@ -10,8 +10,13 @@ from __future__ import annotations
 
 # Bytes per parameter that persist across steps, by category, in each convention.
 BYTES_PER_PARAM = {
-    "mixed": {"weights (bf16)": 2, "gradients (bf16)": 2, "master weights (fp32)": 4,
-              "Adam m (fp32)": 4, "Adam v (fp32)": 4},
+    "mixed": {
+        "weights (bf16)": 2,
+        "gradients (bf16)": 2,
+        "master weights (fp32)": 4,
+        "Adam m (fp32)": 4,
+        "Adam v (fp32)": 4,
+    },
     "fp32": {"weights (fp32)": 4, "gradients (fp32)": 4, "Adam m (fp32)": 4, "Adam v (fp32)": 4},
 }
 

@@ -52,8 +52,10 @@ def ring_attention(q, k, v, ranks: int, *, causal: bool = True, order: str = "zi
     c = n // n_chunks
     span = lambda i: slice(i * c, (i + 1) * c)  # token range of chunk i
     held = [chunks_of_rank(r, ranks, order) for r in range(ranks)]
-    kv = [(torch.cat([k[:, :, span(i)] for i in held[r]], 2), torch.cat([v[:, :, span(i)] for i in held[r]], 2),
-           held[r]) for r in range(ranks)]  # what each rank starts with: its own key/value block
+    kv = [
+        (torch.cat([k[:, :, span(i)] for i in held[r]], 2), torch.cat([v[:, :, span(i)] for i in held[r]], 2), held[r])
+        for r in range(ranks)
+    ]  # what each rank starts with: its own key/value block
     sent = [0] * ranks
     work = [0] * ranks  # score entries computed (a diagonal block is computed in full, then masked)
     pairs = [0] * ranks  # (query, key) pairs that are not masked
@@ -68,12 +70,12 @@ def ring_attention(q, k, v, ranks: int, *, causal: bool = True, order: str = "zi
                 for ki, kc in enumerate(kv_chunks):
                     if causal and kc > qc:
                         continue  # entirely in the future: skipped, no work
-                    s = (q_blk @ k_blk[:, :, ki * c:(ki + 1) * c].transpose(-2, -1)) * scale  # (B, H, c, c)
+                    s = (q_blk @ k_blk[:, :, ki * c : (ki + 1) * c].transpose(-2, -1)) * scale  # (B, H, c, c)
                     if causal and kc == qc:
                         s = s.masked_fill(torch.ones(c, c, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
                     work[r] += c * c * b * heads
                     pairs[r] += (c * (c + 1) // 2 if causal and kc == qc else c * c) * b * heads
-                    _online_softmax_update(state, (r, qi), s, v_blk[:, :, ki * c:(ki + 1) * c])
+                    _online_softmax_update(state, (r, qi), s, v_blk[:, :, ki * c : (ki + 1) * c])
         for r in range(ranks):  # pass the block on: everything but the last step sends
             if step < ranks - 1:
                 k_blk, v_blk, _ = kv[(r - step) % ranks]
@@ -108,8 +110,10 @@ def causal_imbalance(ranks: int, order: str, chunk: int) -> float:
     """Most loaded rank's unmasked (query, key) pairs over the mean, in closed form. A chunk pair
     (qc, kc) contributes chunk^2 when kc < qc and chunk(chunk+1)/2 when kc == qc."""
     n_chunks = ranks * (2 if order == "zigzag" else 1)
-    per_rank = [sum(qc * chunk * chunk + chunk * (chunk + 1) // 2 for qc in chunks_of_rank(r, ranks, order))
-                for r in range(ranks)]
+    per_rank = [
+        sum(qc * chunk * chunk + chunk * (chunk + 1) // 2 for qc in chunks_of_rank(r, ranks, order))
+        for r in range(ranks)
+    ]
     total = n_chunks * (n_chunks - 1) // 2 * chunk * chunk + n_chunks * chunk * (chunk + 1) // 2
     return max(per_rank) / (total / ranks)
 
@@ -133,15 +137,20 @@ def _grads(fn, q, k, v, dout):
     return out.detach(), [x.grad for x in (q, k, v)]
 
 
-@experiment("context-parallel", "ring attention with online softmax over R ranks (causal, zigzag order) "
-            "against float64 full attention; bytes per rank; causal load balance", kind="simulated")
+@experiment(
+    "context-parallel",
+    "ring attention with online softmax over R ranks (causal, zigzag order) "
+    "against float64 full attention; bytes per rank; causal load balance",
+    kind="simulated",
+)
 def context_parallel(device: str) -> Result:
     r = Result("context-parallel")
     dev = torch.device("cuda" if device == "cuda" else "cpu")
     q64, k64, v64, d64 = (x.to(dev) for x in _inputs(torch.float64))
     ref_out, ref_grads = _grads(lambda *a: attention_reference(*a, causal=True), q64, k64, v64, d64)
-    plain32, plain32_grads = _grads(lambda *a: attention_reference(*a, causal=True), *(x.float() for x in
-                                                                                        (q64, k64, v64, d64)))
+    plain32, plain32_grads = _grads(
+        lambda *a: attention_reference(*a, causal=True), *(x.float() for x in (q64, k64, v64, d64))
+    )
     plain_err = (plain32.double() - ref_out).abs().max().item()
     plain_grad_err = max((g.double() - rg).abs().max().item() for g, rg in zip(plain32_grads, ref_grads))
     rows = []
@@ -154,32 +163,65 @@ def context_parallel(device: str) -> Result:
             out64 = ring_attention(q64, k64, v64, ranks, causal=causal, order=order)[0]
             err64 = (out64 - want).abs().max().item()
             label = f"R={ranks}, {'causal ' + order if causal else 'full'}"
-            r.claim(f"{label}: float64 ring equals full attention", err64, 0.0, abs_tol=1e-12,
-                    formula="online softmax is exact up to rounding")
+            r.claim(
+                f"{label}: float64 ring equals full attention",
+                err64,
+                0.0,
+                abs_tol=1e-12,
+                formula="online softmax is exact up to rounding",
+            )
             out32, grads32 = _grads(fn, *(x.float() for x in (q64, k64, v64, d64)))
             _, stats = ring_attention(q64.float(), k64.float(), v64.float(), ranks, causal=causal, order=order)
             if causal:
                 err32 = (out32.double() - ref_out).abs().max().item()
                 gerr32 = max((g.double() - rg).abs().max().item() for g, rg in zip(grads32, ref_grads))
-                r.claim(f"{label}: float32 output vs float64 reference", err32, 2 * plain_err + 2**-23,
-                        relation="<=", formula="<= 2 x plain float32 attention's error + 1 ulp")
-                r.claim(f"{label}: float32 gradients (autograd through the ring) vs float64", gerr32,
-                        2 * plain_grad_err + 2**-23, relation="<=")
+                r.claim(
+                    f"{label}: float32 output vs float64 reference",
+                    err32,
+                    2 * plain_err + 2**-23,
+                    relation="<=",
+                    formula="<= 2 x plain float32 attention's error + 1 ulp",
+                )
+                r.claim(
+                    f"{label}: float32 gradients (autograd through the ring) vs float64",
+                    gerr32,
+                    2 * plain_grad_err + 2**-23,
+                    relation="<=",
+                )
                 chunk = SHAPE["seq"] // (ranks * (2 if order == "zigzag" else 1))
                 imbalance = max(stats["unmasked_pairs"]) / (sum(stats["unmasked_pairs"]) / ranks)
-                r.claim(f"{label}: most loaded rank / mean, unmasked (query, key) pairs", imbalance,
-                        causal_imbalance(ranks, order, chunk), rel_tol=1e-12,
-                        formula="1 for zigzag; ((R-1)c^2 + c(c+1)/2) / (N(N+1)/2R) for contiguous")
+                r.claim(
+                    f"{label}: most loaded rank / mean, unmasked (query, key) pairs",
+                    imbalance,
+                    causal_imbalance(ranks, order, chunk),
+                    rel_tol=1e-12,
+                    formula="1 for zigzag; ((R-1)c^2 + c(c+1)/2) / (N(N+1)/2R) for contiguous",
+                )
                 blocks = max(stats["score_entries"]) / (sum(stats["score_entries"]) / ranks)
                 rows.append([ranks, order, err64, err32, imbalance, blocks])
             kv_width = SHAPE["heads"] * SHAPE["head_dim"]
             expected = forward_bytes_per_rank(SHAPE["seq"], ranks, kv_width, 4) * SHAPE["batch"]
-            r.claim(f"{label}: bytes each rank sends", max(stats["bytes_sent"]), expected, unit="B",
-                    formula="(R-1) x 2 x (N/R) x H x D x 4 bytes x B")
-    r.table("ring", ["R", "order", "float64 ring vs reference", "float32 ring vs float64",
-                     "most loaded / mean (unmasked pairs)", "most loaded / mean (blocks computed)"], rows,
-            caption=f"Causal attention, B={SHAPE['batch']}, H={SHAPE['heads']}, N={SHAPE['seq']}, "
-                    f"D={SHAPE['head_dim']}; plain float32 attention's own error is {plain_err:.2e}.")
+            r.claim(
+                f"{label}: bytes each rank sends",
+                max(stats["bytes_sent"]),
+                expected,
+                unit="B",
+                formula="(R-1) x 2 x (N/R) x H x D x 4 bytes x B",
+            )
+    r.table(
+        "ring",
+        [
+            "R",
+            "order",
+            "float64 ring vs reference",
+            "float32 ring vs float64",
+            "most loaded / mean (unmasked pairs)",
+            "most loaded / mean (blocks computed)",
+        ],
+        rows,
+        caption=f"Causal attention, B={SHAPE['batch']}, H={SHAPE['heads']}, N={SHAPE['seq']}, "
+        f"D={SHAPE['head_dim']}; plain float32 attention's own error is {plain_err:.2e}.",
+    )
     r.add("plain_fp32_error", plain_err, "", "plain float32 attention vs float64")
     _long_context(r)
     return r
@@ -206,7 +248,12 @@ def _long_context(r: Result, seq: int = 131072, ranks: int = 8) -> None:
     # FLOPs; the transfer is K and V, 2 c kv_width x 2 bytes. Hidden when 4 c^2 h / F >= 4 c kv_width / B,
     # i.e. c >= F kv_width / (B h). A causal mask skips half the pairs: twice the tokens.
     c_min = flops * kv_width / (link * m.hidden)
-    r.add("overlap_tokens_per_rank", c_min, "tokens", "tokens per rank above which one hop's attention hides its "
-          "transfer over one InfiniBand NDR port (no mask, peak FLOP/s)")
+    r.add(
+        "overlap_tokens_per_rank",
+        c_min,
+        "tokens",
+        "tokens per rank above which one hop's attention hides its "
+        "transfer over one InfiniBand NDR port (no mask, peak FLOP/s)",
+    )
     r.add("overlap_tokens_per_rank_causal", 2 * c_min, "tokens", "the same with a causal mask (half the pairs)")
     r.add("long_tokens_per_rank", seq // ranks, "tokens", "tokens per rank at 128k over 8 ranks")

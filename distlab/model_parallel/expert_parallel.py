@@ -71,15 +71,23 @@ class MoE(nn.Module):
         token = torch.arange(t, device=x.device).repeat_interleave(cfg.top_k).view(t, cfg.top_k)
         group = token // per_group
         # priority: group, then choice (all first choices before second ones), then token order
-        order = torch.argsort(group.T.flatten() * (cfg.top_k * t) + torch.arange(t * cfg.top_k, device=x.device),
-                              stable=True)
+        order = torch.argsort(
+            group.T.flatten() * (cfg.top_k * t) + torch.arange(t * cfg.top_k, device=x.device), stable=True
+        )
         tok, exp = token.T.flatten()[order], expert.T.flatten()[order]
         grp, g = group.T.flatten()[order], gate.T.flatten()[order]
         onehot = F.one_hot(grp * cfg.experts + exp, groups * cfg.experts)  # (T k, groups E)
         position = (onehot.cumsum(0) * onehot).sum(-1) - 1  # place in its (group, expert) queue
         loads = onehot.sum(0).view(groups, cfg.experts)
-        return {"token": tok, "expert": exp, "group": grp, "gate": g, "kept": position < cap, "loads": loads,
-                "capacity": cap}
+        return {
+            "token": tok,
+            "expert": exp,
+            "group": grp,
+            "gate": g,
+            "kept": position < cap,
+            "loads": loads,
+            "capacity": cap,
+        }
 
     def expert(self, e: int, x: torch.Tensor) -> torch.Tensor:
         return F.gelu(x @ self.up[e]) @ self.down[e]
@@ -155,16 +163,21 @@ TOKENS, RANKS, VOCAB = 4096, 4, 2000
 CAPACITY_FACTORS = (0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 3.0)
 
 
-@experiment("expert-parallel", "MoE with top-2 routing and a capacity factor over 4 ranks: all-to-all bytes "
-            "per rank, dropped tokens and load imbalance on Zipf-distributed and Gaussian tokens")
+@experiment(
+    "expert-parallel",
+    "MoE with top-2 routing and a capacity factor over 4 ranks: all-to-all bytes "
+    "per rank, dropped tokens and load imbalance on Zipf-distributed and Gaussian tokens",
+)
 def expert_parallel(device: str) -> Result:
     r = Result("expert-parallel")
     dev = torch.device("cuda" if device == "cuda" else "cpu")
     torch.manual_seed(0)
     base = MoEConfig()
     moe = MoE(base).to(dev)
-    inputs = {"Zipf token ids": zipf_tokens(TOKENS, VOCAB, base.hidden).to(dev),
-              "Gaussian": gaussian_tokens(TOKENS, base.hidden).to(dev)}
+    inputs = {
+        "Zipf token ids": zipf_tokens(TOKENS, VOCAB, base.hidden).to(dev),
+        "Gaussian": gaussian_tokens(TOKENS, base.hidden).to(dev),
+    }
     curves, rows = {}, []
     for name, x in inputs.items():
         curves[name] = []
@@ -174,39 +187,84 @@ def expert_parallel(device: str) -> Result:
             route = info["route"]
             dropped = 1 - route["kept"].double().mean().item()
             curves[name].append(dropped)
-            r.claim(f"{name}, cf={cf:g}: dropped fraction = excess load over capacity", dropped,
-                    dropped_fraction(route["loads"], route["capacity"]), rel_tol=1e-12, abs_tol=1e-15,
-                    formula="sum over (rank, expert) of max(0, load - C) / (T k)")
+            r.claim(
+                f"{name}, cf={cf:g}: dropped fraction = excess load over capacity",
+                dropped,
+                dropped_fraction(route["loads"], route["capacity"]),
+                rel_tol=1e-12,
+                abs_tol=1e-15,
+                formula="sum over (rank, expert) of max(0, load - C) / (T k)",
+            )
             if cf in (1.0, 1.25):  # the one-device layer, for two capacity factors (it is the slow part)
                 want = moe(x, groups=RANKS)
-                r.claim(f"{name}, cf={cf:g}: expert-parallel output equals the one-device layer",
-                        (out - want).abs().max(), 0.0, abs_tol=1e-5, formula="float32, same routing and capacity")
-            remote = sum(int((route["kept"] & (route["group"] == s) & (route["expert"] // (base.experts // RANKS) != s))
-                             .sum()) for s in range(RANKS))
-            r.claim(f"{name}, cf={cf:g}: dispatch bytes = remote assignments x h x 4", sum(info["dispatch_bytes"]),
-                    remote * base.hidden * 4, unit="B")
+                r.claim(
+                    f"{name}, cf={cf:g}: expert-parallel output equals the one-device layer",
+                    (out - want).abs().max(),
+                    0.0,
+                    abs_tol=1e-5,
+                    formula="float32, same routing and capacity",
+                )
+            remote = sum(
+                int((route["kept"] & (route["group"] == s) & (route["expert"] // (base.experts // RANKS) != s)).sum())
+                for s in range(RANKS)
+            )
+            r.claim(
+                f"{name}, cf={cf:g}: dispatch bytes = remote assignments x h x 4",
+                sum(info["dispatch_bytes"]),
+                remote * base.hidden * 4,
+                unit="B",
+            )
             loads = route["loads"].float()
             imbalance = (loads.max() / loads.mean()).item()
-            rows.append([name, cf, route["capacity"], dropped, max(info["dispatch_bytes"]), info["padded_bytes"],
-                         imbalance])
+            rows.append(
+                [name, cf, route["capacity"], dropped, max(info["dispatch_bytes"]), info["padded_bytes"], imbalance]
+            )
         loads = route["loads"].float()
         need = (loads.max(dim=1).values / (TOKENS // RANKS * base.top_k / base.experts)).max().item()
         r.add(f"{_key(name)}_imbalance", (loads.max() / loads.mean()).item(), "", f"{name}: busiest expert / mean")
         r.add(f"{_key(name)}_cf_no_drops", need, "", f"{name}: capacity factor at which nothing is dropped")
         moe.cfg = MoEConfig(capacity_factor=need)
-        r.claim(f"{name}: no drops at cf = busiest expert's load / mean load", 1 - moe.route(x, RANKS)["kept"]
-                .double().mean().item(), 0.0, formula="C >= max load")
-        r.add(f"{_key(name)}_dropped_at_1", curves[name][CAPACITY_FACTORS.index(1.0)], "fraction",
-              f"{name}: dropped at cf = 1")
-        r.add(f"{_key(name)}_dropped_at_125", curves[name][CAPACITY_FACTORS.index(1.25)], "fraction",
-              f"{name}: dropped at cf = 1.25")
+        r.claim(
+            f"{name}: no drops at cf = busiest expert's load / mean load",
+            1 - moe.route(x, RANKS)["kept"].double().mean().item(),
+            0.0,
+            formula="C >= max load",
+        )
+        r.add(
+            f"{_key(name)}_dropped_at_1",
+            curves[name][CAPACITY_FACTORS.index(1.0)],
+            "fraction",
+            f"{name}: dropped at cf = 1",
+        )
+        r.add(
+            f"{_key(name)}_dropped_at_125",
+            curves[name][CAPACITY_FACTORS.index(1.25)],
+            "fraction",
+            f"{name}: dropped at cf = 1.25",
+        )
     moe.cfg = base
-    r.table("capacity", ["input", "capacity factor", "C per (rank, expert)", "dropped", "dispatch bytes, busiest rank",
-                         "padded dispatch bytes per rank", "busiest expert / mean"], rows,
-            caption=f"T = {TOKENS} tokens over R = {RANKS} ranks, E = {base.experts} experts, k = {base.top_k}, "
-                    f"h = {base.hidden}, float32.")
-    for key, v in (("tokens", TOKENS), ("ranks", RANKS), ("experts", base.experts), ("top_k", base.top_k),
-                   ("hidden", base.hidden)):
+    r.table(
+        "capacity",
+        [
+            "input",
+            "capacity factor",
+            "C per (rank, expert)",
+            "dropped",
+            "dispatch bytes, busiest rank",
+            "padded dispatch bytes per rank",
+            "busiest expert / mean",
+        ],
+        rows,
+        caption=f"T = {TOKENS} tokens over R = {RANKS} ranks, E = {base.experts} experts, k = {base.top_k}, "
+        f"h = {base.hidden}, float32.",
+    )
+    for key, v in (
+        ("tokens", TOKENS),
+        ("ranks", RANKS),
+        ("experts", base.experts),
+        ("top_k", base.top_k),
+        ("hidden", base.hidden),
+    ):
         r.add(key, v, "", key)
     _figure(r, curves)
     return r
@@ -229,5 +287,9 @@ def _figure(r: Result, curves: dict[str, list[float]]) -> None:
     ax.set_ylabel("assignments dropped (%)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    r.figure("dropped", fig, f"Dropped token-expert assignments against the capacity factor, top-2 of 8 experts, "
-             f"{TOKENS} tokens over {RANKS} ranks.")
+    r.figure(
+        "dropped",
+        fig,
+        f"Dropped token-expert assignments against the capacity factor, top-2 of 8 experts, "
+        f"{TOKENS} tokens over {RANKS} ranks.",
+    )

@@ -38,8 +38,9 @@ def bubble_fraction(stages: int, microbatches: int, virtual: int = 1) -> float:
     return idle / (microbatches + idle)
 
 
-def zb_h1_bubble_fraction(stages: int, microbatches: int, forward: float = 1.0, backward_input: float = 1.0,
-                          backward_weight: float = 1.0) -> float:
+def zb_h1_bubble_fraction(
+    stages: int, microbatches: int, forward: float = 1.0, backward_input: float = 1.0, backward_weight: float = 1.0
+) -> float:
     """ZB-H1's idle share (Qi et al. 2023, https://arxiv.org/abs/2401.10241, Section 3.1): the idle
     time per device is (p-1)(T_F + T_B - T_W) against 1F1B's (p-1)(T_F + T_B + T_W)."""
     _check_sizes(stages, microbatches, 1)
@@ -69,8 +70,10 @@ def schedule_order(schedule: str, stages: int, microbatches: int, virtual: int =
         if v < 2:
             raise ValueError("the interleaved schedule needs virtual >= 2 (virtual = 1 is plain 1f1b)")
         if m % p:
-            raise ValueError(f"the interleaved schedule needs microbatches divisible by stages "
-                             f"({m} % {p} = {m % p}): micro-batches go round in groups of p")
+            raise ValueError(
+                f"the interleaved schedule needs microbatches divisible by stages "
+                f"({m} % {p} = {m % p}): micro-batches go round in groups of p"
+            )
     elif v != 1:
         raise ValueError(f"virtual stages apply only to the interleaved schedule, not {schedule}")
 
@@ -149,8 +152,13 @@ class Simulation:
     def events(self):
         """(stage, kind name, micro-batch, chunk, start, end) for every op, stage by stage."""
         for s, t in enumerate(self.timeline):
-            for k, j, c, a, e in zip(t["kind"].tolist(), t["microbatch"].tolist(), t["chunk"].tolist(),
-                                     t["start"].tolist(), t["end"].tolist()):
+            for k, j, c, a, e in zip(
+                t["kind"].tolist(),
+                t["microbatch"].tolist(),
+                t["chunk"].tolist(),
+                t["start"].tolist(),
+                t["end"].tolist(),
+            ):
                 yield s, KIND_NAMES[k], j, c, a, e
 
     def __getitem__(self, key: str):
@@ -158,13 +166,28 @@ class Simulation:
         return self.timeline if key == "timeline" else self.to_dict()[key]
 
     def to_dict(self) -> dict:
-        return {"schedule": self.schedule, "stages": self.stages, "microbatches": self.microbatches,
-                "virtual": self.virtual, "step_time": self.step_time, "bubble_fraction": self.bubble_fraction,
-                "peak_inflight": self.peak_inflight, "busy": self.busy}
+        return {
+            "schedule": self.schedule,
+            "stages": self.stages,
+            "microbatches": self.microbatches,
+            "virtual": self.virtual,
+            "step_time": self.step_time,
+            "bubble_fraction": self.bubble_fraction,
+            "peak_inflight": self.peak_inflight,
+            "busy": self.busy,
+        }
 
 
-def simulate(stages: int, microbatches: int, schedule: str = "1f1b", *, virtual: int = 1, forward: float = 1.0,
-             backward: float = 2.0, p2p: float = 0.0) -> Simulation:
+def simulate(
+    stages: int,
+    microbatches: int,
+    schedule: str = "1f1b",
+    *,
+    virtual: int = 1,
+    forward: float = 1.0,
+    backward: float = 2.0,
+    p2p: float = 0.0,
+) -> Simulation:
     """Simulate one step of `schedule`. forward/backward: time of one micro-batch through one whole
     stage (a chunk takes 1/virtual of it; zb-h1 splits backward into equal B and W halves); p2p: time
     to send an activation or gradient to the neighbouring stage."""
@@ -285,8 +308,9 @@ def draw_timeline(ax, sim: Simulation, *, numbers: bool = True) -> None:
         if numbers:
             for k, j, c, a, e in zip(t["kind"], t["microbatch"], t["chunk"], t["start"], t["end"]):
                 label = str(j + 1) if sim.virtual == 1 else f"{j + 1}{'abcdefgh'[c]}"
-                ax.text((a + e) / 2, s, label, ha="center", va="center", fontsize=6,
-                        color="white" if k == F else "black")
+                ax.text(
+                    (a + e) / 2, s, label, ha="center", va="center", fontsize=6, color="white" if k == F else "black"
+                )
     ax.set_yticks(range(sim.stages), [f"stage {s}" for s in range(sim.stages)], fontsize=7)
     ax.set_ylim(sim.stages - 0.5, -0.5)
     ax.set_xlim(0, sim.step_time)
@@ -317,13 +341,20 @@ MAX_CLI_CHUNK_PASSES = 2_000_000  # ~2-3 ops each, about 1-2 us per op: the CLI 
 
 @command("pipeline", "simulate a pipeline schedule: bubble fraction, step time, activations in flight")
 def pipeline_command(argv: list[str]) -> int:
-    p = parser("pipeline", "Simulate one training step of a pipeline schedule, op by op.\n"
-               "Times are in units of one micro-batch's forward through one stage.")
+    p = parser(
+        "pipeline",
+        "Simulate one training step of a pipeline schedule, op by op.\n"
+        "Times are in units of one micro-batch's forward through one stage.",
+    )
     p.add_argument("--stages", type=positive(int), required=True, help="pipeline stages p (one per GPU)")
     p.add_argument("--microbatches", type=positive(int), required=True, help="micro-batches m per step")
     p.add_argument("--schedule", choices=SCHEDULES, default="1f1b", help="schedule (default 1f1b)")
-    p.add_argument("--virtual", type=positive(int), default=None,
-                   help="model chunks per GPU for --schedule interleaved (default 2)")
+    p.add_argument(
+        "--virtual",
+        type=positive(int),
+        default=None,
+        help="model chunks per GPU for --schedule interleaved (default 2)",
+    )
     p.add_argument("--backward", type=positive(float), default=2.0, help="backward time (default 2)")
     p.add_argument("--p2p", type=float, default=0.0, help="point-to-point send time between stages (default 0)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
@@ -332,32 +363,38 @@ def pipeline_command(argv: list[str]) -> int:
     if args.virtual and args.schedule != "interleaved" and args.virtual != 1:
         raise UsageError(f"distlab pipeline: --virtual applies only to --schedule interleaved, not {args.schedule}")
     if args.stages * args.microbatches * virtual > MAX_CLI_CHUNK_PASSES:
-        raise UsageError(f"distlab pipeline: at most {MAX_CLI_CHUNK_PASSES:,} stages x microbatches x virtual "
-                         f"(a few seconds of simulation), got {args.stages * args.microbatches * virtual:,}")
+        raise UsageError(
+            f"distlab pipeline: at most {MAX_CLI_CHUNK_PASSES:,} stages x microbatches x virtual "
+            f"(a few seconds of simulation), got {args.stages * args.microbatches * virtual:,}"
+        )
     start = time.perf_counter()
-    sim = simulate(args.stages, args.microbatches, args.schedule, virtual=virtual, backward=args.backward,
-                   p2p=args.p2p)
+    sim = simulate(args.stages, args.microbatches, args.schedule, virtual=virtual, backward=args.backward, p2p=args.p2p)
     seconds = time.perf_counter() - start
     out = sim.to_dict() | {"forward": 1.0, "backward": args.backward, "p2p": args.p2p}
     if args.schedule == "zb-h1":
-        out["bubble_fraction_formula"] = zb_h1_bubble_fraction(args.stages, args.microbatches, 1.0,
-                                                               args.backward / 2, args.backward / 2)
+        out["bubble_fraction_formula"] = zb_h1_bubble_fraction(
+            args.stages, args.microbatches, 1.0, args.backward / 2, args.backward / 2
+        )
     else:
         out["bubble_fraction_formula"] = bubble_fraction(args.stages, args.microbatches, virtual)
-    text = [f"{args.schedule}: p={args.stages} stages, m={args.microbatches} micro-batches"
-            + (f", v={virtual} chunks per GPU" if virtual > 1 else ""),
-            f"  step time        {sim.step_time:.6g} (one micro-batch forward = 1; "
-            f"ideal {sum(sim.busy) / sim.stages:.6g})",
-            f"  bubble fraction  {sim.bubble_fraction:.4%} measured, {out['bubble_fraction_formula']:.4%} formula"
-            + (" (holds for m >= p, p2p = 0)" if args.schedule == "zb-h1" else " (p2p = 0)"),
-            f"  peak in flight   stage 0: {sim.peak_inflight[0]:g} micro-batches of activations, "
-            f"last stage: {sim.peak_inflight[-1]:g}",
-            f"  simulated {sum(len(t['kind']) for t in sim.timeline):,} ops in {seconds:.2f} s"]
+    text = [
+        f"{args.schedule}: p={args.stages} stages, m={args.microbatches} micro-batches"
+        + (f", v={virtual} chunks per GPU" if virtual > 1 else ""),
+        f"  step time        {sim.step_time:.6g} (one micro-batch forward = 1; ideal {sum(sim.busy) / sim.stages:.6g})",
+        f"  bubble fraction  {sim.bubble_fraction:.4%} measured, {out['bubble_fraction_formula']:.4%} formula"
+        + (" (holds for m >= p, p2p = 0)" if args.schedule == "zb-h1" else " (p2p = 0)"),
+        f"  peak in flight   stage 0: {sim.peak_inflight[0]:g} micro-batches of activations, "
+        f"last stage: {sim.peak_inflight[-1]:g}",
+        f"  simulated {sum(len(t['kind']) for t in sim.timeline):,} ops in {seconds:.2f} s",
+    ]
     diagram = ascii_timeline(sim)
     if diagram:
-        text += ["", "  timeline (F forward, B backward, W weight gradient, . idle"
-                 + ("; lower case: odd chunks" if virtual > 1 else "") + "):", diagram]
+        text += [
+            "",
+            "  timeline (F forward, B backward, W weight gradient, . idle"
+            + ("; lower case: odd chunks" if virtual > 1 else "")
+            + "):",
+            diagram,
+        ]
     emit(out, args.json, "\n".join(text))
     return 0
-
-

@@ -27,8 +27,12 @@ INTERLEAVED = [(4, 8, 2), (4, 16, 4), (8, 16, 2), (3, 9, 3), (8, 32, 4)]
 BIG = (128, 4096)
 
 
-@experiment("pipeline-schedules", "GPipe, 1F1B, interleaved and ZB-H1 simulated op by op: bubble and "
-            "activations in flight against their closed forms", kind="simulated")
+@experiment(
+    "pipeline-schedules",
+    "GPipe, 1F1B, interleaved and ZB-H1 simulated op by op: bubble and "
+    "activations in flight against their closed forms",
+    kind="simulated",
+)
 def pipeline_schedules(device: str) -> Result:
     r = Result("pipeline-schedules")
     rows = []
@@ -37,33 +41,72 @@ def pipeline_schedules(device: str) -> Result:
         for schedule in ("gpipe", "1f1b"):
             sim = simulate(p, m, schedule)
             rows.append([schedule, p, m, "—", sim.step_time, sim.bubble_fraction, formula, sim.peak_inflight[0]])
-            r.claim(f"{schedule} p={p} m={m}: bubble = (p-1)/(m+p-1)", sim.bubble_fraction, formula,
-                    rel_tol=1e-12, unit="fraction", formula="(p-1)/(m+p-1)")
-        r.claim(f"gpipe p={p} m={m}: every stage holds m micro-batches", min(simulate(p, m, "gpipe").peak_inflight),
-                m, formula="m")
+            r.claim(
+                f"{schedule} p={p} m={m}: bubble = (p-1)/(m+p-1)",
+                sim.bubble_fraction,
+                formula,
+                rel_tol=1e-12,
+                unit="fraction",
+                formula="(p-1)/(m+p-1)",
+            )
+        r.claim(
+            f"gpipe p={p} m={m}: every stage holds m micro-batches",
+            min(simulate(p, m, "gpipe").peak_inflight),
+            m,
+            formula="m",
+        )
         r.claim(f"1f1b p={p} m={m}: stage 0 holds min(p, m)", sim.peak_inflight[0], min(p, m), formula="min(p, m)")
         off = max(abs(peak - min(p - d, m)) for d, peak in enumerate(sim.peak_inflight))
-        r.claim(f"1f1b p={p} m={m}: stage d holds min(p-d, m), largest miss over stages", off, 0,
-                formula="min(p-d, m) for d = 0..p-1")
+        r.claim(
+            f"1f1b p={p} m={m}: stage d holds min(p-d, m), largest miss over stages",
+            off,
+            0,
+            formula="min(p-d, m) for d = 0..p-1",
+        )
     for p, m, v in INTERLEAVED:
         sim = simulate(p, m, "interleaved", virtual=v)
         formula = bubble_fraction(p, m, v)
         rows.append(["interleaved", p, m, v, sim.step_time, sim.bubble_fraction, formula, sim.peak_inflight[0]])
-        r.claim(f"interleaved p={p} m={m} v={v}: bubble", sim.bubble_fraction, formula, rel_tol=1e-9,
-                unit="fraction", formula="((p-1)/v)/(m+(p-1)/v)")
-        r.claim(f"interleaved p={p} v={v}: stage 0 holds p + (p-1)/v", sim.peak_inflight[0],
-                interleaved_peak_inflight(p, v, m), rel_tol=1e-12, formula="p(1 + (p-1)/(pv))")
+        r.claim(
+            f"interleaved p={p} m={m} v={v}: bubble",
+            sim.bubble_fraction,
+            formula,
+            rel_tol=1e-9,
+            unit="fraction",
+            formula="((p-1)/v)/(m+(p-1)/v)",
+        )
+        r.claim(
+            f"interleaved p={p} v={v}: stage 0 holds p + (p-1)/v",
+            sim.peak_inflight[0],
+            interleaved_peak_inflight(p, v, m),
+            rel_tol=1e-12,
+            formula="p(1 + (p-1)/(pv))",
+        )
     for p, m in [(4, 8), (8, 64), (5, 13), (4, 4)]:
         sim = simulate(p, m, "zb-h1")
         formula = zb_h1_bubble_fraction(p, m)
         rows.append(["zb-h1", p, m, "—", sim.step_time, sim.bubble_fraction, formula, sim.peak_inflight[0]])
-        r.claim(f"zb-h1 p={p} m={m}: bubble = (p-1)(F+B-W)/step", sim.bubble_fraction, formula, rel_tol=1e-12,
-                unit="fraction", formula="F = B = W = 1, m >= p")
-        r.claim(f"zb-h1 p={p} m={m}: no stage holds more than p", max(sim.peak_inflight), min(p, m),
-                relation="<=", formula="same memory as 1F1B's first stage")
-    r.table("bubbles", ["schedule", "p", "m", "v", "step time", "bubble (simulated)", "bubble (formula)",
-                        "stage 0 peak in flight"], rows,
-            caption="Times in units of one micro-batch forward through one stage (backward = 2).")
+        r.claim(
+            f"zb-h1 p={p} m={m}: bubble = (p-1)(F+B-W)/step",
+            sim.bubble_fraction,
+            formula,
+            rel_tol=1e-12,
+            unit="fraction",
+            formula="F = B = W = 1, m >= p",
+        )
+        r.claim(
+            f"zb-h1 p={p} m={m}: no stage holds more than p",
+            max(sim.peak_inflight),
+            min(p, m),
+            relation="<=",
+            formula="same memory as 1F1B's first stage",
+        )
+    r.table(
+        "bubbles",
+        ["schedule", "p", "m", "v", "step time", "bubble (simulated)", "bubble (formula)", "stage 0 peak in flight"],
+        rows,
+        caption="Times in units of one micro-batch forward through one stage (backward = 2).",
+    )
     _p2p(r)
     _big(r)
     _quantities(r)
@@ -80,10 +123,15 @@ def _p2p(r: Result, p: int = 8, m: int = 32) -> None:
         g, o = simulate(p, m, "gpipe", p2p=c), simulate(p, m, "1f1b", p2p=c)
         rows.append([c, g.step_time, base, o.step_time, o.step_time / base])
         r.claim(f"gpipe p={p} m={m} p2p={c}: step = (m+p-1)(F+B) + 2(p-1)δ", g.step_time, base, rel_tol=1e-12)
-        r.claim(f"1f1b p={p} m={m} p2p={c}: step >= (m+p-1)(F+B) + 2(p-1)δ", o.step_time, base, relation=">=",
-                rel_tol=1e-12)
-    r.table("p2p", ["p2p time δ", "GPipe step", "(m+p-1)(F+B) + 2(p-1)δ", "1F1B step", "1F1B / formula"], rows,
-            caption=f"p = {p}, m = {m}; times in units of one micro-batch forward.")
+        r.claim(
+            f"1f1b p={p} m={m} p2p={c}: step >= (m+p-1)(F+B) + 2(p-1)δ", o.step_time, base, relation=">=", rel_tol=1e-12
+        )
+    r.table(
+        "p2p",
+        ["p2p time δ", "GPipe step", "(m+p-1)(F+B) + 2(p-1)δ", "1F1B step", "1F1B / formula"],
+        rows,
+        caption=f"p = {p}, m = {m}; times in units of one micro-batch forward.",
+    )
     r.add("p2p_stages", p, "", "stages in the p2p table")
     r.add("p2p_microbatches", m, "", "micro-batches in the p2p table")
     r.add("p2p_1f1b_slowdown", rows[-1][4], "", f"1F1B step / formula at p2p = {rows[-1][0]}")
@@ -97,8 +145,13 @@ def _big(r: Result) -> None:
     r.add("big_microbatches", m, "", "micro-batches of the large simulation")
     r.add("big_ops", 2 * p * m, "ops", "ops simulated")
     r.add("big_bubble", sim.bubble_fraction, "fraction", "bubble of 1F1B at the large size")
-    r.claim(f"1f1b p={p} m={m}: bubble = (p-1)/(m+p-1)", sim.bubble_fraction, bubble_fraction(p, m), rel_tol=1e-12,
-            unit="fraction")
+    r.claim(
+        f"1f1b p={p} m={m}: bubble = (p-1)/(m+p-1)",
+        sim.bubble_fraction,
+        bubble_fraction(p, m),
+        rel_tol=1e-12,
+        unit="fraction",
+    )
     r.claim(f"1f1b p={p} m={m}: stage 0 holds p", sim.peak_inflight[0], p)
 
 
@@ -125,28 +178,49 @@ def _figures(r: Result) -> None:
     import matplotlib.pyplot as plt
 
     p, m = 4, 8
-    sims = [("GPipe", simulate(p, m, "gpipe")), ("1F1B", simulate(p, m, "1f1b")),
-            ("interleaved 1F1B, v = 2 (a, b: chunk)", simulate(p, m, "interleaved", virtual=2)),
-            ("ZB-H1 (B: input gradient, W: weight gradient)", simulate(p, m, "zb-h1"))]
+    sims = [
+        ("GPipe", simulate(p, m, "gpipe")),
+        ("1F1B", simulate(p, m, "1f1b")),
+        ("interleaved 1F1B, v = 2 (a, b: chunk)", simulate(p, m, "interleaved", virtual=2)),
+        ("ZB-H1 (B: input gradient, W: weight gradient)", simulate(p, m, "zb-h1")),
+    ]
     horizon = max(s.step_time for _, s in sims)
     fig, axes = plt.subplots(len(sims), 1, figsize=(9, 6.4), sharex=True)
     for ax, (title, sim) in zip(axes, sims):
         draw_timeline(ax, sim)
         ax.set_xlim(0, horizon)
-        ax.set_title(f"{title}: step {sim.step_time:g}, bubble {sim.bubble_fraction:.1%}, "
-                     f"stage 0 holds {sim.peak_inflight[0]:g}", fontsize=8, loc="left")
+        ax.set_title(
+            f"{title}: step {sim.step_time:g}, bubble {sim.bubble_fraction:.1%}, "
+            f"stage 0 holds {sim.peak_inflight[0]:g}",
+            fontsize=8,
+            loc="left",
+        )
     axes[-1].set_xlabel("time (one micro-batch forward = 1)")
     handles = [plt.Rectangle((0, 0), 1, 1, color=COLORS[k]) for k in (F, B, W)]
-    fig.legend(handles, ["forward", "backward (input gradient in ZB-H1)", "weight gradient"], loc="lower center",
-               ncol=3, fontsize=7, bbox_to_anchor=(0.5, -0.02))
+    fig.legend(
+        handles,
+        ["forward", "backward (input gradient in ZB-H1)", "weight gradient"],
+        loc="lower center",
+        ncol=3,
+        fontsize=7,
+        bbox_to_anchor=(0.5, -0.02),
+    )
     fig.tight_layout(rect=(0, 0.03, 1, 1))
-    r.figure("timelines", fig, f"Simulated schedules for p = {p} stages and m = {m} micro-batches, backward = 2 x "
-             "forward, no point-to-point time; numbers are micro-batches.")
+    r.figure(
+        "timelines",
+        fig,
+        f"Simulated schedules for p = {p} stages and m = {m} micro-batches, backward = 2 x "
+        "forward, no point-to-point time; numbers are micro-batches.",
+    )
 
     fig, ax = plt.subplots(figsize=(6.5, 3.4))
     ms = [8, 16, 32, 64, 128, 256]
-    for label, schedule, v, marker in (("GPipe / 1F1B", "1f1b", 1, "o"), ("interleaved v = 2", "interleaved", 2, "s"),
-                                       ("interleaved v = 4", "interleaved", 4, "^"), ("ZB-H1", "zb-h1", 1, "D")):
+    for label, schedule, v, marker in (
+        ("GPipe / 1F1B", "1f1b", 1, "o"),
+        ("interleaved v = 2", "interleaved", 2, "s"),
+        ("interleaved v = 4", "interleaved", 4, "^"),
+        ("ZB-H1", "zb-h1", 1, "D"),
+    ):
         measured = [simulate(8, m, schedule, virtual=v).bubble_fraction for m in ms]
         ax.plot(ms, measured, marker, label=f"{label} (simulated)")
         closed = [zb_h1_bubble_fraction(8, m) if schedule == "zb-h1" else bubble_fraction(8, m, v) for m in ms]
@@ -157,5 +231,6 @@ def _figures(r: Result) -> None:
     ax.set_ylabel("bubble fraction of the step")
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
-    r.figure("bubble_vs_m", fig, "Bubble fraction against micro-batches for p = 8: simulated points, closed-form "
-             "lines.")
+    r.figure(
+        "bubble_vs_m", fig, "Bubble fraction against micro-batches for p = 8: simulated points, closed-form lines."
+    )

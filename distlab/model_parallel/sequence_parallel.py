@@ -33,8 +33,12 @@ def tp_wire_bytes_per_layer(seq: int, batch: int, hidden: int, tp: int, bytes_pe
     return 4 * ring_wire_bytes("all-reduce", n, tp)
 
 
-@experiment("sequence-parallel", "activation memory per layer with and without sequence parallelism "
-            "(Korthikanti et al. 2022), and its communication, for 7B to 175B", kind="computed")
+@experiment(
+    "sequence-parallel",
+    "activation memory per layer with and without sequence parallelism "
+    "(Korthikanti et al. 2022), and its communication, for 7B to 175B",
+    kind="computed",
+)
 def sequence_parallel(device: str) -> Result:
     r = Result("sequence-parallel")
     rows = []
@@ -45,29 +49,61 @@ def sequence_parallel(device: str) -> Result:
             for recompute in ("none", "selective"):
                 without = activation_bytes_per_layer(s, b, h, a, tp=t, sequence_parallel=False, recompute=recompute)
                 with_sp = activation_bytes_per_layer(s, b, h, a, tp=t, sequence_parallel=True, recompute=recompute)
-                r.claim(f"{name}, t={t}, recompute {recompute}: saving = 10sbh(t-1)/t", without - with_sp,
-                        replicated_bytes_saved(s, b, h, t), rel_tol=1e-12, unit="B")
-                rows.append([name, t, recompute, Quantity(without, "B"), Quantity(with_sp, "B"),
-                             Quantity(m.layers * (without - with_sp), "B")])
+                r.claim(
+                    f"{name}, t={t}, recompute {recompute}: saving = 10sbh(t-1)/t",
+                    without - with_sp,
+                    replicated_bytes_saved(s, b, h, t),
+                    rel_tol=1e-12,
+                    unit="B",
+                )
+                rows.append(
+                    [
+                        name,
+                        t,
+                        recompute,
+                        Quantity(without, "B"),
+                        Quantity(with_sp, "B"),
+                        Quantity(m.layers * (without - with_sp), "B"),
+                    ]
+                )
         act = s * b * h * 2  # one (s, b, h) bf16 activation
         rs_ag = 4 * (ring_wire_bytes("reduce-scatter", act, 8) + ring_wire_bytes("all-gather", act, 8))
-        r.claim(f"{name}, t=8: reduce-scatters + all-gathers send what the all-reduces did", rs_ag,
-                tp_wire_bytes_per_layer(s, b, h, 8), rel_tol=1e-12, unit="B")
-    r.table("memory", ["model", "t", "recompute", "per layer, TP only", "per layer, TP + SP",
-                       "saved over all layers"], rows,
-            caption="Activation bytes per GPU, micro-batch 1 at each model's training sequence length, 16-bit "
-                    "activations (Korthikanti et al. 2022, Table 2).")
+        r.claim(
+            f"{name}, t=8: reduce-scatters + all-gathers send what the all-reduces did",
+            rs_ag,
+            tp_wire_bytes_per_layer(s, b, h, 8),
+            rel_tol=1e-12,
+            unit="B",
+        )
+    r.table(
+        "memory",
+        ["model", "t", "recompute", "per layer, TP only", "per layer, TP + SP", "saved over all layers"],
+        rows,
+        caption="Activation bytes per GPU, micro-batch 1 at each model's training sequence length, 16-bit "
+        "activations (Korthikanti et al. 2022, Table 2).",
+    )
     m = presets()["70B"]
     s, h, a = m.seq, m.hidden, m.heads
     for sp in (False, True):
         key = "sp" if sp else "tp"
-        r.add(f"70b_{key}_selective_layer", activation_bytes_per_layer(s, 1, h, a, tp=8, sequence_parallel=sp,
-                                                                       recompute="selective"), "B",
-              f"70B, t=8, selective recompute, per layer{' with SP' if sp else ''}")
-        r.add(f"70b_{key}_selective_model", m.layers * activation_bytes_per_layer(
-            s, 1, h, a, tp=8, sequence_parallel=sp, recompute="selective"), "B", f"70B, all {m.layers} layers")
-    r.add("70b_wire_bytes_layer", tp_wire_bytes_per_layer(s, 1, h, 8), "B",
-          "70B, t=8: bytes each rank sends per layer, forward + backward, bf16")
+        r.add(
+            f"70b_{key}_selective_layer",
+            activation_bytes_per_layer(s, 1, h, a, tp=8, sequence_parallel=sp, recompute="selective"),
+            "B",
+            f"70B, t=8, selective recompute, per layer{' with SP' if sp else ''}",
+        )
+        r.add(
+            f"70b_{key}_selective_model",
+            m.layers * activation_bytes_per_layer(s, 1, h, a, tp=8, sequence_parallel=sp, recompute="selective"),
+            "B",
+            f"70B, all {m.layers} layers",
+        )
+    r.add(
+        "70b_wire_bytes_layer",
+        tp_wire_bytes_per_layer(s, 1, h, 8),
+        "B",
+        "70B, t=8: bytes each rank sends per layer, forward + backward, bf16",
+    )
     r.add("70b_layers", m.layers, "", "layers of Llama 2 70B")
     r.add("70b_seq", s, "tokens", "training sequence of Llama 2 70B")
     return r

@@ -144,8 +144,8 @@ class TensorParallelBlock(nn.Module):
         qkv_w, qkv_b = ref.attn.qkv.weight.detach(), ref.attn.qkv.bias.detach()
         take = lambda w: nn.Parameter(w.clone())
         self.ln1, self.ln2 = _copy(ref.ln1), _copy(ref.ln2)
-        self.qkv_w = take(torch.cat([qkv_w[i * h:(i + 1) * h][cols] for i in range(3)]))  # (3h/t, h)
-        self.qkv_b = take(torch.cat([qkv_b[i * h:(i + 1) * h][cols] for i in range(3)]))
+        self.qkv_w = take(torch.cat([qkv_w[i * h : (i + 1) * h][cols] for i in range(3)]))  # (3h/t, h)
+        self.qkv_b = take(torch.cat([qkv_b[i * h : (i + 1) * h][cols] for i in range(3)]))
         self.proj_w = take(ref.attn.proj.weight.detach()[:, cols])  # (h, h/t)
         self.proj_b = take(ref.attn.proj.bias.detach())  # replicated, added after the reduction
         self.up_w = take(ref.mlp.up.weight.detach()[inner])  # (ffn/t, h)
@@ -201,13 +201,18 @@ def reference_grads(ref: Block, t: int, r: int) -> dict[str, torch.Tensor]:
     if g["ln1.weight"] is None:  # a sub-layer run: only its own parameters have gradients
         g = {n: (torch.zeros_like(p) if v is None else v) for (n, p), v in zip(ref.named_parameters(), g.values())}
     return {
-        "qkv_w": torch.cat([g["attn.qkv.weight"][i * h:(i + 1) * h][cols] for i in range(3)]),
-        "qkv_b": torch.cat([g["attn.qkv.bias"][i * h:(i + 1) * h][cols] for i in range(3)]),
-        "proj_w": g["attn.proj.weight"][:, cols], "proj_b": g["attn.proj.bias"],
-        "up_w": g["mlp.up.weight"][inner], "up_b": g["mlp.up.bias"][inner],
-        "down_w": g["mlp.down.weight"][:, inner], "down_b": g["mlp.down.bias"],
-        "ln1.weight": g["ln1.weight"], "ln1.bias": g["ln1.bias"],
-        "ln2.weight": g["ln2.weight"], "ln2.bias": g["ln2.bias"],
+        "qkv_w": torch.cat([g["attn.qkv.weight"][i * h : (i + 1) * h][cols] for i in range(3)]),
+        "qkv_b": torch.cat([g["attn.qkv.bias"][i * h : (i + 1) * h][cols] for i in range(3)]),
+        "proj_w": g["attn.proj.weight"][:, cols],
+        "proj_b": g["attn.proj.bias"],
+        "up_w": g["mlp.up.weight"][inner],
+        "up_b": g["mlp.up.bias"][inner],
+        "down_w": g["mlp.down.weight"][:, inner],
+        "down_b": g["mlp.down.bias"],
+        "ln1.weight": g["ln1.weight"],
+        "ln1.bias": g["ln1.bias"],
+        "ln2.weight": g["ln2.weight"],
+        "ln2.bias": g["ln2.bias"],
     }
 
 
@@ -229,8 +234,9 @@ def _run(module, x: torch.Tensor, weight: torch.Tensor, comm: Comm | None = None
     return y.detach(), x.grad
 
 
-def tp_check(rank: int, world: int, cfg_kwargs: dict, group_sizes: tuple[int, ...], batch: int, seq: int,
-             device: str = "cpu") -> dict:
+def tp_check(
+    rank: int, world: int, cfg_kwargs: dict, group_sizes: tuple[int, ...], batch: int, seq: int, device: str = "cpu"
+) -> dict:
     """On every rank: the full block in float32 and float64 (same seed everywhere), then the block split
     over groups of each size in `group_sizes`. Per t: each sub-layer alone on the identical input
     (what is bit-exact), the whole block (what is only close), the whole block with sequence
@@ -245,10 +251,12 @@ def tp_check(rank: int, world: int, cfg_kwargs: dict, group_sizes: tuple[int, ..
     x, weight = (torch.randn(batch, seq, cfg.hidden, generator=gen).to(dev) for _ in range(2))  # (B, N, h)
     full = {"fp32": _run(ref, x, weight), "fp64": _run(ref64, x.double(), weight.double())}
     block_grads = {n: p.grad.clone() for n, p in ref.named_parameters()}
-    results = {"block_fp32_output_vs_fp64": _max_diff(full["fp32"][0], full["fp64"][0]),
-               "block_fp32_input_grad_vs_fp64": _max_diff(full["fp32"][1], full["fp64"][1]),
-               "block_output_scale": full["fp64"][0].abs().max().item(),
-               "block_input_grad_scale": full["fp64"][1].abs().max().item()}
+    results = {
+        "block_fp32_output_vs_fp64": _max_diff(full["fp32"][0], full["fp64"][0]),
+        "block_fp32_input_grad_vs_fp64": _max_diff(full["fp32"][1], full["fp64"][1]),
+        "block_output_scale": full["fp64"][0].abs().max().item(),
+        "block_input_grad_scale": full["fp64"][1].abs().max().item(),
+    }
     sub_ref = {}
     for name in SUBLAYER_PARAMS:
         ref.zero_grad()
@@ -271,10 +279,13 @@ def tp_check(rank: int, world: int, cfg_kwargs: dict, group_sizes: tuple[int, ..
             want = reference_grads(ref, t, comm.rank)
             grads = dict(block.named_parameters())
             results[(t, name)] = {
-                "output": _max_diff(y, sub_ref[name][0]), "output_vs_fp64": _max_diff(y, sub_ref[name + "64"][0]),
+                "output": _max_diff(y, sub_ref[name][0]),
+                "output_vs_fp64": _max_diff(y, sub_ref[name + "64"][0]),
                 "input_grad": _max_diff(dx, sub_ref[name][1]),
                 "input_grad_vs_fp64": _max_diff(dx, sub_ref[name + "64"][1]),
-                "grads": {n: _max_diff(grads[n].grad, want[n]) for n in params}, "log": comm.log}
+                "grads": {n: _max_diff(grads[n].grad, want[n]) for n in params},
+                "log": comm.log,
+            }
         _set_grads(ref, block_grads)
         for sp in (False, True):
             comm = Comm(group)
@@ -290,11 +301,14 @@ def tp_check(rank: int, world: int, cfg_kwargs: dict, group_sizes: tuple[int, ..
             want = reference_grads(ref, t, r)
             grads = dict(block.named_parameters())
             results[(t, "sp" if sp else "block")] = {
-                "output": _max_diff(y, part(full["fp32"][0])), "output_vs_fp64": _max_diff(y, part(full["fp64"][0])),
+                "output": _max_diff(y, part(full["fp32"][0])),
+                "output_vs_fp64": _max_diff(y, part(full["fp64"][0])),
                 "input_grad": _max_diff(dx, part(full["fp32"][1])),
                 "input_grad_vs_fp64": _max_diff(dx, part(full["fp64"][1])),
-                "grads": {n: _max_diff(grads[n].grad, want[n]) for n in want}, "log": comm.log,
-                "grad_scales": {n: want[n].abs().max().item() for n in want}, "output_bits": y.cpu(),
+                "grads": {n: _max_diff(grads[n].grad, want[n]) for n in want},
+                "log": comm.log,
+                "grad_scales": {n: want[n].abs().max().item() for n in want},
+                "output_bits": y.cpu(),
             }
     return results
 
@@ -324,8 +338,9 @@ def run_checks(device: str = "cpu", world: int = WORLD, group_sizes=GROUP_SIZES)
     backend = None
     if device == "cuda" and torch.cuda.device_count() < world:
         backend = "gloo"  # fewer GPUs than ranks: ranks share a GPU, gloo stages through the host
-    return launch(tp_check, world, CONFIG, group_sizes, BATCH, SEQ, device, device=device, backend=backend,
-                  timeout_s=300)
+    return launch(
+        tp_check, world, CONFIG, group_sizes, BATCH, SEQ, device, device=device, backend=backend, timeout_s=300
+    )
 
 
 def close_bound(unsplit_err: float, scale: float) -> float:
@@ -334,8 +349,11 @@ def close_bound(unsplit_err: float, scale: float) -> float:
     return CLOSE_FACTOR * unsplit_err + ULP32 * scale
 
 
-@experiment("tensor-parallel", "Megatron tensor parallelism (t = 2 and 4) and sequence parallelism on real "
-            "processes: split layer vs unsplit, bit-exact vs close, collectives and bytes")
+@experiment(
+    "tensor-parallel",
+    "Megatron tensor parallelism (t = 2 and 4) and sequence parallelism on real "
+    "processes: split layer vs unsplit, bit-exact vs close, collectives and bytes",
+)
 def tensor_parallel(device: str) -> Result:
     r = Result("tensor-parallel")
     ranks = run_checks(device)
@@ -352,31 +370,64 @@ def tensor_parallel(device: str) -> Result:
             grad_bound = close_bound(first[f"{unsplit}_fp32_input_grad_vs_fp64"], first[f"{unsplit}_input_grad_scale"])
             out_err = max(x["output_vs_fp64"] for x in res)
             grad_err = max(x["input_grad_vs_fp64"] for x in res)
-            label = {"attention": "attention alone", "mlp": "MLP alone", "block": "whole block",
-                     "sp": "whole block, sequence parallel"}[part]
-            r.claim(f"t={t}, {label}: output close to the unsplit layer (vs float64)", out_err, out_bound,
-                    relation="<=", formula=f"<= {CLOSE_FACTOR:g} x unsplit float32 error + 1 ulp")
+            label = {
+                "attention": "attention alone",
+                "mlp": "MLP alone",
+                "block": "whole block",
+                "sp": "whole block, sequence parallel",
+            }[part]
+            r.claim(
+                f"t={t}, {label}: output close to the unsplit layer (vs float64)",
+                out_err,
+                out_bound,
+                relation="<=",
+                formula=f"<= {CLOSE_FACTOR:g} x unsplit float32 error + 1 ulp",
+            )
             r.claim(f"t={t}, {label}: input gradient close (vs float64)", grad_err, grad_bound, relation="<=")
             matrices = [n for n in MATRICES if n in res[0]["grads"]]
             mat_err = max(x["grads"][n] for x in res for n in matrices)
             other = [n for n in res[0]["grads"] if n not in MATRICES]
             other_err = max(x["grads"][n] for x in res for n in other)
             if part in ("attention", "mlp"):
-                r.claim(f"t={t}, {label}: weight-matrix gradients bit-exact", mat_err, 0.0, abs_tol=exact_tol,
-                        formula="rank-local dot products over the same operands")
+                r.claim(
+                    f"t={t}, {label}: weight-matrix gradients bit-exact",
+                    mat_err,
+                    0.0,
+                    abs_tol=exact_tol,
+                    formula="rank-local dot products over the same operands",
+                )
             else:
                 rel = max(x["grads"][n] / x["grad_scales"][n] for x in res for n in x["grads"])
-                r.claim(f"t={t}, {label}: every parameter gradient close to the unsplit float32 one (relative)",
-                        rel, 16 * ULP32, relation="<=", formula="<= 16 float32 ulps of the gradient's largest entry")
+                r.claim(
+                    f"t={t}, {label}: every parameter gradient close to the unsplit float32 one (relative)",
+                    rel,
+                    16 * ULP32,
+                    relation="<=",
+                    formula="<= 16 float32 ulps of the gradient's largest entry",
+                )
             first = ranks[0][(t, part)]
             rows.append([t, label, first["output"], first["input_grad"], mat_err, other_err])
         _collectives(r, ranks, t, act_bytes)
         same = all(torch.equal(ranks[0][(t, "block")]["output_bits"], x[(t, "block")]["output_bits"]) for x in ranks)
-        r.claim(f"t={t}: every rank holds bit-identical block outputs", float(same), 1.0,
-                formula="one all-reduce result, broadcast")
-    r.table("agreement", ["t", "what", "output vs unsplit fp32", "input grad vs unsplit fp32",
-                          "weight-matrix grads (max)", "bias and LayerNorm grads (max)"], rows,
-            caption="Largest absolute differences over all ranks; 0 means bit-identical.")
+        r.claim(
+            f"t={t}: every rank holds bit-identical block outputs",
+            float(same),
+            1.0,
+            formula="one all-reduce result, broadcast",
+        )
+    r.table(
+        "agreement",
+        [
+            "t",
+            "what",
+            "output vs unsplit fp32",
+            "input grad vs unsplit fp32",
+            "weight-matrix grads (max)",
+            "bias and LayerNorm grads (max)",
+        ],
+        rows,
+        caption="Largest absolute differences over all ranks; 0 means bit-identical.",
+    )
     r.add("hidden", h, "", "hidden width of the test block")
     r.add("heads", CONFIG["heads"], "", "attention heads")
     r.add("tokens", tokens, "tokens", "tokens per step (batch x sequence)")
@@ -386,6 +437,7 @@ def tensor_parallel(device: str) -> Result:
 
 def _collectives(r: Result, ranks: list[dict], t: int, act_bytes: int) -> None:
     """Count and size the collectives of one block, as issued (from the logs)."""
+
     def count(part, op, phase):
         return sum(1 for o, p, _ in ranks[0][(t, part)]["log"] if o == op and p == phase)
 
@@ -397,10 +449,23 @@ def _collectives(r: Result, ranks: list[dict], t: int, act_bytes: int) -> None:
         r.claim(f"t={t}: all-reduces per block in {phase}", n, 2, formula="f and g: one per sub-layer")
         sizes = {b for o, p, b in ranks[0][(t, "block")]["log"] if p == phase}
         r.claim(f"t={t}: bytes per {phase} all-reduce", max(sizes), act_bytes, formula="B x N x h x 4 bytes")
-        r.claim(f"t={t}: sequence parallel, all-gathers + reduce-scatters in {phase}",
-                count("sp", "all-gather", phase) + count("sp", "reduce-scatter", phase), 4)
-        r.claim(f"t={t}: sequence parallel sends the same bytes as the all-reduces ({phase})", wire("sp", phase),
-                wire("block", phase), rel_tol=1e-12, unit="B", formula="2(t-1)/t N = (t-1)/t N + (t-1)/t N")
+        r.claim(
+            f"t={t}: sequence parallel, all-gathers + reduce-scatters in {phase}",
+            count("sp", "all-gather", phase) + count("sp", "reduce-scatter", phase),
+            4,
+        )
+        r.claim(
+            f"t={t}: sequence parallel sends the same bytes as the all-reduces ({phase})",
+            wire("sp", phase),
+            wire("block", phase),
+            rel_tol=1e-12,
+            unit="B",
+            formula="2(t-1)/t N = (t-1)/t N + (t-1)/t N",
+        )
         r.add(f"t{t}_{phase}_wire_bytes", wire("block", phase), "B", f"bytes each rank sends per block, {phase}")
-    r.add(f"t{t}_sp_gradsync_bytes", sum(b for _, p, b in ranks[0][(t, "sp")]["log"] if p == "grad-sync"), "B",
-          "LayerNorm and bias gradients summed over the group under sequence parallelism")
+    r.add(
+        f"t{t}_sp_gradsync_bytes",
+        sum(b for _, p, b in ranks[0][(t, "sp")]["log"] if p == "grad-sync"),
+        "B",
+        "LayerNorm and bias gradients summed over the group under sequence parallelism",
+    )

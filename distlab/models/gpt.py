@@ -52,9 +52,14 @@ def param_count(cfg: GPTConfig) -> int:
     h, f = cfg.hidden, cfg.ffn_width
     per_layer = (
         2 * 2 * h  # two LayerNorms, weight + bias
-        + 3 * h * h + 3 * h  # fused q, k, v projection
-        + h * h + h  # attention output projection
-        + h * f + f + f * h + h  # MLP up and down
+        + 3 * h * h
+        + 3 * h  # fused q, k, v projection
+        + h * h
+        + h  # attention output projection
+        + h * f
+        + f
+        + f * h
+        + h  # MLP up and down
     )
     embed = cfg.vocab * h + cfg.seq * h
     head = 0 if cfg.tie_embeddings else cfg.vocab * h

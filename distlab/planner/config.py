@@ -65,9 +65,11 @@ class Cluster:
         return self.gpus_per_node * self.nodes
 
     def describe(self) -> str:
-        return (f"{self.nodes} x {self.gpus_per_node} {self.gpu.name} ({self.intra.bandwidth_bytes_per_s / 1e9:g} "
-                f"GB/s in a node, {self.inter.bandwidth_bytes_per_s / 1e9:g} GB/s between nodes, per GPU and "
-                "direction)")
+        return (
+            f"{self.nodes} x {self.gpus_per_node} {self.gpu.name} ({self.intra.bandwidth_bytes_per_s / 1e9:g} "
+            f"GB/s in a node, {self.inter.bandwidth_bytes_per_s / 1e9:g} GB/s between nodes, per GPU and "
+            "direction)"
+        )
 
 
 def _link(spec: str | float, fallback_transport: str, name: str) -> Link:
@@ -84,8 +86,16 @@ def _link(spec: str | float, fallback_transport: str, name: str) -> Link:
     return Link(name=f"{spec:g} GB/s", bandwidth_bytes_per_s=spec * 1e9, alpha_s=alpha, transport=fallback_transport)
 
 
-def cluster(gpu_name: str = "H100-SXM", *, gpus_per_node: int = 8, nodes: int = 1, intra: str | float | None = None,
-            inter: str | float = "InfiniBand-NDR", pcie: str | None = None, host: str = "DGX-H100-host") -> Cluster:
+def cluster(
+    gpu_name: str = "H100-SXM",
+    *,
+    gpus_per_node: int = 8,
+    nodes: int = 1,
+    intra: str | float | None = None,
+    inter: str | float = "InfiniBand-NDR",
+    pcie: str | None = None,
+    host: str = "DGX-H100-host",
+) -> Cluster:
     """A cluster from the data files. intra defaults to the GPU's own GPU-to-GPU links (gpus.toml), pcie to
     PCIe 4 for A100s and PCIe 5 otherwise; host memory bandwidth from host_links.toml (distlab.sharding.offload)."""
     from distlab.sharding.offload import node_memory_bytes_per_s
@@ -93,15 +103,22 @@ def cluster(gpu_name: str = "H100-SXM", *, gpus_per_node: int = 8, nodes: int = 
     chip = gpu(gpu_name)
     if intra is None:
         alpha = value("interconnect.nccl-latency-nvlink.ring_simple_us") * 1e-6
-        intra_link = Link(name=f"{chip.link_name}", bandwidth_bytes_per_s=chip.link_bytes_per_s, alpha_s=alpha,
-                          transport="nvlink")
+        intra_link = Link(
+            name=f"{chip.link_name}", bandwidth_bytes_per_s=chip.link_bytes_per_s, alpha_s=alpha, transport="nvlink"
+        )
     else:
         intra_link = _link(intra, "nvlink", "intra-node")
     pcie = pcie or ("PCIe4-x16" if chip.name.startswith("A100") else "PCIe5-x16")
-    return Cluster(gpu=chip, gpus_per_node=gpus_per_node, nodes=nodes, intra=intra_link,
-                   inter=_link(inter, "net", "inter-node"), pcie=link(pcie, protocol="simple"),
-                   host_bytes_per_s=node_memory_bytes_per_s(host),
-                   host_bytes=value(f"host_links.{host}.host_memory_tb") * 1e12)
+    return Cluster(
+        gpu=chip,
+        gpus_per_node=gpus_per_node,
+        nodes=nodes,
+        intra=intra_link,
+        inter=_link(inter, "net", "inter-node"),
+        pcie=link(pcie, protocol="simple"),
+        host_bytes_per_s=node_memory_bytes_per_s(host),
+        host_bytes=value(f"host_links.{host}.host_memory_tb") * 1e12,
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -125,15 +142,21 @@ class Training:
     """Megatron sequence parallelism with TP (splits norms, dropout and residuals t ways)."""
 
     def __post_init__(self) -> None:
-        for name, allowed in (("precision", PRECISIONS), ("optimizer", OPTIMIZERS), ("task", TASKS),
-                              ("attention", ATTENTION)):
+        for name, allowed in (
+            ("precision", PRECISIONS),
+            ("optimizer", OPTIMIZERS),
+            ("task", TASKS),
+            ("attention", ATTENTION),
+        ):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {', '.join(allowed)}, not {getattr(self, name)!r}")
         if self.seq < 1 or self.global_batch_tokens < 1:
             raise ValueError("sequence length and global batch must be positive")
         if self.global_batch_tokens % self.seq:
-            raise ValueError(f"global batch of {self.global_batch_tokens:,} tokens is not a whole number of "
-                             f"{self.seq:,}-token sequences")
+            raise ValueError(
+                f"global batch of {self.global_batch_tokens:,} tokens is not a whole number of "
+                f"{self.seq:,}-token sequences"
+            )
         if not 0 < self.usable_fraction <= 1:
             raise ValueError(f"usable fraction of HBM must be in (0, 1], got {self.usable_fraction}")
 
@@ -179,7 +202,11 @@ class Plan:
     def label(self) -> str:
         parts = [f"TP {self.tp}", f"PP {self.pp}", f"DP {self.dp}"] + ([f"CP {self.cp}"] if self.cp > 1 else [])
         zero = "DDP" if self.zero == 0 else f"ZeRO-{self.zero}"
-        extra = ([f"{self.recompute} recompute"] if self.recompute != "none" else []) + \
-                ([f"offload {self.offload}"] if self.offload != "none" else [])
-        return " x ".join(parts) + f", {zero}, micro-batch {self.micro_batch} x {self.microbatches}" + \
-            "".join(f", {e}" for e in extra)
+        extra = ([f"{self.recompute} recompute"] if self.recompute != "none" else []) + (
+            [f"offload {self.offload}"] if self.offload != "none" else []
+        )
+        return (
+            " x ".join(parts)
+            + f", {zero}, micro-batch {self.micro_batch} x {self.microbatches}"
+            + "".join(f", {e}" for e in extra)
+        )

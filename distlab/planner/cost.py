@@ -127,18 +127,25 @@ def optimizer_factor(t: Training) -> float:
 # ---------------------------------------------------------------- memory
 def memory(m: ModelShape, c: Cluster, t: Training, p: Plan) -> dict[str, float]:
     """Bytes per GPU by category on the most loaded stage, and host bytes per GPU (offload)."""
-    states = model_state_bytes_per_gpu(local_params(m, p), p.dp * p.cp, p.zero, precision=t.precision,
-                                       offload_optimizer=p.offload != "none",
-                                       offload_params=p.offload == "optimizer+params")
+    states = model_state_bytes_per_gpu(
+        local_params(m, p),
+        p.dp * p.cp,
+        p.zero,
+        precision=t.precision,
+        offload_optimizer=p.offload != "none",
+        offload_params=p.offload == "optimizer+params",
+    )
     sp = t.sequence_parallel and p.tp > 1
     recompute = "selective" if (t.attention == "flash" and p.recompute == "none") else p.recompute
-    per_layer = activation_bytes_per_layer(t.seq // p.cp, p.micro_batch, m.hidden, m.heads, tp=p.tp,
-                                           sequence_parallel=sp, recompute=recompute)
+    per_layer = activation_bytes_per_layer(
+        t.seq // p.cp, p.micro_batch, m.hidden, m.heads, tp=p.tp, sequence_parallel=sp, recompute=recompute
+    )
     layers = m.layers // p.pp
     working = 0.0
     if p.recompute == "full":  # backward recomputes one layer at a time: its activations live meanwhile
-        working = activation_bytes_per_layer(t.seq // p.cp, p.micro_batch, m.hidden, m.heads, tp=p.tp,
-                                             sequence_parallel=sp, recompute="selective")
+        working = activation_bytes_per_layer(
+            t.seq // p.cp, p.micro_batch, m.hidden, m.heads, tp=p.tp, sequence_parallel=sp, recompute="selective"
+        )
     logits = t.seq // p.cp * p.micro_batch * m.vocab * LOGIT_BYTES / p.tp
     first = per_layer * layers * min(p.pp, p.microbatches) + working  # 1F1B: stage 0 holds p micro-batches
     last = per_layer * layers + working  # the last stage holds one, and the logits
@@ -146,9 +153,14 @@ def memory(m: ModelShape, c: Cluster, t: Training, p: Plan) -> dict[str, float]:
         act, logits = first, (logits if p.pp == 1 else 0.0)
     else:
         act = last
-    out = {"weights": states["params_bytes"], "gradients": states["grads_bytes"],
-           "optimizer": states["optimizer_bytes"] * optimizer_factor(t), "activations": act, "logits": logits,
-           "gather buffers": 2 * 2 * m.params_per_layer() / p.tp if p.zero == 3 else 0.0}
+    out = {
+        "weights": states["params_bytes"],
+        "gradients": states["grads_bytes"],
+        "optimizer": states["optimizer_bytes"] * optimizer_factor(t),
+        "activations": act,
+        "logits": logits,
+        "gather buffers": 2 * 2 * m.params_per_layer() / p.tp if p.zero == 3 else 0.0,
+    }
     out["host"] = states["host_bytes"]
     return out
 
@@ -180,8 +192,13 @@ def layer_work(m: ModelShape, t: Training, p: Plan) -> dict[str, float]:
         scores = 0.0
     else:  # scores written, softmax read + written, (dropout r + w + mask), read by PV; all heads
         scores = m.heads / p.tp * s_q * s_kv * b * (2 + 4 + 5 * drop + 2)
-    return {"matmul_flops": matmul, "core_flops": core, "pointwise_bytes": per_token * tokens,
-            "scores_bytes": scores, "tokens": tokens}
+    return {
+        "matmul_flops": matmul,
+        "core_flops": core,
+        "pointwise_bytes": per_token * tokens,
+        "scores_bytes": scores,
+        "tokens": tokens,
+    }
 
 
 def head_work(m: ModelShape, t: Training, p: Plan) -> dict[str, float]:
@@ -194,8 +211,9 @@ def _comm(op: str, message: float, ranks: int, lk: Link) -> float:
     return time_seconds(op, message, ranks, alpha_s=lk.alpha_s, bandwidth_bytes_per_s=lk.bandwidth_bytes_per_s)
 
 
-def stage_times(m: ModelShape, c: Cluster, t: Training, p: Plan, gemm: float | None = None,
-                mem_eff: float | None = None) -> dict[str, float]:
+def stage_times(
+    m: ModelShape, c: Cluster, t: Training, p: Plan, gemm: float | None = None, mem_eff: float | None = None
+) -> dict[str, float]:
     """Seconds of one micro-batch on the slowest stage: forward and backward, split by cause."""
     ge, me = efficiencies(c.gpu, gemm, mem_eff)
     ae = attention_efficiency(c.gpu, ge) if t.attention == "flash" else ge
@@ -209,10 +227,16 @@ def stage_times(m: ModelShape, c: Cluster, t: Training, p: Plan, gemm: float | N
     act_bytes = w["tokens"] * m.hidden * (2 if t.precision == "mixed" else 4)
     tp_ar = 2 * _comm("all-reduce", act_bytes, p.tp, tp_link)  # two per layer per pass (attention, MLP)
     core_bwd = FLASH_BACKWARD if t.attention == "flash" else 2.0
-    fwd = {"matmul": flops_s(w["matmul_flops"]) + core_s(w["core_flops"]), "memory-bound": bytes_s(w["pointwise_bytes"]
-           + w["scores_bytes"]), "tensor-parallel": tp_ar}
-    bwd = {"matmul": flops_s(2 * w["matmul_flops"]) + core_s(core_bwd * w["core_flops"]),
-           "memory-bound": bytes_s(2 * (w["pointwise_bytes"] + w["scores_bytes"])), "tensor-parallel": tp_ar}
+    fwd = {
+        "matmul": flops_s(w["matmul_flops"]) + core_s(w["core_flops"]),
+        "memory-bound": bytes_s(w["pointwise_bytes"] + w["scores_bytes"]),
+        "tensor-parallel": tp_ar,
+    }
+    bwd = {
+        "matmul": flops_s(2 * w["matmul_flops"]) + core_s(core_bwd * w["core_flops"]),
+        "memory-bound": bytes_s(2 * (w["pointwise_bytes"] + w["scores_bytes"])),
+        "tensor-parallel": tp_ar,
+    }
     if p.cp > 1:  # ring attention: K and V go round cp - 1 times forward; K, V, dK, dV backward
         cp_link = effective(c.intra if p.tp * p.cp <= c.gpus_per_node else c.inter)
         ring = (p.cp - 1) * _comm("broadcast", 2 * w["tokens"] * m.kv * m.head_dim * 2 / p.tp, 2, cp_link)
@@ -229,8 +253,9 @@ def stage_times(m: ModelShape, c: Cluster, t: Training, p: Plan, gemm: float | N
 
 
 # ---------------------------------------------------------------- the step
-def data_parallel_exposed(m: ModelShape, c: Cluster, t: Training, p: Plan, forward_s: float,
-                          backward_s: float) -> dict[str, float]:
+def data_parallel_exposed(
+    m: ModelShape, c: Cluster, t: Training, p: Plan, forward_s: float, backward_s: float
+) -> dict[str, float]:
     """Gradient (and ZeRO-3 parameter) collectives over the dp x cp group, and what compute cannot hide:
     DDP and ZeRO-1 reduce once per step behind the last micro-batch's backward (the last bucket is always
     exposed); ZeRO-1/2 gather the updated parameters behind the next forward; ZeRO-2 reduce-scatters and
@@ -265,17 +290,29 @@ def optimizer_seconds(m: ModelShape, c: Cluster, t: Training, p: Plan, mem_eff: 
     _, me = efficiencies(c.gpu, None, mem_eff)
     params = local_params(m, p)
     if p.offload != "none":
-        return offload_seconds(params, p.dp * p.cp, gpus_per_node=c.gpus_per_node,
-                               pcie_bytes_per_s=c.pcie.bandwidth_bytes_per_s,
-                               host_bytes_per_s=c.host_bytes_per_s)["zero_offload_s"]
+        return offload_seconds(
+            params,
+            p.dp * p.cp,
+            gpus_per_node=c.gpus_per_node,
+            pcie_bytes_per_s=c.pcie.bandwidth_bytes_per_s,
+            host_bytes_per_s=c.host_bytes_per_s,
+        )["zero_offload_s"]
     per = bytes_per_param_by_state(t.precision)
     shard = params if p.zero == 0 else math.ceil(params / (p.dp * p.cp))
     per_param = per["grads"] + 2 * per["optimizer"] * optimizer_factor(t) + per["params"]
     return shard * per_param / (c.gpu.hbm_bytes_per_s * me)
 
 
-def step(m: ModelShape, c: Cluster, t: Training, p: Plan, *, exact_pipeline: bool = True,
-         gemm: float | None = None, mem_eff: float | None = None) -> dict:
+def step(
+    m: ModelShape,
+    c: Cluster,
+    t: Training,
+    p: Plan,
+    *,
+    exact_pipeline: bool = True,
+    gemm: float | None = None,
+    mem_eff: float | None = None,
+) -> dict:
     """Step time by cause, tokens/s and MFU for one plan (exact_pipeline: simulate the schedule op by op;
     otherwise its closed form, for searching)."""
     st = stage_times(m, c, t, p, gemm, mem_eff)
@@ -307,6 +344,16 @@ def step(m: ModelShape, c: Cluster, t: Training, p: Plan, *, exact_pipeline: boo
     model_flops = flops_per_token(m.params(), m.layers, m.hidden, t.seq) * tokens
     causal_flops = model_flops - 0.5 * attention_flops_per_token(m.layers, m.hidden, t.seq) * tokens
     peak = seconds * p.gpus * c.gpu.peak_flops("bf16")
-    return {"step_seconds": seconds, "parts": parts, "tokens": tokens, "tokens_per_second": tokens / seconds,
-            "mfu": model_flops / peak, "mfu_causal": causal_flops / peak, "model_flops": model_flops,
-            "forward_seconds": fwd, "backward_seconds": bwd, "p2p_seconds": p2p, "dp_traffic_seconds": dpx["total"]}
+    return {
+        "step_seconds": seconds,
+        "parts": parts,
+        "tokens": tokens,
+        "tokens_per_second": tokens / seconds,
+        "mfu": model_flops / peak,
+        "mfu_causal": causal_flops / peak,
+        "model_flops": model_flops,
+        "forward_seconds": fwd,
+        "backward_seconds": bwd,
+        "p2p_seconds": p2p,
+        "dp_traffic_seconds": dpx["total"],
+    }

@@ -27,11 +27,14 @@ MOE = {"model": "7B", "experts": 8, "top_k": 2}  # a Mixtral-like request: 8 exp
 
 
 def clusters() -> dict[str, Cluster]:
-    return {"1 node, 8 H100, NVLink": cluster("H100-SXM", nodes=1),
-            "8 nodes, 64 H100, NVLink + IB NDR": cluster("H100-SXM", nodes=8),
-            "128 nodes, 1024 H100, NVLink + IB NDR": cluster("H100-SXM", nodes=128),
-            "8 nodes, 64 A100, PCIe 4 + 100 GbE": cluster("A100-SXM-80GB", nodes=8, intra="PCIe4-x16",
-                                                          inter="Ethernet-100G")}
+    return {
+        "1 node, 8 H100, NVLink": cluster("H100-SXM", nodes=1),
+        "8 nodes, 64 H100, NVLink + IB NDR": cluster("H100-SXM", nodes=8),
+        "128 nodes, 1024 H100, NVLink + IB NDR": cluster("H100-SXM", nodes=128),
+        "8 nodes, 64 A100, PCIe 4 + 100 GbE": cluster(
+            "A100-SXM-80GB", nodes=8, intra="PCIe4-x16", inter="Ethernet-100G"
+        ),
+    }
 
 
 def pretraining(m: ModelShape, seq: int | None = None) -> Training:
@@ -50,8 +53,12 @@ def _short(d: dict[str, Choice]) -> str:
     return "; ".join([d["pipeline"].reason, d["zero"].reason, *extra])
 
 
-@experiment("parallel-rules", "3D parallelism decision rules, run by the planner: the plan for 7B, 13B, 70B and "
-            "175B on typical clusters, a long-sequence (CP) and a mixture-of-experts (EP) request", kind="computed")
+@experiment(
+    "parallel-rules",
+    "3D parallelism decision rules, run by the planner: the plan for 7B, 13B, 70B and "
+    "175B on typical clusters, a long-sequence (CP) and a mixture-of-experts (EP) request",
+    kind="computed",
+)
 def parallel_rules(device: str) -> Result:
     from distlab.planner.search import NothingFits, search
 
@@ -71,14 +78,19 @@ def parallel_rules(device: str) -> Result:
             r.claim(f"{name} on {label}: TP inside one node", p.tp, c.gpus_per_node, relation="<=")
             if d["pipeline"].value == [1]:
                 r.claim(f"{name} on {label}: no pipeline where the rule says none is needed", p.pp, 1)
-            rows.append([name, label, p.label(), Quantity(best.memory_bytes, "B"), Quantity(best.step_seconds, "s"),
-                         _short(d)])
+            rows.append(
+                [name, label, p.label(), Quantity(best.memory_bytes, "B"), Quantity(best.step_seconds, "s"), _short(d)]
+            )
             r.data[f"{name} / {label}"] = best.to_dict()
     _long(r, rows)
     _moe(r, rows)
-    r.table("plans", ["model", "cluster", "best plan", "memory per GPU", "step", "the rules' verdicts"], rows,
-            caption=f"distlab plan with the rules: pretraining at {_batch_tokens() / 2**20:g}M tokens per step, "
-                    "each model's training sequence, mixed-precision AdamW, FlashAttention")
+    r.table(
+        "plans",
+        ["model", "cluster", "best plan", "memory per GPU", "step", "the rules' verdicts"],
+        rows,
+        caption=f"distlab plan with the rules: pretraining at {_batch_tokens() / 2**20:g}M tokens per step, "
+        "each model's training sequence, mixed-precision AdamW, FlashAttention",
+    )
     _rules_table(r)
     _closed_forms(r)
     return r
@@ -92,17 +104,28 @@ def _long(r: Result, rows: list) -> None:
     t = pretraining(m, LONG_EXAMPLE)
     best = search(m, c, t)[0]
     p = best.plan
-    r.claim(f"70B at {LONG_EXAMPLE} tokens on {label}: the best plan uses context parallelism", p.cp, 2,
-            relation=">=")
+    r.claim(f"70B at {LONG_EXAMPLE} tokens on {label}: the best plan uses context parallelism", p.cp, 2, relation=">=")
     try:
         no_cp = search(m, c, t, where=lambda q: q.cp == 1)[0]
-        r.add("long_no_cp_slowdown", no_cp.step_seconds / best.step_seconds - 1, "fraction",
-              "70B at the long sequence: how much slower the best plan without CP is")
+        r.add(
+            "long_no_cp_slowdown",
+            no_cp.step_seconds / best.step_seconds - 1,
+            "fraction",
+            "70B at the long sequence: how much slower the best plan without CP is",
+        )
         r.data["long_no_cp_label"] = no_cp.plan.label()
     except NothingFits:
         r.data["long_no_cp_label"] = "nothing fits"
-    rows.append([f"70B, {LONG_EXAMPLE:,}-token sequences", label, p.label(), Quantity(best.memory_bytes, "B"),
-                 Quantity(best.step_seconds, "s"), _short(decisions(m, c, t, p))])
+    rows.append(
+        [
+            f"70B, {LONG_EXAMPLE:,}-token sequences",
+            label,
+            p.label(),
+            Quantity(best.memory_bytes, "B"),
+            Quantity(best.step_seconds, "s"),
+            _short(decisions(m, c, t, p)),
+        ]
+    )
     r.add("long_seq", LONG_EXAMPLE, "tokens", "long-context example")
     r.add("long_threshold", LONG_SEQ, "tokens", "context parallelism is considered from this length")
     r.add("long_cp", p.cp, "", "context-parallel size the planner chooses at that length")
@@ -120,11 +143,21 @@ def _moe(r: Result, rows: list) -> None:
     # the fastest dense plan with room for the experts
     rank, ep = next((i, v) for i, v in enumerate(verdicts, 1) if v.value is not None)
     e = ranked[rank - 1]
-    r.claim(f"{MOE['model']} with {MOE['experts']} experts on {label}: EP divides the experts and DP",
-            (MOE["experts"] % ep.value) + (e.plan.dp % ep.value), 0)
-    rows.append([f"{MOE['model']}, {MOE['experts']} experts, top-{MOE['top_k']}", label,
-                 f"{e.plan.label()}, EP {ep.value}", "—", "—",
-                 f"dense plan #{rank} of the ranking (step time of the dense model); {ep.reason}"])
+    r.claim(
+        f"{MOE['model']} with {MOE['experts']} experts on {label}: EP divides the experts and DP",
+        (MOE["experts"] % ep.value) + (e.plan.dp % ep.value),
+        0,
+    )
+    rows.append(
+        [
+            f"{MOE['model']}, {MOE['experts']} experts, top-{MOE['top_k']}",
+            label,
+            f"{e.plan.label()}, EP {ep.value}",
+            "—",
+            "—",
+            f"dense plan #{rank} of the ranking (step time of the dense model); {ep.reason}",
+        ]
+    )
     r.add("moe_experts", MOE["experts"], "", "experts per MLP in the MoE example")
     r.add("moe_ep", ep.value, "", "expert-parallel size the rule picks")
     r.add("moe_rank", rank, "", "rank of the first dense plan with room for the experts")
@@ -142,15 +175,28 @@ def _rules_table(r: Result) -> None:
     for tp in tensor_sizes(m, c).value:
         ch = pipeline_sizes(m, c, t, tp, 1)
         rows.append([f"pipeline at TP {tp}", "1" if ch.value == [1] else f"1 to {ch.value[-1]}", ch.reason])
-    r.table("rules", ["rule", "verdict", "why"], rows, caption=f"The rules for 70B on 64 H100s, at the best plan's "
-            f"TP {p.tp} and CP {p.cp}")
+    r.table(
+        "rules",
+        ["rule", "verdict", "why"],
+        rows,
+        caption=f"The rules for 70B on 64 H100s, at the best plan's TP {p.tp} and CP {p.cp}",
+    )
     r.add("rules_70b_tp", p.tp, "", "70B on 64 H100s: the best plan's TP")
     free = search(m, c, t, rules=("cp-long-only",))[0]
-    r.claim("70B on 64 H100s: the TP and PP rules drop no best plan (the search without them finds the same)",
-            free.step_seconds, search(m, c, t)[0].step_seconds, rel_tol=1e-12, unit="s")
+    r.claim(
+        "70B on 64 H100s: the TP and PP rules drop no best plan (the search without them finds the same)",
+        free.step_seconds,
+        search(m, c, t)[0].step_seconds,
+        rel_tol=1e-12,
+        unit="s",
+    )
     exhaustive = search(m, c, t, rules=())[0]  # CP at 4k tokens too
-    r.add("cp_cut_cost", search(m, c, t)[0].step_seconds / exhaustive.step_seconds - 1, "fraction",
-          "70B on 64 H100s: how much faster the cost model finds CP at 4k tokens than the best plan without it")
+    r.add(
+        "cp_cut_cost",
+        search(m, c, t)[0].step_seconds / exhaustive.step_seconds - 1,
+        "fraction",
+        "70B on 64 H100s: how much faster the cost model finds CP at 4k tokens than the best plan without it",
+    )
     r.data["cp_cut_label"] = exhaustive.plan.label()
     r.add("cp_cut_tp", exhaustive.plan.tp, "", "70B on 64 H100s at 4k tokens, no rules: the best plan's TP")
     r.add("cp_cut_cp", exhaustive.plan.cp, "", "70B on 64 H100s at 4k tokens, no rules: the best plan's CP")
@@ -164,32 +210,60 @@ def _closed_forms(r: Result) -> None:
     nvlink, ib = per_direction_bytes_per_s("NVLink4-H100"), per_direction_bytes_per_s("InfiniBand-NDR")
     m = preset("70B")
     for t, link, key in ((8, nvlink, "tp8_nvlink"), (16, ib, "tp16_ib"), (2, ib, "tp2_ib")):
-        r.add(f"70b_{key}_overhead", tp_overhead_closed_form(t, m.hidden, flops, link), "",
-              f"70B: TP all-reduce time over compute, t={t}")
+        r.add(
+            f"70b_{key}_overhead",
+            tp_overhead_closed_form(t, m.hidden, flops, link),
+            "",
+            f"70B: TP all-reduce time over compute, t={t}",
+        )
     # the planner's cost model against the closed form: GPT-3's layer is 12h^2 (+13h) parameters
     gpt3, c = preset("175B"), cluster("H100-SXM", nodes=1)
     t = Training(global_batch_tokens=64 * gpt3.seq, seq=gpt3.seq)
     p = Plan(tp=8, micro_batch=64, microbatches=1)  # large messages: NCCL's per-step latency is negligible
     st, w = stage_times(gpt3, c, t, p), layer_work(gpt3, t, p)
     ge = gemm_efficiency(c.gpu)
-    ratio = (st["forward tensor-parallel"] + st["backward tensor-parallel"]) / \
-        (3 * gpt3.layers * w["matmul_flops"] / (c.gpu.peak_flops("bf16") * ge))
-    r.claim("175B, t = 8: the planner's TP all-reduce time over matmul time = 2(t-1)F/(9hB) at the rates it assumes",
-            ratio, tp_overhead_closed_form(8, gpt3.hidden, c.gpu.peak_flops("bf16") * ge,
-                                           effective(c.intra).bandwidth_bytes_per_s), rel_tol=0.01,
-            formula="F and B at the GEMM efficiency and NCCL's NVLink rate; latency adds < 1 %")
+    ratio = (st["forward tensor-parallel"] + st["backward tensor-parallel"]) / (
+        3 * gpt3.layers * w["matmul_flops"] / (c.gpu.peak_flops("bf16") * ge)
+    )
+    r.claim(
+        "175B, t = 8: the planner's TP all-reduce time over matmul time = 2(t-1)F/(9hB) at the rates it assumes",
+        ratio,
+        tp_overhead_closed_form(
+            8, gpt3.hidden, c.gpu.peak_flops("bf16") * ge, effective(c.intra).bandwidth_bytes_per_s
+        ),
+        rel_tol=0.01,
+        formula="F and B at the GEMM efficiency and NCCL's NVLink rate; latency adds < 1 %",
+    )
     c8 = cluster("H100-SXM", nodes=8)
     t = pretraining(m)
     one = memory(m, c8, t, Plan(tp=8, pp=1, dp=8, zero=1, microbatches=16))["activations"]
     eight = memory(m, c8, t, Plan(tp=8, pp=8, dp=1, microbatches=128))["activations"]
-    r.claim("70B, t = 8: 1F1B's first stage holds as many activations with p = 8 as with p = 1", eight, one,
-            rel_tol=1e-12, unit="B", formula="L/p layers x p micro-batches in flight")
+    r.claim(
+        "70B, t = 8: 1F1B's first stage holds as many activations with p = 8 as with p = 1",
+        eight,
+        one,
+        rel_tol=1e-12,
+        unit="B",
+        formula="L/p layers x p micro-batches in flight",
+    )
     r.add("70b_stage0_activations", eight, "B", "70B, t=8, selective: activations on pipeline stage 0, p = 8")
-    r.add("zero3_hidden_tokens", zero3_hidden_tokens(flops, ib), "tokens",
-          "tokens per data-parallel replica per step above which ZeRO-3 traffic hides (H100, IB NDR)")
+    r.add(
+        "zero3_hidden_tokens",
+        zero3_hidden_tokens(flops, ib),
+        "tokens",
+        "tokens per data-parallel replica per step above which ZeRO-3 traffic hides (H100, IB NDR)",
+    )
     a100 = value("gpus.A100-SXM-80GB.bf16_dense_tflops") * 1e12
-    r.add("zero3_hidden_tokens_ethernet", zero3_hidden_tokens(a100, per_direction_bytes_per_s("Ethernet-100G")),
-          "tokens", "the same for A100 over 100 GbE")
+    r.add(
+        "zero3_hidden_tokens_ethernet",
+        zero3_hidden_tokens(a100, per_direction_bytes_per_s("Ethernet-100G")),
+        "tokens",
+        "the same for A100 over 100 GbE",
+    )
     r.add("global_batch_tokens", t.global_batch_tokens, "tokens", "global batch assumed")
-    r.add("tokens_per_replica_1024", t.global_batch_tokens // 1024, "tokens",
-          "tokens per step each of 1024 data-parallel replicas gets")
+    r.add(
+        "tokens_per_replica_1024",
+        t.global_batch_tokens // 1024,
+        "tokens",
+        "tokens per step each of 1024 data-parallel replicas gets",
+    )

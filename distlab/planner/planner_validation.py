@@ -52,11 +52,21 @@ def setup(row: dict):
     s, v = value("megatron_runs.setup.seq"), value("megatron_runs.setup.vocab")
     per_node = value("megatron_runs.setup.gpus_per_node")
     nic = value("megatron_runs.setup.nics_per_node") * value("megatron_runs.setup.nic_gbits_per_s") / 8 / per_node
-    m = ModelShape(name=f"GPT {row['params_billion']}B", layers=row["layers"], hidden=row["hidden"],
-                   heads=row["heads"], ffn=4 * row["hidden"], vocab=v, seq=s, mlp="gelu", tie_embeddings=True)
+    m = ModelShape(
+        name=f"GPT {row['params_billion']}B",
+        layers=row["layers"],
+        hidden=row["hidden"],
+        heads=row["heads"],
+        ffn=4 * row["hidden"],
+        vocab=v,
+        seq=s,
+        mlp="gelu",
+        tie_embeddings=True,
+    )
     c = cluster(value("megatron_runs.setup.gpu"), gpus_per_node=per_node, nodes=row["gpus"] // per_node, inter=nic)
-    t = Training(global_batch_tokens=row["batch"] * s, seq=s, attention="standard", dropout=True,
-                 sequence_parallel=False)
+    t = Training(
+        global_batch_tokens=row["batch"] * s, seq=s, attention="standard", dropout=True, sequence_parallel=False
+    )
     return m, c, t
 
 
@@ -65,15 +75,26 @@ def predict(row: dict, gemm_fraction: float | None = None, mem_eff: float | None
     m, c, t = setup(row)
     gemm = None if gemm_fraction is None else gemm_efficiency(c.gpu) * gemm_fraction / GEMM_FRACTION_OF_MAMF
     tp, pp = row["tp"], row["pp"]
-    best = search(m, c, t, gemm=gemm, mem_eff=mem_eff,
-                  where=lambda p: p.tp == tp and p.pp == pp and p.cp == 1 and p.zero == 0
-                  and p.recompute == "full" and p.offload == "none")[0]
+    best = search(
+        m,
+        c,
+        t,
+        gemm=gemm,
+        mem_eff=mem_eff,
+        where=lambda p: (
+            p.tp == tp and p.pp == pp and p.cp == 1 and p.zero == 0 and p.recompute == "full" and p.offload == "none"
+        ),
+    )[0]
     tflops = paper_flops(row) / (best.step_seconds * row["gpus"]) / 1e12
     return {"tflops": tflops, "error": tflops / row["achieved_tflops"] - 1, "estimate": best}
 
 
-@experiment("planner-validation", "the planner's throughput for every row of Narayanan et al. 2021 Table 1 "
-            "(and Megatron-Core on H100) against the published numbers", kind="computed")
+@experiment(
+    "planner-validation",
+    "the planner's throughput for every row of Narayanan et al. 2021 Table 1 "
+    "(and Megatron-Core on H100) against the published numbers",
+    kind="computed",
+)
 def planner_validation(device: str) -> Result:
     r = Result("planner-validation", kind="computed")
     a100 = cluster(value("megatron_runs.setup.gpu")).gpu
@@ -85,37 +106,80 @@ def planner_validation(device: str) -> Result:
     for name, row in rows().items():
         pred = predict(row)
         e, p = pred["estimate"], pred["estimate"].plan
-        share = lambda *keys, e=e: sum(v for k, v in e.time["parts"].items()
-                                       if any(x in k for x in keys)) / e.step_seconds
+        share = lambda *keys, e=e: (
+            sum(v for k, v in e.time["parts"].items() if any(x in k for x in keys)) / e.step_seconds
+        )
         errors[name] = pred["error"]
         shares[name] = {k: share(k) for k in ("bubble", "tensor-parallel", "memory-bound", "recompute")}
         shares[name]["microbatches"] = p.microbatches
-        table.append([f"{row['params_billion']:g}B", row["gpus"], row["tp"], row["pp"], p.dp, p.micro_batch,
-                      row["achieved_tflops"], f"{pred['tflops']:.0f}", f"{100 * pred['error']:+.1f} %",
-                      f"{100 * share('bubble'):.0f} %", f"{100 * share('tensor-parallel'):.0f} %",
-                      f"{100 * share('memory-bound'):.0f} %", f"{100 * share('recompute'):.0f} %"])
-        r.claim(f"{row['params_billion']:g}B on {row['gpus']} GPUs: predicted TFLOP/s per GPU within 15 %",
-                pred["tflops"], row["achieved_tflops"], rel_tol=TOLERANCE, unit="TFLOP/s")
+        table.append(
+            [
+                f"{row['params_billion']:g}B",
+                row["gpus"],
+                row["tp"],
+                row["pp"],
+                p.dp,
+                p.micro_batch,
+                row["achieved_tflops"],
+                f"{pred['tflops']:.0f}",
+                f"{100 * pred['error']:+.1f} %",
+                f"{100 * share('bubble'):.0f} %",
+                f"{100 * share('tensor-parallel'):.0f} %",
+                f"{100 * share('memory-bound'):.0f} %",
+                f"{100 * share('recompute'):.0f} %",
+            ]
+        )
+        r.claim(
+            f"{row['params_billion']:g}B on {row['gpus']} GPUs: predicted TFLOP/s per GPU within 15 %",
+            pred["tflops"],
+            row["achieved_tflops"],
+            rel_tol=TOLERANCE,
+            unit="TFLOP/s",
+        )
         _data_entry(r, row)
-    r.table("table1", ["model", "GPUs", "TP", "PP", "DP", "micro-batch (planner)", "published TFLOP/s", "predicted",
-                       "error", "bubble", "TP all-reduce", "memory-bound", "recompute"], table,
-            caption="Narayanan et al. 2021, Table 1, beside the planner's prediction for each row's configuration; "
-                    "the last four columns are shares of the predicted step")
+    r.table(
+        "table1",
+        [
+            "model",
+            "GPUs",
+            "TP",
+            "PP",
+            "DP",
+            "micro-batch (planner)",
+            "published TFLOP/s",
+            "predicted",
+            "error",
+            "bubble",
+            "TP all-reduce",
+            "memory-bound",
+            "recompute",
+        ],
+        table,
+        caption="Narayanan et al. 2021, Table 1, beside the planner's prediction for each row's configuration; "
+        "the last four columns are shares of the predicted step",
+    )
     worst = max(errors, key=lambda k: abs(errors[k]))
     r.add("max_abs_error", abs(errors[worst]), "fraction", "largest |error| over the rows")
     r.add("worst_row", rows()[worst]["params_billion"], "B params", "the row with the largest error")
     r.add("mean_error", sum(errors.values()) / len(errors), "fraction", "mean signed error")
     r.add("min_error", min(errors.values()), "fraction", "smallest signed error")
-    r.claim("every row: predicted at least the published (the model leaves costs out, it adds none)",
-            min(errors.values()), 0.0, relation=">=", unit="fraction", formula="min over rows of the error")
+    r.claim(
+        "every row: predicted at least the published (the model leaves costs out, it adds none)",
+        min(errors.values()),
+        0.0,
+        relation=">=",
+        unit="fraction",
+        formula="min over rows of the error",
+    )
     r.add("rows", len(errors), "", "rows of Table 1")
     r.add("rows_within", sum(abs(v) <= TOLERANCE for v in errors.values()), "", "rows within 15 %")
     r.add("tolerance", TOLERANCE, "fraction", "the tolerance every row is held to")
     first, last = list(rows())[0], list(rows())[-1]
     for key, name in (("first", first), ("last", last)):
         for part in ("bubble", "memory-bound", "recompute"):
-            r.add(f"{key}_{part.replace('-', '_')}", shares[name][part], "fraction",
-                  f"{name}: {part} share of the step")
+            r.add(
+                f"{key}_{part.replace('-', '_')}", shares[name][part], "fraction", f"{name}: {part} share of the step"
+            )
         r.add(f"{key}_microbatches", shares[name]["microbatches"], "", f"{name}: micro-batches per pipeline")
     tp_row = max(shares, key=lambda k: shares[k]["tensor-parallel"])
     r.add("tp_peak_share", shares[tp_row]["tensor-parallel"], "fraction", "largest tensor-parallel share")
@@ -129,31 +193,73 @@ def planner_validation(device: str) -> Result:
 def _data_entry(r: Result, row: dict) -> None:
     """The printed table agrees with itself: parameters from the shape, aggregate = per GPU x GPUs, % of 312."""
     name = f"{row['params_billion']:g}B"
-    r.claim(f"{name}: the paper's parameter formula gives the printed size", paper_params(row) / 1e9,
-            row["params_billion"], rel_tol=0.03, formula="12lh²(1 + 13/12h + (V+s)/12lh), printed to 2-4 digits")
-    r.claim(f"{name}: aggregate PFLOP/s = TFLOP/s per GPU x GPUs", row["achieved_tflops"] * row["gpus"] / 1000,
-            row["aggregate_pflops"], rel_tol=0.01, formula="per-GPU figure printed rounded")
-    r.claim(f"{name}: percent of peak = TFLOP/s / 312", 100 * row["achieved_tflops"] / 312, row["percent_of_peak"],
-            abs_tol=0.6, formula="A100 dense bf16 peak")
+    r.claim(
+        f"{name}: the paper's parameter formula gives the printed size",
+        paper_params(row) / 1e9,
+        row["params_billion"],
+        rel_tol=0.03,
+        formula="12lh²(1 + 13/12h + (V+s)/12lh), printed to 2-4 digits",
+    )
+    r.claim(
+        f"{name}: aggregate PFLOP/s = TFLOP/s per GPU x GPUs",
+        row["achieved_tflops"] * row["gpus"] / 1000,
+        row["aggregate_pflops"],
+        rel_tol=0.01,
+        formula="per-GPU figure printed rounded",
+    )
+    r.claim(
+        f"{name}: percent of peak = TFLOP/s / 312",
+        100 * row["achieved_tflops"] / 312,
+        row["percent_of_peak"],
+        abs_tol=0.6,
+        formula="A100 dense bf16 peak",
+    )
 
 
 def _sensitivity(r: Result) -> None:
     table = []
     for frac, mem in SENSITIVITY:
         errs = [predict(row, frac, mem)["error"] for row in rows().values()]
-        table.append([f"{frac:g}", f"{mem:g}", f"{100 * min(errs):+.1f} %", f"{100 * max(errs):+.1f} %",
-                      f"{100 * sum(errs) / len(errs):+.1f} %", sum(abs(e) <= TOLERANCE for e in errs)])
-    r.table("sensitivity", ["GEMMs, share of MAMF", "memory-bound, share of HBM", "smallest error", "largest error",
-                            "mean error", "rows within 15 %"], table,
-            caption=f"The same ten predictions with other efficiency assumptions (ours: {GEMM_FRACTION_OF_MAMF:g} and "
-                    f"{MEMORY_EFFICIENCY:g})")
+        table.append(
+            [
+                f"{frac:g}",
+                f"{mem:g}",
+                f"{100 * min(errs):+.1f} %",
+                f"{100 * max(errs):+.1f} %",
+                f"{100 * sum(errs) / len(errs):+.1f} %",
+                sum(abs(e) <= TOLERANCE for e in errs),
+            ]
+        )
+    r.table(
+        "sensitivity",
+        [
+            "GEMMs, share of MAMF",
+            "memory-bound, share of HBM",
+            "smallest error",
+            "largest error",
+            "mean error",
+            "rows within 15 %",
+        ],
+        table,
+        caption=f"The same ten predictions with other efficiency assumptions (ours: {GEMM_FRACTION_OF_MAMF:g} and "
+        f"{MEMORY_EFFICIENCY:g})",
+    )
 
 
 def megatron_core(key: str):
     """Megatron-Core's GPT-3 175B run as the planner sees it: model, H100 cluster, training, and the row."""
     row = entries("megatron_runs")[key]
-    m = ModelShape(name="GPT-3 175B", layers=96, hidden=12288, heads=96, ffn=4 * 12288, vocab=row["vocab"],
-                   seq=row["seq"], mlp="gelu", tie_embeddings=False)
+    m = ModelShape(
+        name="GPT-3 175B",
+        layers=96,
+        hidden=12288,
+        heads=96,
+        ffn=4 * 12288,
+        vocab=row["vocab"],
+        seq=row["seq"],
+        mlp="gelu",
+        tie_embeddings=False,
+    )
     t = Training(global_batch_tokens=row["batch"] * row["seq"], seq=row["seq"])
     return m, cluster("H100-SXM", nodes=row["gpus"] // 8), t, row
 
@@ -166,12 +272,23 @@ def _h100(r: Result) -> None:
         m, c, t, row = megatron_core(key)
         best = search(m, c, t)[0]
         gpus = row["gpus"]
-        table.append([gpus, best.plan.label(), f"{100 * row['mfu']:.0f} %", f"{100 * best.time['mfu']:.1f} %",
-                      f"{best.time['mfu'] / row['mfu']:.2f}"])
+        table.append(
+            [
+                gpus,
+                best.plan.label(),
+                f"{100 * row['mfu']:.0f} %",
+                f"{100 * best.time['mfu']:.1f} %",
+                f"{best.time['mfu'] / row['mfu']:.2f}",
+            ]
+        )
         r.add(f"h100_{gpus}_predicted_mfu", best.time["mfu"], "fraction", f"planner's MFU, GPT-3 on {gpus} H100s")
         r.add(f"h100_{gpus}_ratio", best.time["mfu"] / row["mfu"], "", f"predicted / published MFU, {gpus} H100s")
-    r.table("h100", ["H100 GPUs", "planner's best plan", "published MFU", "predicted MFU", "predicted / published"],
-            table, caption="Megatron-Core, GPT-3 175B (vocabulary 131,072, sequence 4096, 1152 sequences per step)")
+    r.table(
+        "h100",
+        ["H100 GPUs", "planner's best plan", "published MFU", "predicted MFU", "predicted / published"],
+        table,
+        caption="Megatron-Core, GPT-3 175B (vocabulary 131,072, sequence 4096, 1152 sequences per step)",
+    )
 
 
 def _figure(r: Result, errors: dict[str, float]) -> None:
@@ -198,8 +315,12 @@ def _figure(r: Result, errors: dict[str, float]) -> None:
     bx.set_xticks(list(x), labels, rotation=30)
     bx.set(ylabel="error, %", title="(predicted - published) / published", ylim=(-20, 20))
     fig.tight_layout()
-    r.figure("table1", fig, "Achieved TFLOP/s per GPU, as published and as the planner predicts from each row's "
-             "configuration (the paper's FLOP count, recomputation included)")
+    r.figure(
+        "table1",
+        fig,
+        "Achieved TFLOP/s per GPU, as published and as the planner predicts from each row's "
+        "configuration (the paper's FLOP count, recomputation included)",
+    )
 
 
 @functools.cache

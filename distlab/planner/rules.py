@@ -65,8 +65,11 @@ def tensor_sizes(m: ModelShape, c: Cluster, *, within_node: bool = True) -> Choi
     limit = c.gpus_per_node if within_node else c.gpus
     sizes = [tp for tp in powers_of_two(limit) if not (m.heads % tp or m.kv % tp or m.ffn % tp or c.gpus % tp)]
     where = f"inside the {c.gpus_per_node}-GPU NVLink domain" if within_node else "anywhere"
-    return Choice(sizes, f"TP in {{{', '.join(map(str, sizes))}}}: powers of two {where} that divide the "
-                         f"{m.heads} heads, {m.kv} KV heads and FFN width {m.ffn}")
+    return Choice(
+        sizes,
+        f"TP in {{{', '.join(map(str, sizes))}}}: powers of two {where} that divide the "
+        f"{m.heads} heads, {m.kv} KV heads and FFN width {m.ffn}",
+    )
 
 
 def context_sizes(m: ModelShape, c: Cluster, t: Training, tp: int, *, long_only: bool = True) -> Choice:
@@ -87,8 +90,9 @@ def fits_without_pipeline(m: ModelShape, c: Cluster, t: Training, tp: int, cp: i
     return need <= budget_bytes(c, t), need
 
 
-def pipeline_sizes(m: ModelShape, c: Cluster, t: Training, tp: int, cp: int, *, only_when_needed: bool = True
-                   ) -> Choice:
+def pipeline_sizes(
+    m: ModelShape, c: Cluster, t: Training, tp: int, cp: int, *, only_when_needed: bool = True
+) -> Choice:
     """PP sizes allowed at this TP and CP: the divisors of the layer count that tile the GPUs, or only 1
     when a pipeline-free ZeRO-1 plan without recomputation already fits (a pipeline would only add its
     bubble: it does not shrink the first stage's activations, and ZeRO-1 already shards the optimizer)."""
@@ -96,10 +100,14 @@ def pipeline_sizes(m: ModelShape, c: Cluster, t: Training, tp: int, cp: int, *, 
     if only_when_needed:
         fits, need = fits_without_pipeline(m, c, t, tp, cp)
         if fits:
-            return Choice([1], f"no PP: at TP {tp} ZeRO-1 fits without one ({need / 1e9:.1f} of "
-                               f"{budget_bytes(c, t) / 1e9:.0f} GB)")
-        return Choice(sizes, f"PP allowed: at TP {tp} ZeRO-1 without one needs {need / 1e9:.0f} GB of "
-                             f"{budget_bytes(c, t) / 1e9:.0f}")
+            return Choice(
+                [1],
+                f"no PP: at TP {tp} ZeRO-1 fits without one ({need / 1e9:.1f} of {budget_bytes(c, t) / 1e9:.0f} GB)",
+            )
+        return Choice(
+            sizes,
+            f"PP allowed: at TP {tp} ZeRO-1 without one needs {need / 1e9:.0f} GB of {budget_bytes(c, t) / 1e9:.0f}",
+        )
     return Choice(sizes, f"PP in any of the {len(sizes)} divisors of {m.layers} layers that tile the GPUs")
 
 
@@ -141,20 +149,28 @@ def expert_parallel(m: ModelShape, c: Cluster, t: Training, p: Plan, *, experts:
         replicas = p.dp * p.cp // ep
         extra = 0.0
         if extra_params:
-            states = model_state_bytes_per_gpu(extra_params, replicas, p.zero if replicas > 1 else 0,
-                                               precision=t.precision)
+            states = model_state_bytes_per_gpu(
+                extra_params, replicas, p.zero if replicas > 1 else 0, precision=t.precision
+            )
             extra = states["params_bytes"] + states["grads_bytes"] + states["optimizer_bytes"]
         if base + extra <= budget:
             where = "inside a node" if p.tp * ep <= c.gpus_per_node else "across nodes"
-            return Choice(ep, f"EP {ep}: {experts // ep} experts per GPU, {(base + extra) / 1e9:.1f} of "
-                              f"{budget / 1e9:.0f} GB; top-{top_k} all-to-alls {where}")
+            return Choice(
+                ep,
+                f"EP {ep}: {experts // ep} experts per GPU, {(base + extra) / 1e9:.1f} of "
+                f"{budget / 1e9:.0f} GB; top-{top_k} all-to-alls {where}",
+            )
     return Choice(None, f"the {experts} experts fit at no EP that divides DP {p.dp}")
 
 
 def decisions(m: ModelShape, c: Cluster, t: Training, p: Plan) -> dict[str, Choice]:
     """Every rule's verdict for the request, at plan p's TP and CP: what `distlab plan` searched and why."""
-    return {"tensor": tensor_sizes(m, c), "context": context_sizes(m, c, t, p.tp),
-            "pipeline": pipeline_sizes(m, c, t, p.tp, p.cp), "zero": zero_stage(m, c, t, p)}
+    return {
+        "tensor": tensor_sizes(m, c),
+        "context": context_sizes(m, c, t, p.tp),
+        "pipeline": pipeline_sizes(m, c, t, p.tp, p.cp),
+        "zero": zero_stage(m, c, t, p),
+    }
 
 
 # ---------------------------------------------------------------- closed forms the page quotes

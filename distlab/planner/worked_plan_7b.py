@@ -26,9 +26,16 @@ STRATEGIES = {  # name -> which plans belong to it
 }
 
 
-SLUGS = {"DDP": "ddp", "ZeRO-1": "zero1", "ZeRO-2": "zero2", "ZeRO-3 / FSDP": "zero3",
-         "ZeRO-3 + CPU offload": "offload", "TP 8 (no ZeRO)": "tp8", "TP 2 x ZeRO-3": "tp2",
-         "PP 4 x DP 2, ZeRO-1": "pp4"}
+SLUGS = {
+    "DDP": "ddp",
+    "ZeRO-1": "zero1",
+    "ZeRO-2": "zero2",
+    "ZeRO-3 / FSDP": "zero3",
+    "ZeRO-3 + CPU offload": "offload",
+    "TP 8 (no ZeRO)": "tp8",
+    "TP 2 x ZeRO-3": "tp2",
+    "PP 4 x DP 2, ZeRO-1": "pp4",
+}
 
 
 def finetune(name: str, gpu: str = "A100-SXM-80GB", nodes: int = 1, gpus_per_node: int = 8, seq: int | None = None):
@@ -73,23 +80,49 @@ def strategy_table(r: Result, key: str, m, c, t, names=tuple(STRATEGIES)) -> dic
         total = device_bytes(mem)
         out[name] = (plan, mem, e)
         biggest = max((k for k in mem if k != "host"), key=mem.get)
-        table.append([name, f"{plan.micro_batch} x {plan.microbatches}", plan.recompute,
-                      *(Quantity(mem[k], "B") for k in ("weights", "gradients", "optimizer", "activations")),
-                      Quantity(total, "B"), "yes" if fits else f"no: {biggest}",
-                      Quantity(e.step_seconds, "s") if e else "—", f"{e.time['mfu']:.1%}" if e else "—"])
+        table.append(
+            [
+                name,
+                f"{plan.micro_batch} x {plan.microbatches}",
+                plan.recompute,
+                *(Quantity(mem[k], "B") for k in ("weights", "gradients", "optimizer", "activations")),
+                Quantity(total, "B"),
+                "yes" if fits else f"no: {biggest}",
+                Quantity(e.step_seconds, "s") if e else "—",
+                f"{e.time['mfu']:.1%}" if e else "—",
+            ]
+        )
         slug = SLUGS[name]
         r.add(f"{key}_{slug}_bytes", total, "B", f"{name}: memory per GPU ({'best' if fits else 'leanest'} plan)")
         if e:
             r.add(f"{key}_{slug}_mfu", e.time["mfu"], "fraction", f"{name}: MFU of its best plan")
-    r.table(key, ["strategy", "micro-batch x accumulation", "recompute", "weights", "gradients", "optimizer",
-                  "activations", "total per GPU", f"fits {budget / 1e9:.0f} GB?", "step", "MFU"], table,
-            caption=f"{m.name}, {t.task}, {t.global_batch_tokens:,} tokens per step, on {c.gpus} x {c.gpu.name}: the "
-                    "best plan of each strategy, or, where none fits, the one that needs least memory")
+    r.table(
+        key,
+        [
+            "strategy",
+            "micro-batch x accumulation",
+            "recompute",
+            "weights",
+            "gradients",
+            "optimizer",
+            "activations",
+            "total per GPU",
+            f"fits {budget / 1e9:.0f} GB?",
+            "step",
+            "MFU",
+        ],
+        table,
+        caption=f"{m.name}, {t.task}, {t.global_batch_tokens:,} tokens per step, on {c.gpus} x {c.gpu.name}: the "
+        "best plan of each strategy, or, where none fits, the one that needs least memory",
+    )
     return out
 
 
-@experiment("worked-plan-7b", "the full plan for fine-tuning Llama 2 7B on 8 x 80 GB: memory per strategy, "
-            "micro-batch, step time, MFU", kind="computed")
+@experiment(
+    "worked-plan-7b",
+    "the full plan for fine-tuning Llama 2 7B on 8 x 80 GB: memory per strategy, micro-batch, step time, MFU",
+    kind="computed",
+)
 def worked_plan_7b(device: str) -> Result:
     from distlab.core.results import Quantity
     from distlab.planner.cost import device_bytes, memory, step
@@ -105,14 +138,24 @@ def worked_plan_7b(device: str) -> Result:
     r.add("budget", budget, "B", "usable memory per GPU")
     r.add("global_sequences", t.sequences, "sequences", "global batch")
     r.add("global_tokens", t.global_batch_tokens, "tokens", "global batch")
-    r.claim("DDP cannot fit: 16 bytes per parameter exceed one GPU before any activation", 16 * n, budget,
-            relation=">=", unit="B", formula="16Ψ")
+    r.claim(
+        "DDP cannot fit: 16 bytes per parameter exceed one GPU before any activation",
+        16 * n,
+        budget,
+        relation=">=",
+        unit="B",
+        formula="16Ψ",
+    )
     strat = strategy_table(r, "strategies", m, c, t)
     ranked = search(m, c, t)
     best = ranked[0]
     p = best.plan
-    r.table("why", ["why the first plan"], [[line] for line in explain(m, c, t, ranked)],
-            caption="distlab plan --model 7B --task finetune --gpu A100-SXM-80GB")
+    r.table(
+        "why",
+        ["why the first plan"],
+        [[line] for line in explain(m, c, t, ranked)],
+        caption="distlab plan --model 7B --task finetune --gpu A100-SXM-80GB",
+    )
     r.add("best_label_zero", p.zero, "", "the best plan's ZeRO stage")
     r.add("best_micro_batch", p.micro_batch, "sequences", "the best plan's micro-batch")
     r.add("best_accumulation", p.microbatches, "", "the best plan's gradient-accumulation steps")
@@ -122,27 +165,55 @@ def worked_plan_7b(device: str) -> Result:
     r.add("best_mfu", best.time["mfu"], "fraction", "its MFU")
     r.add("best_tokens_per_s", best.time["tokens_per_second"], "tokens/s", "its throughput")
     r.claim("the chosen plan fits", best.memory_bytes, budget, relation="<=", unit="B")
-    r.claim("global batch = dp x micro-batch x accumulation x sequence", p.dp * p.micro_batch * p.microbatches * t.seq,
-            t.global_batch_tokens, unit="tokens")
+    r.claim(
+        "global batch = dp x micro-batch x accumulation x sequence",
+        p.dp * p.micro_batch * p.microbatches * t.seq,
+        t.global_batch_tokens,
+        unit="tokens",
+    )
     parts = best.time["parts"]
     ordered = sorted(((k, v) for k, v in parts.items() if v > 0), key=lambda x: -x[1])
-    r.table("time", ["component", "seconds per step", "share"],
-            [[k, Quantity(v, "s"), f"{v / best.step_seconds:.1%}"] for k, v in ordered],
-            caption="Where the chosen plan's step goes (distlab.planner.cost)")
+    r.table(
+        "time",
+        ["component", "seconds per step", "share"],
+        [[k, Quantity(v, "s"), f"{v / best.step_seconds:.1%}"] for k, v in ordered],
+        caption="Where the chosen plan's step goes (distlab.planner.cost)",
+    )
     # micro-batch and recomputation for the chosen layout
     rows = []
     for b in (1, 2, 4, 8):
         for rc in ("none", "full"):
-            q = Plan(tp=p.tp, pp=p.pp, dp=p.dp, zero=p.zero, offload=p.offload, micro_batch=b,
-                     microbatches=t.sequences // (p.dp * b), recompute=rc)
+            q = Plan(
+                tp=p.tp,
+                pp=p.pp,
+                dp=p.dp,
+                zero=p.zero,
+                offload=p.offload,
+                micro_batch=b,
+                microbatches=t.sequences // (p.dp * b),
+                recompute=rc,
+            )
             mem = device_bytes(memory(m, c, t, q))
             s = step(m, c, t, q)
-            rows.append([b, q.microbatches, rc, Quantity(mem, "B"), "yes" if mem <= budget else "no",
-                         Quantity(s["step_seconds"], "s"), f"{s['mfu']:.1%}"])
+            rows.append(
+                [
+                    b,
+                    q.microbatches,
+                    rc,
+                    Quantity(mem, "B"),
+                    "yes" if mem <= budget else "no",
+                    Quantity(s["step_seconds"], "s"),
+                    f"{s['mfu']:.1%}",
+                ]
+            )
             if b == 1 and rc == "full":
                 r.add("full_recompute_mfu", s["mfu"], "fraction", "the same layout with full recomputation")
-    r.table("micro_batches", ["micro-batch", "accumulation", "recompute", "memory per GPU", "fits?", "step", "MFU"],
-            rows, caption=f"The chosen layout ({p.label().split(', micro')[0]}) with other micro-batches")
+    r.table(
+        "micro_batches",
+        ["micro-batch", "accumulation", "recompute", "memory per GPU", "fits?", "step", "MFU"],
+        rows,
+        caption=f"The chosen layout ({p.label().split(', micro')[0]}) with other micro-batches",
+    )
     a1 = memory(m, c, t, Plan(dp=p.dp, zero=p.zero, micro_batch=1, microbatches=8))["activations"]
     a2 = memory(m, c, t, Plan(dp=p.dp, zero=p.zero, micro_batch=2, microbatches=4))["activations"]
     r.claim("activations double with the micro-batch (no recompute)", a2, 2 * a1, rel_tol=1e-12, unit="B")

@@ -86,8 +86,11 @@ class Stats:
         self.saturated += int(((x.double() * scale).abs() > torch.finfo(dtype).max).sum())
 
     def row(self) -> list:
-        return [(self.err2 / self.norm2) ** 0.5, Quantity(self.flushed / max(1, self.nonzero), "fraction"),
-                Quantity(self.saturated / self.values, "fraction")]
+        return [
+            (self.err2 / self.norm2) ** 0.5,
+            Quantity(self.flushed / max(1, self.nonzero), "fraction"),
+            Quantity(self.saturated / self.values, "fraction"),
+        ]
 
 
 def binades(x: torch.Tensor, quantile: float = 0.001) -> float:
@@ -98,8 +101,11 @@ def binades(x: torch.Tensor, quantile: float = 0.001) -> float:
     return float(torch.log2(mags.max() / mags.kthvalue(k).values))
 
 
-@experiment("fp8-scaling", "fp8 e4m3/e5m2 on real activations and gradients: no scaling, per-tensor amax, "
-            "delayed scaling with an amax history; saturation vs overflow")
+@experiment(
+    "fp8-scaling",
+    "fp8 e4m3/e5m2 on real activations and gradients: no scaling, per-tensor amax, "
+    "delayed scaling with an amax history; saturation vs overflow",
+)
 @single_threaded
 def fp8_scaling(device: str) -> Result:
     r = Result("fp8-scaling")
@@ -110,18 +116,25 @@ def fp8_scaling(device: str) -> Result:
             delayed = [DelayedScaling(f.dtype) for _ in steps[0][kind]]
             for step, tensors in enumerate(steps):
                 for i, x in enumerate(tensors[kind]):
-                    scales = {"none": 1.0, "per-tensor amax (current)": amax_scale(x.abs().max().item(), f.dtype),
-                              f"delayed (amax history of {HISTORY})": delayed[i].scale()}
+                    scales = {
+                        "none": 1.0,
+                        "per-tensor amax (current)": amax_scale(x.abs().max().item(), f.dtype),
+                        f"delayed (amax history of {HISTORY})": delayed[i].scale(),
+                    }
                     delayed[i].record(x)
                     if step == 0:
                         continue  # the history's first entry: delayed scaling has nothing to go on yet
                     for scheme, scale in scales.items():
                         stats.setdefault((kind, f.name, scheme), Stats()).add(
-                            x, quantize(x, f.dtype, scale), scale, f.dtype)
-    r.table("errors", ["tensor", "format", "scaling", "relative error", "flushed to zero", "saturated"],
-            [[k, fm, sc, *s.row()] for (k, fm, sc), s in stats.items()],
-            caption=f"Activations and activation gradients of every linear layer in the blocks, steps 2 to {STEPS} "
-            "of training the small model; relative error = ‖q − x‖ / ‖x‖")
+                            x, quantize(x, f.dtype, scale), scale, f.dtype
+                        )
+    r.table(
+        "errors",
+        ["tensor", "format", "scaling", "relative error", "flushed to zero", "saturated"],
+        [[k, fm, sc, *s.row()] for (k, fm, sc), s in stats.items()],
+        caption=f"Activations and activation gradients of every linear layer in the blocks, steps 2 to {STEPS} "
+        "of training the small model; relative error = ‖q − x‖ / ‖x‖",
+    )
 
     def get(kind, f, scheme):
         s = stats[(kind, f.name, scheme)]
@@ -129,19 +142,40 @@ def fp8_scaling(device: str) -> Result:
 
     cur, late = "per-tensor amax (current)", f"delayed (amax history of {HISTORY})"
     g_none, g_cur = get("gradients", E4M3, "none"), get("gradients", E4M3, cur)
-    r.claim("gradients in e4m3 without a scale: flushed to zero", g_none[1], 0.9, relation=">=",
-            unit="fraction", formula="at least 90 %: they sit far below e4m3's smallest subnormal")
-    r.claim("gradients in e4m3 with a per-tensor scale: relative error", g_cur[0], 2.0**-4, relation="<=",
-            formula="at most 2^-4, half an e4m3 ulp relative to the value")
+    r.claim(
+        "gradients in e4m3 without a scale: flushed to zero",
+        g_none[1],
+        0.9,
+        relation=">=",
+        unit="fraction",
+        formula="at least 90 %: they sit far below e4m3's smallest subnormal",
+    )
+    r.claim(
+        "gradients in e4m3 with a per-tensor scale: relative error",
+        g_cur[0],
+        2.0**-4,
+        relation="<=",
+        formula="at most 2^-4, half an e4m3 ulp relative to the value",
+    )
     a4, a5 = get("activations", E4M3, cur)[0], get("activations", E5M2, cur)[0]
-    r.claim("activations: e4m3's error / e5m2's (one more mantissa bit)", a4 / a5, 0.75, relation="<=",
-            formula="about 1/2; at most 0.75")
+    r.claim(
+        "activations: e4m3's error / e5m2's (one more mantissa bit)",
+        a4 / a5,
+        0.75,
+        relation="<=",
+        formula="about 1/2; at most 0.75",
+    )
     g4, g5 = get("gradients", E4M3, cur)[1], get("gradients", E5M2, cur)[1]
-    r.claim("gradients, per-tensor scale: e5m2 flushes no more than e4m3 (range)", g5, g4, relation="<=",
-            unit="fraction")
+    r.claim(
+        "gradients, per-tensor scale: e5m2 flushes no more than e4m3 (range)", g5, g4, relation="<=", unit="fraction"
+    )
     d4 = get("gradients", E4M3, late)
-    r.claim("delayed scaling's error within 1.5 × the current-amax scale's (gradients, e4m3)", d4[0] / g_cur[0],
-            1.5, relation="<=")
+    r.claim(
+        "delayed scaling's error within 1.5 × the current-amax scale's (gradients, e4m3)",
+        d4[0] / g_cur[0],
+        1.5,
+        relation="<=",
+    )
     for (kind, fname, scheme), _ in stats.items():
         err, fl, sat = get(kind, fmt(fname), scheme)
         tag = f"{kind[:4]}_{fname[-4:]}_{ {'none': 'none', cur: 'amax'}.get(scheme, 'delayed') }"
@@ -153,10 +187,14 @@ def fp8_scaling(device: str) -> Result:
     ranges = {k: [binades(x) for x in last[k]] for k in ("activations", "gradients")}
     for k, vals in ranges.items():
         r.add(f"{k}_binades", max(vals), "", f"{k}: most binades from amax down to the 0.1 % quantile")
-    r.claim("activations span fewer binades than e4m3 covers", max(ranges["activations"]), _range(E4M3),
-            relation="<=", formula="amax to the 0.1 % quantile of |x|, the widest tensor")
-    r.claim("gradients span more binades than e4m3 covers", max(ranges["gradients"]),
-            _range(E4M3), relation=">=")
+    r.claim(
+        "activations span fewer binades than e4m3 covers",
+        max(ranges["activations"]),
+        _range(E4M3),
+        relation="<=",
+        formula="amax to the 0.1 % quantile of |x|, the widest tensor",
+    )
+    r.claim("gradients span more binades than e4m3 covers", max(ranges["gradients"]), _range(E4M3), relation=">=")
     r.add("e4m3_binades", _range(E4M3), "", "e4m3 range in binades")
     r.add("e5m2_binades", _range(E5M2), "", "e5m2 range in binades")
     r.add("steps", STEPS, "", "training steps")
@@ -183,11 +221,19 @@ def _saturation(r: Result, grads: list[torch.Tensor]) -> None:
     halfway = top + 2.0 ** (math.floor(math.log2(top)) - E5M2.mantissa_bits) / 2  # rounds up to inf from here
     over = (x.double() * scale).abs() >= halfway
     r.claim("a saturating cast keeps every value finite", int((~torch.isfinite(sat)).sum()), 0)
-    r.claim("a plain e5m2 cast turns every value past max + half a gap into inf", int(torch.isinf(raw).sum()),
-            int(over.sum()), formula=f"|x · scale| ≥ {halfway:g}")
+    r.claim(
+        "a plain e5m2 cast turns every value past max + half a gap into inf",
+        int(torch.isinf(raw).sum()),
+        int(over.sum()),
+        formula=f"|x · scale| ≥ {halfway:g}",
+    )
     r.add("stale_factor", STALE, "", "amax growth since the history")
-    r.add("stale_out_of_range", ((x.double() * scale).abs() > top).float().mean().item(), "fraction",
-          "values beyond max with the stale scale")
+    r.add(
+        "stale_out_of_range",
+        ((x.double() * scale).abs() > top).float().mean().item(),
+        "fraction",
+        "values beyond max with the stale scale",
+    )
     r.add("stale_inf", int(torch.isinf(raw).sum()), "", "inf values without saturation")
     r.add("stale_error_saturated", ((sat - x).norm() / x.norm()).item(), "", "relative error, saturating")
     r.add("stale_norm_raw", float(raw.norm()), "", "norm of the overflowed tensor (inf poisons every sum)")

@@ -79,8 +79,9 @@ def underflow(divisor: float, scale: float, *, batch: int = 8, device: str = "cp
     return out
 
 
-def train(steps: int, scaler: DynamicLossScaler, *, divisor: float = 16, batch: int = 2, lr: float = 1e-3,
-          device: str = "cpu") -> list[dict]:
+def train(
+    steps: int, scaler: DynamicLossScaler, *, divisor: float = 16, batch: int = 2, lr: float = 1e-3, device: str = "cpu"
+) -> list[dict]:
     """fp16 forward and backward, fp32 master weights and AdamW (the recipe of Micikevicius et al.).
     A step whose scaled gradients hold inf/NaN is skipped: no update, the scale backs off."""
     model = small_model(dtype=torch.float16, device=device)
@@ -103,8 +104,9 @@ def train(steps: int, scaler: DynamicLossScaler, *, divisor: float = 16, batch: 
                 for m, p in zip(master, params):
                     p.copy_(m)
         moved = max(float((m.detach() - b).abs().max()) for m, b in zip(master, before))
-        trace.append({"step": step, "scale": scaler.scale, "found_inf": found_inf, "moved": moved,
-                      "loss": loss.item() * divisor})
+        trace.append(
+            {"step": step, "scale": scaler.scale, "found_inf": found_inf, "moved": moved, "loss": loss.item() * divisor}
+        )
         scaler.update(found_inf)
         trace[-1]["next_scale"] = scaler.scale
     optimizer_steps = int(opt.state[master[0]]["step"]) if opt.state else 0
@@ -117,8 +119,11 @@ STATIC = (1.0, 2.0**12, 2.0**24)
 INIT_SCALE, INTERVAL, STEPS = 2.0**32, 8, 32
 
 
-@experiment("loss-scaling", "fp16 gradients of a real model: underflow without scaling, with a static scale, and "
-            "a dynamic scaler that skips overflowing steps")
+@experiment(
+    "loss-scaling",
+    "fp16 gradients of a real model: underflow without scaling, with a static scale, and "
+    "a dynamic scaler that skips overflowing steps",
+)
 @single_threaded
 def loss_scaling(device: str) -> Result:
     r = Result("loss-scaling")
@@ -128,56 +133,115 @@ def loss_scaling(device: str) -> Result:
         for s in STATIC:
             u = measured[(d, s)] = underflow(d, s, device=device, ref=ref)
             ref = u["reference"]
-            rows.append([d, "none" if s == 1 else f"2^{int(math.log2(s))}", Quantity(u["activation_grads"], "fraction"),
-                         Quantity(u["param_grads"], "fraction"),
-                         u["activation_grads_nonfinite"] + u["param_grads_nonfinite"]])
-    r.table("underflow", ["loss divided by", "loss scale S", "activation gradients flushed",
-                          "parameter gradients flushed", "inf/NaN values"], rows,
-            caption="Share of the nonzero fp32 gradient values that are zero in the fp16 model's backward "
-            "(activation gradients: the output gradients of every linear layer in the blocks)")
+            rows.append(
+                [
+                    d,
+                    "none" if s == 1 else f"2^{int(math.log2(s))}",
+                    Quantity(u["activation_grads"], "fraction"),
+                    Quantity(u["param_grads"], "fraction"),
+                    u["activation_grads_nonfinite"] + u["param_grads_nonfinite"],
+                ]
+            )
+    r.table(
+        "underflow",
+        [
+            "loss divided by",
+            "loss scale S",
+            "activation gradients flushed",
+            "parameter gradients flushed",
+            "inf/NaN values",
+        ],
+        rows,
+        caption="Share of the nonzero fp32 gradient values that are zero in the fp16 model's backward "
+        "(activation gradients: the output gradients of every linear layer in the blocks)",
+    )
     mid = 16
     none, static = (measured[(mid, s)] for s in STATIC[:2])
-    r.claim(f"loss / {mid}, no scale: fp16 flushes activation gradients", none["activation_grads"], 0.05,
-            relation=">=", unit="fraction", formula="at least 5 %")
+    r.claim(
+        f"loss / {mid}, no scale: fp16 flushes activation gradients",
+        none["activation_grads"],
+        0.05,
+        relation=">=",
+        unit="fraction",
+        formula="at least 5 %",
+    )
     mid_log2, big_log2 = (int(math.log2(s)) for s in STATIC[1:])
-    r.claim(f"loss / {mid}, S = 2^{mid_log2}: flushed activation gradients cut to near zero",
-            static["activation_grads"], 0.005, relation="<=", unit="fraction", formula="at most 0.5 %")
-    r.claim(f"loss / 1, S = 2^{big_log2}: the scaled gradients overflow",
-            measured[(1, STATIC[2])]["param_grads_nonfinite"], 1, relation=">=", formula="at least one inf/NaN")
+    r.claim(
+        f"loss / {mid}, S = 2^{mid_log2}: flushed activation gradients cut to near zero",
+        static["activation_grads"],
+        0.005,
+        relation="<=",
+        unit="fraction",
+        formula="at most 0.5 %",
+    )
+    r.claim(
+        f"loss / 1, S = 2^{big_log2}: the scaled gradients overflow",
+        measured[(1, STATIC[2])]["param_grads_nonfinite"],
+        1,
+        relation=">=",
+        formula="at least one inf/NaN",
+    )
     for d in DIVISORS:
         for s in STATIC:
             tag = "none" if s == 1 else f"s{int(math.log2(s))}"
-            r.add(f"act_flushed_d{d}_{tag}", measured[(d, s)]["activation_grads"], "fraction",
-                  f"loss / {d}, scale {s:g}: activation gradients flushed")
-            r.add(f"param_flushed_d{d}_{tag}", measured[(d, s)]["param_grads"], "fraction",
-                  f"loss / {d}, scale {s:g}: parameter gradients flushed")
+            r.add(
+                f"act_flushed_d{d}_{tag}",
+                measured[(d, s)]["activation_grads"],
+                "fraction",
+                f"loss / {d}, scale {s:g}: activation gradients flushed",
+            )
+            r.add(
+                f"param_flushed_d{d}_{tag}",
+                measured[(d, s)]["param_grads"],
+                "fraction",
+                f"loss / {d}, scale {s:g}: parameter gradients flushed",
+            )
     r.add("mid_divisor", mid, "", "the loss divisor of the claims and the training run")
     r.add("big_divisor", DIVISORS[-1], "", "the largest loss divisor")
     r.add("mid_scale_log2", mid_log2, "", "log2 of the moderate static scale")
     r.add("big_scale_log2", big_log2, "", "log2 of the large static scale")
     big = measured[(1, STATIC[2])]
-    r.add("big_nonfinite_d1", big["activation_grads_nonfinite"] + big["param_grads_nonfinite"], "",
-          f"loss / 1, S = 2^{big_log2}: non-finite gradient values (activations and parameters)")
+    r.add(
+        "big_nonfinite_d1",
+        big["activation_grads_nonfinite"] + big["param_grads_nonfinite"],
+        "",
+        f"loss / 1, S = 2^{big_log2}: non-finite gradient values (activations and parameters)",
+    )
 
     scaler = DynamicLossScaler(scale=INIT_SCALE, growth_interval=INTERVAL)
     trace = train(STEPS, scaler, divisor=mid, device=device)
     opt_steps, trace = trace[-1]["optimizer_steps"], trace[:-1]
     skipped = [t for t in trace if t["found_inf"]]
     applied = [t for t in trace if not t["found_inf"]]
-    r.claim("every overflowing step was skipped: master weights unchanged (largest change)",
-            max(t["moved"] for t in skipped) if skipped else -1, 0)
-    r.claim("every clean step was applied (smallest change of any master weight > 0)",
-            min(t["moved"] for t in applied) > 0, True)
+    r.claim(
+        "every overflowing step was skipped: master weights unchanged (largest change)",
+        max(t["moved"] for t in skipped) if skipped else -1,
+        0,
+    )
+    r.claim(
+        "every clean step was applied (smallest change of any master weight > 0)",
+        min(t["moved"] for t in applied) > 0,
+        True,
+    )
     r.claim("optimizer steps = clean steps", opt_steps, len(applied))
     r.claim("the scaler backed off at least once", len(skipped), 1, relation=">=")
     ours = [t["next_scale"] for t in trace]
     theirs = torch_scale_trace([t["found_inf"] for t in trace], INIT_SCALE, INTERVAL)
-    r.claim("scale history = torch.amp.GradScaler's update rule (steps that differ)",
-            sum(a != b for a, b in zip(ours, theirs)), 0)
+    r.claim(
+        "scale history = torch.amp.GradScaler's update rule (steps that differ)",
+        sum(a != b for a, b in zip(ours, theirs)),
+        0,
+    )
     settled = trace[-1]["next_scale"]
     final = underflow(mid, settled, device=device, ref=measured[(mid, 1.0)]["reference"])
-    r.claim(f"loss / {mid}, at the dynamic scaler's last scale: flushed activation gradients",
-            final["activation_grads"], 0.001, relation="<=", unit="fraction", formula="at most 0.1 %")
+    r.claim(
+        f"loss / {mid}, at the dynamic scaler's last scale: flushed activation gradients",
+        final["activation_grads"],
+        0.001,
+        relation="<=",
+        unit="fraction",
+        formula="at most 0.1 %",
+    )
     r.add("steps", STEPS, "", "training steps")
     r.add("skipped", len(skipped), "", "steps skipped on overflow")
     r.add("first_clean_step", applied[0]["step"] if applied else -1, "", "first step applied")
@@ -203,8 +267,11 @@ def _figure(r: Result, grads: torch.Tensor, scale: float, trace: list[dict], div
     bins = list(range(-50, 18))
     ax1.hist(logs, bins=bins, alpha=0.6, label="fp32 activation gradients")
     ax1.hist(logs + math.log2(scale), bins=bins, alpha=0.6, label=f"× S = 2^{math.log2(scale):g}")
-    for value, label, style in ((fp16["min_subnormal"], "fp16 min subnormal", "--"),
-                                (fp16["min_normal"], "fp16 min normal", ":"), (fp16["max"], "fp16 max", "-")):
+    for value, label, style in (
+        (fp16["min_subnormal"], "fp16 min subnormal", "--"),
+        (fp16["min_normal"], "fp16 min normal", ":"),
+        (fp16["max"], "fp16 max", "-"),
+    ):
         ax1.axvline(math.log2(value), color="k", ls=style, lw=1, label=label)
     ax1.set_xlabel("log2 |gradient|")
     ax1.set_ylabel("values")
@@ -218,6 +285,10 @@ def _figure(r: Result, grads: torch.Tensor, scale: float, trace: list[dict], div
     ax2.set_ylabel("log2 loss scale")
     ax2.set_title("dynamic loss scaler", fontsize=9)
     ax2.legend(fontsize=7)
-    r.figure("scaling", fig, "Left: where fp16 loses gradients (left of the dashed line) and where the loss scale "
-             "moves them. Right: the dynamic scaler backs off on overflow and grows after "
-             f"{INTERVAL} clean steps")
+    r.figure(
+        "scaling",
+        fig,
+        "Left: where fp16 loses gradients (left of the dashed line) and where the loss scale "
+        "moves them. Right: the dynamic scaler backs off on overflow and grows after "
+        f"{INTERVAL} clean steps",
+    )

@@ -38,8 +38,13 @@ def constant_updates(w0: torch.Tensor, delta: float = DELTA, steps: int = STEPS)
         master = master + delta
     exact = w0.double() + steps * delta
     start = w0.to(torch.bfloat16)
-    return {"direct": direct, "master": master, "exact": exact,
-            "never_moved": direct == start, "predicted_stuck": delta < gap_up(start) / 2}
+    return {
+        "direct": direct,
+        "master": master,
+        "exact": exact,
+        "never_moved": direct == start,
+        "predicted_stuck": delta < gap_up(start) / 2,
+    }
 
 
 def train(master: bool, *, steps: int = TRAIN_STEPS, lr: float = LR, device: str = "cpu") -> dict:
@@ -79,8 +84,9 @@ def _group(name: str, p: torch.Tensor) -> str:
     return "LayerNorm gains (1.0)" if ("ln" in name and name.endswith("weight")) else "biases (0)"
 
 
-@experiment("master-weights", "small updates applied to bf16 weights vs to fp32 master weights: the bf16 weight "
-            "stagnates")
+@experiment(
+    "master-weights", "small updates applied to bf16 weights vs to fp32 master weights: the bf16 weight stagnates"
+)
 @single_threaded
 def master_weights(device: str) -> Result:
     r = Result("master-weights")
@@ -97,24 +103,43 @@ def master_weights(device: str) -> Result:
         err_direct = (out["direct"].double() - out["exact"]).abs().mean().item()
         err_master = (out["master"].double() - out["exact"]).abs().max().item()
         master_err = max(master_err, err_master)
-        rows.append([group, n, Quantity(stuck / n, "fraction"), Quantity(pred / n, "fraction"), err_direct,
-                     err_master])
+        rows.append([group, n, Quantity(stuck / n, "fraction"), Quantity(pred / n, "fraction"), err_direct, err_master])
         if group.startswith("matrices"):
             r.add("matrix_stuck", stuck / n, "fraction", "matrix entries that never moved in bf16")
         if group.startswith("LayerNorm"):
-            r.claim(f"bf16 LayerNorm gains after {STEPS} updates of {DELTA:g}: still exactly 1 (largest change)",
-                    (out["direct"].double() - 1).abs().max().item(), 0)
+            r.claim(
+                f"bf16 LayerNorm gains after {STEPS} updates of {DELTA:g}: still exactly 1 (largest change)",
+                (out["direct"].double() - 1).abs().max().item(),
+                0,
+            )
             r.add("ln_direct", out["direct"][0].item(), "", "a bf16 LayerNorm gain after the updates")
             r.add("ln_master", out["master"][0].item(), "", "the same gain through an fp32 master")
-    r.table("constant", ["weights", "elements", "never moved in bf16", "predicted: update < half the gap",
-                         "bf16 weights: mean abs. error", "fp32 masters: largest abs. error"], rows,
-            caption=f"Every initial weight of the small model, plus {DELTA:g} added {STEPS} times; error against "
-            "float64")
-    r.claim("bf16 weights that never moved = those whose update is below half the gap to the next bf16 value",
-            all_moved, all_pred)
+    r.table(
+        "constant",
+        [
+            "weights",
+            "elements",
+            "never moved in bf16",
+            "predicted: update < half the gap",
+            "bf16 weights: mean abs. error",
+            "fp32 masters: largest abs. error",
+        ],
+        rows,
+        caption=f"Every initial weight of the small model, plus {DELTA:g} added {STEPS} times; error against float64",
+    )
+    r.claim(
+        "bf16 weights that never moved = those whose update is below half the gap to the next bf16 value",
+        all_moved,
+        all_pred,
+    )
     bound = STEPS * 2.0**-24 * 1.1  # STEPS roundings of at most half an fp32 ulp of values below 1.1
-    r.claim("fp32 masters track the float64 sum (largest |error|)", master_err, bound, relation="<=",
-            formula=f"at most {STEPS} × half an fp32 ulp at 1.1")
+    r.claim(
+        "fp32 masters track the float64 sum (largest |error|)",
+        master_err,
+        bound,
+        relation="<=",
+        formula=f"at most {STEPS} × half an fp32 ulp at 1.1",
+    )
     r.add("delta", DELTA, "", "the update")
     r.add("steps", STEPS, "", "updates applied")
     r.add("total", DELTA * STEPS, "", "the sum of the updates")
@@ -122,15 +147,29 @@ def master_weights(device: str) -> Result:
 
     runs = {m: train(m, device=device) for m in (False, True)}
     groups_out = list(runs[True]["moved"])
-    r.table("training", ["weights", "moved from init, AdamW on bf16 weights", "moved from init, fp32 masters"],
-            [[g, Quantity(runs[False]["moved"][g], "fraction"), Quantity(runs[True]["moved"][g], "fraction")]
-             for g in groups_out],
-            caption=f"{TRAIN_STEPS} AdamW steps at lr {LR:g} on the counting task ({device})")
+    r.table(
+        "training",
+        ["weights", "moved from init, AdamW on bf16 weights", "moved from init, fp32 masters"],
+        [
+            [g, Quantity(runs[False]["moved"][g], "fraction"), Quantity(runs[True]["moved"][g], "fraction")]
+            for g in groups_out
+        ],
+        caption=f"{TRAIN_STEPS} AdamW steps at lr {LR:g} on the counting task ({device})",
+    )
     ln = "LayerNorm gains (1.0)"
-    r.claim(f"AdamW on bf16 weights: LayerNorm gains never move in {TRAIN_STEPS} steps", runs[False]["moved"][ln], 0,
-            unit="fraction")
-    r.claim("AdamW through fp32 masters: most LayerNorm gains move", runs[True]["moved"][ln], 0.5, relation=">=",
-            unit="fraction")
+    r.claim(
+        f"AdamW on bf16 weights: LayerNorm gains never move in {TRAIN_STEPS} steps",
+        runs[False]["moved"][ln],
+        0,
+        unit="fraction",
+    )
+    r.claim(
+        "AdamW through fp32 masters: most LayerNorm gains move",
+        runs[True]["moved"][ln],
+        0.5,
+        relation=">=",
+        unit="fraction",
+    )
     r.add("lr", LR, "", "AdamW learning rate")
     r.add("train_steps", TRAIN_STEPS, "", "training steps")
     r.add("ln_moved_master", runs[True]["moved"][ln], "fraction", "LayerNorm gains moved with masters")
@@ -153,5 +192,4 @@ def _figure(r: Result, runs: dict) -> None:
     ax.set_xlabel("step")
     ax.set_ylabel("training loss")
     ax.legend(fontsize=8)
-    r.figure("training", fig, f"The small model learning to count, lr {LR:g}: bf16-only updates against fp32 "
-             "masters")
+    r.figure("training", fig, f"The small model learning to count, lr {LR:g}: bf16-only updates against fp32 masters")

@@ -42,8 +42,13 @@ class Format:
         bias = 2 ** (e - 1) - 1
         top = 2**e - 2 - bias if self.ieee else 2**e - 1 - bias
         largest_mantissa = 2 - 2.0**-m if self.ieee else 2 - 2.0 ** -(m - 1)
-        return {"bits": 1 + e + m, "max": largest_mantissa * 2.0**top, "min_normal": 2.0 ** (1 - bias),
-                "min_subnormal": 2.0 ** (1 - bias - m), "eps": 2.0**-m}
+        return {
+            "bits": 1 + e + m,
+            "max": largest_mantissa * 2.0**top,
+            "min_normal": 2.0 ** (1 - bias),
+            "min_subnormal": 2.0 ** (1 - bias - m),
+            "eps": 2.0**-m,
+        }
 
     def from_torch(self) -> dict[str, float]:
         """The same numbers as torch reports them: torch.finfo, and the smallest subnormal as the value
@@ -51,8 +56,7 @@ class Format:
         fi = torch.finfo(self.dtype)
         ints = {8: torch.uint8, 16: torch.int16, 32: torch.int32}[fi.bits]
         tiny = torch.ones(1, dtype=ints).view(self.dtype).float().item()
-        return {"bits": fi.bits, "max": fi.max, "min_normal": fi.smallest_normal, "min_subnormal": tiny,
-                "eps": fi.eps}
+        return {"bits": fi.bits, "max": fi.max, "min_normal": fi.smallest_normal, "min_subnormal": tiny, "eps": fi.eps}
 
 
 FORMATS = [
@@ -99,8 +103,9 @@ def counting_batch(batch: int, seed: int = 0, device: str = "cpu"):
     return data[:, :-1].to(device), data[:, 1:].to(device)
 
 
-def capture(model: GPT, x: torch.Tensor, y: torch.Tensor, *, loss_scale: float = 1.0,
-            loss_divisor: float = 1.0) -> dict:
+def capture(
+    model: GPT, x: torch.Tensor, y: torch.Tensor, *, loss_scale: float = 1.0, loss_divisor: float = 1.0
+) -> dict:
     """One forward and backward of `model` (any dtype): fp32 copies of the inputs of every Linear inside
     the blocks (activations), of the gradients of their outputs (activation gradients, divided back by
     loss_scale), of the parameter gradients (likewise), and the per-token losses. The loss is divided by
@@ -109,17 +114,22 @@ def capture(model: GPT, x: torch.Tensor, y: torch.Tensor, *, loss_scale: float =
     for name, mod in model.named_modules():
         if isinstance(mod, nn.Linear) and name.startswith("blocks"):
             handles.append(mod.register_forward_hook(lambda m, a, o: acts.append(a[0].detach().float())))
-            handles.append(mod.register_full_backward_hook(
-                lambda m, gi, go: act_grads.append(go[0].detach().float() / loss_scale)))
+            handles.append(
+                mod.register_full_backward_hook(lambda m, gi, go: act_grads.append(go[0].detach().float() / loss_scale))
+            )
     model.zero_grad(set_to_none=True)
     logits = model(x)
     token_losses = F.cross_entropy(logits.flatten(0, 1).float(), y.flatten(), reduction="none")
     (token_losses.mean() / loss_divisor * loss_scale).backward()
     for h in handles:
         h.remove()
-    return {"activations": acts, "activation_grads": act_grads,
-            "param_grads": [p.grad.detach().float() / loss_scale for p in model.parameters()],
-            "token_losses": token_losses.detach(), "loss": token_losses.mean().item()}
+    return {
+        "activations": acts,
+        "activation_grads": act_grads,
+        "param_grads": [p.grad.detach().float() / loss_scale for p in model.parameters()],
+        "token_losses": token_losses.detach(),
+        "loss": token_losses.mean().item(),
+    }
 
 
 def flat(tensors: list[torch.Tensor]) -> torch.Tensor:
@@ -143,39 +153,75 @@ def relative_error(x: torch.Tensor, q: torch.Tensor) -> float:
 
 
 # ---------------------------------------------------------------- experiments
-@experiment("number-formats", "fp32, tf32, fp16, bf16, fp8 e4m3 and e5m2: range and precision from torch.finfo "
-            "vs the bit layout")
+@experiment(
+    "number-formats",
+    "fp32, tf32, fp16, bf16, fp8 e4m3 and e5m2: range and precision from torch.finfo vs the bit layout",
+)
 def number_formats(device: str) -> Result:
     r = Result("number-formats")
     rows = []
     for f in FORMATS:
         bits = f.layout()
         if f.dtype is None:
-            rows.append([f"{f.name} (derived)", f.exponent_bits, f.mantissa_bits, *(bits[k] for k in FIELDS[1:]),
-                         math.log2(bits["max"] / bits["min_subnormal"])])
+            rows.append(
+                [
+                    f"{f.name} (derived)",
+                    f.exponent_bits,
+                    f.mantissa_bits,
+                    *(bits[k] for k in FIELDS[1:]),
+                    math.log2(bits["max"] / bits["min_subnormal"]),
+                ]
+            )
             continue
         got = f.from_torch()
         matches = sum(got[k] == bits[k] for k in FIELDS)
-        r.claim(f"{f.name}: torch's bits, max, min normal, min subnormal and epsilon = its bit layout", matches,
-                len(FIELDS), formula=f"{f.exponent_bits} exponent bits, {f.mantissa_bits} mantissa bits")
-        rows.append([f.name, f.exponent_bits, f.mantissa_bits, *(got[k] for k in FIELDS[1:]),
-                     math.log2(got["max"] / got["min_subnormal"])])
+        r.claim(
+            f"{f.name}: torch's bits, max, min normal, min subnormal and epsilon = its bit layout",
+            matches,
+            len(FIELDS),
+            formula=f"{f.exponent_bits} exponent bits, {f.mantissa_bits} mantissa bits",
+        )
+        rows.append(
+            [
+                f.name,
+                f.exponent_bits,
+                f.mantissa_bits,
+                *(got[k] for k in FIELDS[1:]),
+                math.log2(got["max"] / got["min_subnormal"]),
+            ]
+        )
         slug = f.name.replace("fp8 ", "")
         for k in ("max", "min_normal", "min_subnormal", "eps"):
             r.add(f"{slug}_{k}", got[k], "", f"{f.name} {k.replace('_', ' ')}")
         r.add(f"{slug}_binades", math.log2(got["max"] / got["min_subnormal"]), "", f"{f.name}: range in binades")
-    r.table("formats", ["format", "exponent bits", "mantissa bits", "max", "min normal", "min subnormal",
-                        "epsilon", "range (binades)"], rows,
-            caption="Read from torch.finfo (min subnormal: the value whose bits are the integer 1); tf32 from its "
-            "layout, as torch has no tf32 type")
+    r.table(
+        "formats",
+        [
+            "format",
+            "exponent bits",
+            "mantissa bits",
+            "max",
+            "min normal",
+            "min subnormal",
+            "epsilon",
+            "range (binades)",
+        ],
+        rows,
+        caption="Read from torch.finfo (min subnormal: the value whose bits are the integer 1); tf32 from its "
+        "layout, as torch has no tf32 type",
+    )
     tf = fmt("tf32").layout()
     r.add("tf32_eps", tf["eps"], "", "tf32 epsilon (derived)")
     r.add("tf32_max", tf["max"], "", "tf32 max (derived)")
     # Casting past the largest value: saturation (to max) or overflow (to inf/NaN), as this build does it.
     for f in (fmt("fp8 e4m3"), fmt("fp8 e5m2"), fmt("fp16")):
         slug = f.name.replace("fp8 ", "")
-        r.add(f"{slug}_cast_of_2max", torch.tensor([2 * f.layout()["max"]]).to(f.dtype).float().item(), "",
-              f"{f.name}: a plain cast of twice its max")
+        r.add(
+            f"{slug}_cast_of_2max",
+            torch.tensor([2 * f.layout()["max"]]).to(f.dtype).float().item(),
+            "",
+            f"{f.name}: a plain cast of twice its max",
+        )
     if device == "cuda":
         r.add("tf32_eps_measured", _tf32_eps(), "", "smallest 2^-k that a tf32 matmul keeps in 1 + 2^-k (GPU)")
         r.claim("tf32 matmul keeps 10 mantissa bits (GPU)", r.quantities["tf32_eps_measured"].value, tf["eps"])
@@ -196,8 +242,11 @@ def _tf32_eps() -> float:
         torch.backends.cuda.matmul.allow_tf32 = before
 
 
-@experiment("bf16-vs-fp16", "where fp16 fails (range: underflow, overflow) and bf16 fails (precision: rounding, "
-            "accumulation), on a real model's tensors")
+@experiment(
+    "bf16-vs-fp16",
+    "where fp16 fails (range: underflow, overflow) and bf16 fails (precision: rounding, "
+    "accumulation), on a real model's tensors",
+)
 @single_threaded
 def bf16_vs_fp16(device: str) -> Result:
     r = Result("bf16-vs-fp16")
@@ -217,11 +266,16 @@ def bf16_vs_fp16(device: str) -> Result:
     sums = [_running_sum(t["token_losses"], d) for d in DTYPES]
     exact = t["token_losses"].double().sum().item()
     sum_err = [abs(s - exact) / exact for s in sums]
-    cases.append((f"sum of {t['token_losses'].numel()} token losses, accumulated in the format: relative error",
-                   *sum_err))
-    r.table("failures", ["real tensor (small GPT, one step)", "fp16", "bf16"], [list(c) for c in cases],
-            caption=f"Activations and gradients of chapter 1's model, loss divided by {divisor} (gradient "
-            "accumulation); fp32 values cast to each format")
+    cases.append(
+        (f"sum of {t['token_losses'].numel()} token losses, accumulated in the format: relative error", *sum_err)
+    )
+    r.table(
+        "failures",
+        ["real tensor (small GPT, one step)", "fp16", "bf16"],
+        [list(c) for c in cases],
+        caption=f"Activations and gradients of chapter 1's model, loss divided by {divisor} (gradient "
+        "accumulation); fp32 values cast to each format",
+    )
     names = ["grad_flushed", "v_flushed", "overflow", "act_error", "sum_error"]
     for name, c in zip(names, cases):
         for d, val in zip(("fp16", "bf16"), c[1:]):
@@ -233,14 +287,25 @@ def bf16_vs_fp16(device: str) -> Result:
     r.add("fp16_sum", sums[0], "", "accumulated in fp16")
     r.add("bf16_sum", sums[1], "", "accumulated in bf16")
     r.add("act_error_ratio", err[1] / err[0], "", "bf16 rounding error / fp16 rounding error on activations")
-    r.claim("fp16 fails on range: it flushes activation gradients that bf16 keeps", cases[0][1], 0.01,
-            relation=">=", unit="fraction", formula="at least 1 % flushed in fp16")
+    r.claim(
+        "fp16 fails on range: it flushes activation gradients that bf16 keeps",
+        cases[0][1],
+        0.01,
+        relation=">=",
+        unit="fraction",
+        formula="at least 1 % flushed in fp16",
+    )
     r.claim("bf16 keeps every nonzero activation gradient", cases[0][2], 0, unit="fraction")
     r.claim("bf16 keeps every nonzero Adam v", cases[1][2], 0, unit="fraction")
     r.claim("fp16 overflows the largest scaled gradients (values)", over[0] * params.numel(), 1, relation=">=")
     r.claim("bf16 does not overflow them", over[1], 0, unit="fraction")
-    r.claim("bf16 rounding error / fp16 = 2^3 (3 fewer mantissa bits)", err[1] / err[0], 8, rel_tol=0.25,
-            formula="RMS error scales with 2^-m; ±25 % for the shape of the distribution within a binade")
+    r.claim(
+        "bf16 rounding error / fp16 = 2^3 (3 fewer mantissa bits)",
+        err[1] / err[0],
+        8,
+        rel_tol=0.25,
+        formula="RMS error scales with 2^-m; ±25 % for the shape of the distribution within a binade",
+    )
     r.claim("bf16 accumulation error ≥ 10 × fp16's on the loss sum", sum_err[1] / sum_err[0], 10, relation=">=")
     return r
 

@@ -84,7 +84,11 @@ class CommCounter(TorchDispatchMode):
 
     def summary(self) -> dict[str, dict[str, float]]:
         """{collective: {"calls", "message_bytes", "sent_bytes"}} for every collective seen."""
-        return {op: {"calls": self.calls[op], "message_bytes": self.message_bytes[op],
-                     "sent_bytes": self.sent_bytes(op) if op in _KNOWN else 0.0}
-                for op in sorted(self.calls)}
-
+        return {
+            op: {
+                "calls": self.calls[op],
+                "message_bytes": self.message_bytes[op],
+                "sent_bytes": self.sent_bytes(op) if op in _KNOWN else 0.0,
+            }
+            for op in sorted(self.calls)
+        }

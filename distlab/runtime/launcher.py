@@ -65,8 +65,9 @@ def under_torchrun() -> bool:
     return "RANK" in os.environ and "WORLD_SIZE" in os.environ and "DISTLAB_SPAWNED" not in os.environ
 
 
-def launch(fn, world_size: int, *args, device: str = "cpu", backend: str | None = None,
-           timeout_s: float = 120.0) -> list:
+def launch(
+    fn, world_size: int, *args, device: str = "cpu", backend: str | None = None, timeout_s: float = 120.0
+) -> list:
     """Run fn(rank, world_size, *args) on `world_size` processes; return results in rank order."""
     if not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"world_size must be an integer >= 1, got {world_size!r}")
@@ -76,8 +77,10 @@ def launch(fn, world_size: int, *args, device: str = "cpu", backend: str | None 
     if under_torchrun():
         return _run_under_torchrun(fn, world_size, args, device, backend, timeout_s)
     if backend == "nccl" and torch.cuda.device_count() < world_size:
-        raise ValueError(f"NCCL needs one GPU per rank: {world_size} ranks, {torch.cuda.device_count()} GPUs "
-                         "(pass backend='gloo' to share GPUs)")
+        raise ValueError(
+            f"NCCL needs one GPU per rank: {world_size} ranks, {torch.cuda.device_count()} GPUs "
+            "(pass backend='gloo' to share GPUs)"
+        )
     try:
         payload = pickle.dumps((fn, args))
     except (pickle.PicklingError, AttributeError, TypeError) as exc:
@@ -88,18 +91,37 @@ def launch(fn, world_size: int, *args, device: str = "cpu", backend: str | None 
     env = dict(os.environ)
     with tempfile.TemporaryDirectory(prefix="distlab-launch-") as tmp:
         stacks = [os.path.join(tmp, f"rank{r}.stack") for r in range(world_size)]
-        procs = [ctx.Process(target=_worker, name=f"distlab-rank{r}",
-                             args=(payload, r, world_size, device, backend, store.port, timeout_s, env,
-                                   os.getpid(), stacks[r], results_q))
-                 for r in range(world_size)]
+        procs = [
+            ctx.Process(
+                target=_worker,
+                name=f"distlab-rank{r}",
+                args=(
+                    payload,
+                    r,
+                    world_size,
+                    device,
+                    backend,
+                    store.port,
+                    timeout_s,
+                    env,
+                    os.getpid(),
+                    stacks[r],
+                    results_q,
+                ),
+            )
+            for r in range(world_size)
+        ]
         try:
             for p in procs:
                 p.start()
             return _collect(procs, results_q, world_size, timeout_s, stacks)
         except LaunchError as exc:
             if getattr(fn, "__module__", "") == "__main__" and "before returning a result" in str(exc):
-                raise LaunchError(f"{exc}; fn lives in a script, which every rank imports again: the script "
-                                  "needs its launch() call under `if __name__ == '__main__':`", exc.details) from None
+                raise LaunchError(
+                    f"{exc}; fn lives in a script, which every rank imports again: the script "
+                    "needs its launch() call under `if __name__ == '__main__':`",
+                    exc.details,
+                ) from None
             raise
         finally:
             _stop(procs)
@@ -181,9 +203,10 @@ def _raise_hung(procs, results: dict, world_size: int, timeout_s: float, stacks:
     # A rank waiting inside a collective is a victim; blame the first one that is not.
     culprit = next((r for r in missing if where[r] and not where[r][1]), missing[0])
     at = f", at {where[culprit][0]}" if where[culprit] else ""
-    raise LaunchError(f"rank {culprit} of {world_size} hung: no result after {timeout_s:g} s{at} "
-                      f"(ranks without a result: {missing})",
-                      "\n".join(f"rank {r}: {where[r][0] if where[r] else '?'}" for r in missing))
+    raise LaunchError(
+        f"rank {culprit} of {world_size} hung: no result after {timeout_s:g} s{at} (ranks without a result: {missing})",
+        "\n".join(f"rank {r}: {where[r][0] if where[r] else '?'}" for r in missing),
+    )
 
 
 _FRAME = re.compile(r'File "(.+)", line (\d+) in (\S+)')
@@ -198,8 +221,10 @@ def _where(stack_path: str) -> tuple[str, bool] | None:
     header, _, dump = text.partition("\n")
     main = int(header.split()[-1], 16) if header.startswith("main ") else None
     blocks = re.split(r"\n(?=(?:Current thread|Thread) 0x)", dump)
-    block = next((b for b in blocks if main is not None and re.match(rf"(?:Current thread|Thread) 0x0*{main:x}\b",
-                                                                      b.strip())), blocks[0] if blocks else "")
+    block = next(
+        (b for b in blocks if main is not None and re.match(rf"(?:Current thread|Thread) 0x0*{main:x}\b", b.strip())),
+        blocks[0] if blocks else "",
+    )
     frames = _FRAME.findall(block)  # innermost first
     if not frames:
         return None
@@ -238,8 +263,7 @@ def _raise_root_cause(procs, results: dict, results_q, world_size: int, errors: 
         silent = [r for r, proc in enumerate(procs) if r not in spoke and proc.exitcode is not None]
         if silent:
             first = errors[0]
-            raise LaunchError(f"{_died(procs, silent[0], world_size)} (then rank {first[0]}: {first[1]})",
-                              first[2])
+            raise LaunchError(f"{_died(procs, silent[0], world_size)} (then rank {first[0]}: {first[1]})", first[2])
         if time.monotonic() > end:
             break
     rank, payload, details = next((e for e in errors if not _consequential(e[1])), errors[0])
@@ -293,8 +317,9 @@ def _die_with_parent(launcher_pid: int) -> None:
     threading.Thread(target=watch, name="distlab-launcher-watchdog", daemon=True).start()
 
 
-def _worker(payload, rank, world_size, device, backend, port, timeout_s, env, launcher_pid, stack_path,
-            results_q) -> None:
+def _worker(
+    payload, rank, world_size, device, backend, port, timeout_s, env, launcher_pid, stack_path, results_q
+) -> None:
     _die_with_parent(launcher_pid)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     import faulthandler
@@ -306,16 +331,24 @@ def _worker(payload, rank, world_size, device, backend, port, timeout_s, env, la
     faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
     os.environ.clear()
     os.environ.update(env)
-    os.environ.update(MASTER_ADDR=_HOST, MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world_size),
-                      LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world_size), DISTLAB_SPAWNED="1")
+    os.environ.update(
+        MASTER_ADDR=_HOST,
+        MASTER_PORT=str(port),
+        RANK=str(rank),
+        WORLD_SIZE=str(world_size),
+        LOCAL_RANK=str(rank),
+        LOCAL_WORLD_SIZE=str(world_size),
+        DISTLAB_SPAWNED="1",
+    )
     torch.set_num_threads(1)  # every rank shares the machine's cores
     try:
         fn, args = pickle.loads(payload)  # imports fn's module now, with the launcher's environment
         if device == "cuda":
             torch.cuda.set_device(rank % torch.cuda.device_count())
         store = dist.TCPStore(_HOST, port, is_master=False, timeout=timedelta(seconds=timeout_s))
-        dist.init_process_group(backend, store=store, rank=rank, world_size=world_size,
-                                timeout=timedelta(seconds=timeout_s))
+        dist.init_process_group(
+            backend, store=store, rank=rank, world_size=world_size, timeout=timedelta(seconds=timeout_s)
+        )
         result = fn(rank, world_size, *args)
         results_q.put(("ok", rank, pickle.dumps(result), ""))
     except BaseException as exc:  # noqa: BLE001 - reported to the parent as one line, before peers notice
@@ -345,8 +378,10 @@ def _run_under_torchrun(fn, world_size, args, device, backend, timeout_s) -> lis
         atexit.register(_destroy_group)
     world = dist.get_world_size()
     if world != world_size:
-        raise LaunchError(f"launch asked for {world_size} ranks but torchrun started {world}: "
-                          f"run with --nproc-per-node {world_size} (or set the world size to match)")
+        raise LaunchError(
+            f"launch asked for {world_size} ranks but torchrun started {world}: "
+            f"run with --nproc-per-node {world_size} (or set the world size to match)"
+        )
     try:
         outcome = ("ok", fn(dist.get_rank(), world, *args), "")
     except Exception as exc:  # noqa: BLE001 - every rank learns which rank failed

@@ -23,8 +23,9 @@ from distlab.sharding.zero import model_state_bytes_per_gpu
 TOKENS = (512, 2048, 8192, 32768, 131072)
 
 
-@experiment("cpu-offload", "CPU offload of the optimizer state: PCIe and CPU time per step, 7B on 8 GPUs",
-            kind="computed")
+@experiment(
+    "cpu-offload", "CPU offload of the optimizer state: PCIe and CPU time per step, 7B on 8 GPUs", kind="computed"
+)
 def cpu_offload(device: str) -> Result:
     r = Result("cpu-offload")
     n, gpus = preset("7B").params(), fact(f"host_links.{NODE}.gpus").value
@@ -37,8 +38,12 @@ def cpu_offload(device: str) -> Result:
     r.add("gpus", gpus, "GPUs", "GPUs (one DGX H100 node)")
     r.add("pcie_bytes_per_s", pcie, "B/s", "PCIe 5.0 x16, per direction")
     r.add("host_bytes_per_s", host, "B/s", "host DRAM bandwidth of the node (both sockets)")
-    r.add("socket_bytes_per_s", socket_memory_bytes_per_s(fact(f"host_links.{NODE}.cpu").value), "B/s",
-          "DRAM bandwidth of one socket")
+    r.add(
+        "socket_bytes_per_s",
+        socket_memory_bytes_per_s(fact(f"host_links.{NODE}.cpu").value),
+        "B/s",
+        "DRAM bandwidth of one socket",
+    )
     r.add("cpu_adam_bytes_per_param", cpu_adam_bytes_per_param(), "B/param", "host bytes a CPU update touches")
     for k, v in t.items():
         r.add(k, v, "s", k.replace("_", " "))
@@ -54,21 +59,54 @@ def cpu_offload(device: str) -> Result:
     rows = []
     for tokens in TOKENS:
         c = compute_seconds(n, tokens, peak)
-        rows.append([tokens, Quantity(c, "s"), Quantity(t["swap_s"], "s"), t["swap_s"] / c,
-                     Quantity(t["zero_offload_s"], "s"), t["zero_offload_s"] / c])
-    r.table("per_step", ["tokens per GPU per step", "compute at peak", "swap", "swap / compute",
-                         "ZeRO-Offload", "ZeRO-Offload / compute"], rows,
-            caption=f"Llama 2 7B on {gpus} H100 SXM, ZeRO-2, one step; compute at the datasheet bf16 peak "
-                    "(the shortest compute time possible), so the ratios are upper bounds")
+        rows.append(
+            [
+                tokens,
+                Quantity(c, "s"),
+                Quantity(t["swap_s"], "s"),
+                t["swap_s"] / c,
+                Quantity(t["zero_offload_s"], "s"),
+                t["zero_offload_s"] / c,
+            ]
+        )
+    r.table(
+        "per_step",
+        [
+            "tokens per GPU per step",
+            "compute at peak",
+            "swap",
+            "swap / compute",
+            "ZeRO-Offload",
+            "ZeRO-Offload / compute",
+        ],
+        rows,
+        caption=f"Llama 2 7B on {gpus} H100 SXM, ZeRO-2, one step; compute at the datasheet bf16 peak "
+        "(the shortest compute time possible), so the ratios are upper bounds",
+    )
     for name, key in (("swap", "swap_s"), ("zero_offload", "zero_offload_s")):
-        r.add(f"breakeven_tokens_{name}", t[key] * peak / (6 * n), "tokens",
-              f"tokens per GPU per step at which {name} time equals compute at peak")
+        r.add(
+            f"breakeven_tokens_{name}",
+            t[key] * peak / (6 * n),
+            "tokens",
+            f"tokens per GPU per step at which {name} time equals compute at peak",
+        )
     # Cross-checks of the inputs against independent statements of the same facts.
     bidir = fact(f"interconnect.{PCIE}.bidirectional_gbytes_per_s").value * 1e9
-    r.claim("PCIe 5.0 x16 per direction (spec encoding) vs H100 datasheet's bidirectional / 2", pcie, bidir / 2,
-            rel_tol=0.02, unit="B/s", formula="32 GT/s x 16 lanes x 128/130 / 8; the datasheet rounds")
-    r.claim("ZeRO-2 + offload leaves the bf16 parameters alone on the GPU", off["total_bytes"],
-            off["params_bytes"], unit="B", formula="2Ψ (ZeRO-Offload paper, Figure 2)")
+    r.claim(
+        "PCIe 5.0 x16 per direction (spec encoding) vs H100 datasheet's bidirectional / 2",
+        pcie,
+        bidir / 2,
+        rel_tol=0.02,
+        unit="B/s",
+        formula="32 GT/s x 16 lanes x 128/130 / 8; the datasheet rounds",
+    )
+    r.claim(
+        "ZeRO-2 + offload leaves the bf16 parameters alone on the GPU",
+        off["total_bytes"],
+        off["params_bytes"],
+        unit="B",
+        formula="2Ψ (ZeRO-Offload paper, Figure 2)",
+    )
     _one_gpu(r, n, pcie, host, hbm)
     return r
 
@@ -84,7 +122,19 @@ def _one_gpu(r: Result, n: int, pcie: float, host: float, hbm: float) -> None:
     r.add("one_gpu_offload_s", t["zero_offload_s"], "s", "one GPU, ZeRO-Offload: seconds per step")
     r.add("one_gpu_transfer_s", t["transfer_s"], "s", "one GPU: PCIe seconds per step")
     r.add("one_gpu_cpu_s", t["cpu_update_s"], "s", "one GPU: CPU update seconds per step")
-    r.claim("one GPU: the states do not fit without offload", alone["total_bytes"], hbm, relation=">=", unit="B",
-            formula="16Ψ vs the GPU's memory")
-    r.claim("one GPU: with ZeRO-Offload they do", off["total_bytes"], hbm, relation="<=", unit="B",
-            formula="2Ψ vs the GPU's memory")
+    r.claim(
+        "one GPU: the states do not fit without offload",
+        alone["total_bytes"],
+        hbm,
+        relation=">=",
+        unit="B",
+        formula="16Ψ vs the GPU's memory",
+    )
+    r.claim(
+        "one GPU: with ZeRO-Offload they do",
+        off["total_bytes"],
+        hbm,
+        relation="<=",
+        unit="B",
+        formula="2Ψ vs the GPU's memory",
+    )

@@ -50,7 +50,7 @@ def bias_masks(model) -> dict[str, torch.Tensor]:
             m = torch.zeros(p.numel(), dtype=torch.bool)
             if name.endswith("attn.qkv.bias"):
                 h = p.numel() // 3  # (q | k | v) biases
-                m[part * h:(part + 1) * h] = True
+                m[part * h : (part + 1) * h] = True
             masks[which].append(m)
     return {k: torch.cat(v) for k, v in masks.items()}
 
@@ -71,8 +71,13 @@ def single_process(device: str, world: int, cfg: GPTConfig = CFG, steps: int = S
         opt.step()
     mv = sum(s[k].untyped_storage().nbytes() for s in opt.state.values() for k in ("exp_avg", "exp_avg_sq"))
     params = _params_vector(model)
-    return {"params": params, "mv_bytes": mv, "key_bias_grad_ratio": ratio, "key": masks["key"],
-            "max_abs_param": float(params.abs().max())}
+    return {
+        "params": params,
+        "mv_bytes": mv,
+        "key_bias_grad_ratio": ratio,
+        "key": masks["key"],
+        "max_abs_param": float(params.abs().max()),
+    }
 
 
 def world_for(device: str, name: str, cpu_world: int) -> int:
@@ -102,10 +107,20 @@ def equivalence_claims(r: Result, label: str, key: str, params_per_rank: list, r
     rest, keyb = max(d[0] for d in diffs), max(d[1] for d in diffs)
     r.add(f"{key}_max_diff", rest, "", f"{label}: max |param - one process| (all but the key biases)")
     r.add(f"{key}_key_bias_diff", keyb, "", f"{label}: max |param - one process| over the key biases")
-    r.claim(f"{label}: parameters = one process on the global batch", rest, 0.0, abs_tol=tol,
-            formula=f"max |Δ| over {int((~ref['key']).sum()):,} parameters after {STEPS} AdamW steps")
-    r.claim(f"{label}: key biases within Adam's step bound", keyb, 2 * ADAMW["lr"] * STEPS, relation="<=",
-            formula="two opposite steps of at most lr per step (rounding-noise gradient)")
+    r.claim(
+        f"{label}: parameters = one process on the global batch",
+        rest,
+        0.0,
+        abs_tol=tol,
+        formula=f"max |Δ| over {int((~ref['key']).sum()):,} parameters after {STEPS} AdamW steps",
+    )
+    r.claim(
+        f"{label}: key biases within Adam's step bound",
+        keyb,
+        2 * ADAMW["lr"] * STEPS,
+        relation="<=",
+        formula="two opposite steps of at most lr per step (rounding-noise gradient)",
+    )
     spread = max(float((p - params_per_rank[0]).abs().max()) for p in params_per_rank)
     r.claim(f"{label}: every rank holds the same parameters", spread, 0.0, formula="bit-exact after the all-gather")
     return rest

@@ -60,8 +60,9 @@ def _local_bytes(tensors) -> int:
     return total
 
 
-def fsdp2_rank(rank: int, world: int, device: str, cfg: GPTConfig = CFG, steps: int = STEPS,
-               variants: tuple[str, ...] = VARIANTS) -> dict:
+def fsdp2_rank(
+    rank: int, world: int, device: str, cfg: GPTConfig = CFG, steps: int = STEPS, variants: tuple[str, ...] = VARIANTS
+) -> dict:
     """DDP and FSDP2 (fp32, bf16 mixed precision) for `steps` AdamW steps each: per variant the collectives,
     the bytes sent per step, this rank's local parameter, gradient and optimizer-state bytes, the local
     byte count of every parameter, and the full final parameters."""
@@ -95,8 +96,9 @@ def fsdp2_rank(rank: int, world: int, device: str, cfg: GPTConfig = CFG, steps: 
             "grad_bytes": _local_bytes(p.grad for p in params),
             "state_bytes": _local_bytes(state),
             "per_param_bytes": [_local_bytes([p]) for p in params],
-            "params": torch.cat([(p.full_tensor() if hasattr(p, "full_tensor") else p).detach().reshape(-1).cpu()
-                                 for p in params]),
+            "params": torch.cat(
+                [(p.full_tensor() if hasattr(p, "full_tensor") else p).detach().reshape(-1).cpu() for p in params]
+            ),
         }
     return out
 
@@ -149,20 +151,38 @@ def fsdp2_equivalence(device: str) -> Result:
 
 def _bf16(r: Result, ranks: list, ref: dict, ref_bf16: dict, start: torch.Tensor) -> None:
     """bf16 mixed precision: FSDP2's error against fp32 is that of one process doing the same in bf16."""
-    err = {"fp32": max(_relative_update_error(x["fp32"]["params"], ref["params"], start) for x in ranks),
-           "bf16": max(_relative_update_error(x["bf16"]["params"], ref["params"], start) for x in ranks),
-           "single_bf16": _relative_update_error(ref_bf16["params"], ref["params"], start)}
-    rows = [["FSDP2 fp32 vs one process fp32", err["fp32"]],
-            ["FSDP2 bf16 MixedPrecisionPolicy vs one process fp32", err["bf16"]],
-            ["one process, bf16 compute + fp32 master, vs one process fp32", err["single_bf16"]]]
-    r.table("precision", ["run", "relative error of the parameter update"], rows,
-            caption="‖Δ - Δ_ref‖ / ‖Δ_ref‖ over all parameters, Δ = final - initial parameters")
+    err = {
+        "fp32": max(_relative_update_error(x["fp32"]["params"], ref["params"], start) for x in ranks),
+        "bf16": max(_relative_update_error(x["bf16"]["params"], ref["params"], start) for x in ranks),
+        "single_bf16": _relative_update_error(ref_bf16["params"], ref["params"], start),
+    }
+    rows = [
+        ["FSDP2 fp32 vs one process fp32", err["fp32"]],
+        ["FSDP2 bf16 MixedPrecisionPolicy vs one process fp32", err["bf16"]],
+        ["one process, bf16 compute + fp32 master, vs one process fp32", err["single_bf16"]],
+    ]
+    r.table(
+        "precision",
+        ["run", "relative error of the parameter update"],
+        rows,
+        caption="‖Δ - Δ_ref‖ / ‖Δ_ref‖ over all parameters, Δ = final - initial parameters",
+    )
     for k, v in err.items():
         r.add(f"update_error_{k}", v, "", f"relative update error: {k}")
-    r.claim("FSDP2 bf16 error <= 2 x one process's own bf16 error", err["bf16"], 2 * err["single_bf16"],
-            relation="<=", formula="bf16 rounding, not sharding, sets the error")
-    r.claim("bf16 error is at bf16 level: >= 100 x the fp32 error", err["bf16"], 100 * err["fp32"], relation=">=",
-            formula="bf16 keeps 8 bits of mantissa, fp32 24")
+    r.claim(
+        "FSDP2 bf16 error <= 2 x one process's own bf16 error",
+        err["bf16"],
+        2 * err["single_bf16"],
+        relation="<=",
+        formula="bf16 rounding, not sharding, sets the error",
+    )
+    r.claim(
+        "bf16 error is at bf16 level: >= 100 x the fp32 error",
+        err["bf16"],
+        100 * err["fp32"],
+        relation=">=",
+        formula="bf16 keeps 8 bits of mantissa, fp32 24",
+    )
 
 
 def _bytes(r: Result, ranks: list, n: int, world: int) -> None:
@@ -171,29 +191,66 @@ def _bytes(r: Result, ranks: list, n: int, world: int) -> None:
         f = x["fp32"]
         rows.append([i, f["param_bytes"], f["grad_bytes"], f["state_bytes"]])
         for what, per in (("param", 4), ("grad", 4), ("state", 8)):
-            r.claim(f"rank {i}: FSDP2 local {what} bytes = {per}Ψ/N", f[f"{what}_bytes"], per * n // world, unit="B",
-                    formula=f"{per} B x {n:,} / {world} (every first dimension divides by {world})")
+            r.claim(
+                f"rank {i}: FSDP2 local {what} bytes = {per}Ψ/N",
+                f[f"{what}_bytes"],
+                per * n // world,
+                unit="B",
+                formula=f"{per} B x {n:,} / {world} (every first dimension divides by {world})",
+            )
     d = ranks[0]["ddp"]
     rows.append(["DDP (each rank)", d["param_bytes"], d["grad_bytes"], d["state_bytes"]])
-    r.table("bytes", ["rank", "parameters (local)", "gradients (local)", "Adam m + v (local)"], rows,
-            caption="FSDP2 fp32 after the run: bytes of each rank's local shards, measured from the tensors")
-    r.add("fsdp_state_share", ranks[0]["fp32"]["state_bytes"] / d["state_bytes"], "fraction",
-          "FSDP2 optimizer state per rank / DDP's")
+    r.table(
+        "bytes",
+        ["rank", "parameters (local)", "gradients (local)", "Adam m + v (local)"],
+        rows,
+        caption="FSDP2 fp32 after the run: bytes of each rank's local shards, measured from the tensors",
+    )
+    r.add(
+        "fsdp_state_share",
+        ranks[0]["fp32"]["state_bytes"] / d["state_bytes"],
+        "fraction",
+        "FSDP2 optimizer state per rank / DDP's",
+    )
 
 
 def _traffic(r: Result, rank0: dict, n: int, world: int) -> None:
     sent = {v: rank0[v]["sent_per_step"] for v in VARIANTS}
-    rows = [[label, ", ".join(f"{op} {s['calls'] // STEPS}x {s['message_bytes'] // STEPS:,} B"
-                              for op, s in rank0[v]["comm"].items() if op != "broadcast"), round(sent[v])]
-            for v, label in (("ddp", "torch DDP (fp32)"), ("fp32", "FSDP2 fp32"), ("bf16", "FSDP2 bf16"))]
-    r.table("traffic", ["run", "collectives per step (calls, message)", "bytes sent per rank per step"], rows,
-            caption=f"counted by distlab.runtime.comm_counter on rank 0 of {world}")
+    rows = [
+        [
+            label,
+            ", ".join(
+                f"{op} {s['calls'] // STEPS}x {s['message_bytes'] // STEPS:,} B"
+                for op, s in rank0[v]["comm"].items()
+                if op != "broadcast"
+            ),
+            round(sent[v]),
+        ]
+        for v, label in (("ddp", "torch DDP (fp32)"), ("fp32", "FSDP2 fp32"), ("bf16", "FSDP2 bf16"))
+    ]
+    r.table(
+        "traffic",
+        ["run", "collectives per step (calls, message)", "bytes sent per rank per step"],
+        rows,
+        caption=f"counted by distlab.runtime.comm_counter on rank 0 of {world}",
+    )
     factor = (world - 1) / world
     for v in VARIANTS:
         r.add(f"{v}_sent_bytes", sent[v], "B", f"{v}: bytes sent per rank per step")
-    r.claim("FSDP2 fp32 bytes sent per step", sent["fp32"], 3 * factor * 4 * n, rel_tol=1e-12, unit="B",
-            formula="3 (N-1)/N · 4Ψ: all-gather twice, reduce-scatter once")
+    r.claim(
+        "FSDP2 fp32 bytes sent per step",
+        sent["fp32"],
+        3 * factor * 4 * n,
+        rel_tol=1e-12,
+        unit="B",
+        formula="3 (N-1)/N · 4Ψ: all-gather twice, reduce-scatter once",
+    )
     r.claim("FSDP2 (ZeRO-3) / DDP bytes sent", sent["fp32"] / sent["ddp"], 1.5, rel_tol=1e-12, formula="3Ψ / 2Ψ")
-    r.claim("FSDP2 bf16 / fp32 bytes sent", sent["bf16"] / sent["fp32"], 0.5, rel_tol=1e-12,
-            formula="bf16 all-gathers and reduce-scatters: 2 bytes per element, not 4")
+    r.claim(
+        "FSDP2 bf16 / fp32 bytes sent",
+        sent["bf16"] / sent["fp32"],
+        0.5,
+        rel_tol=1e-12,
+        formula="bf16 all-gathers and reduce-scatters: 2 bytes per element, not 4",
+    )
     r.add("zero3_over_ddp", sent["fp32"] / sent["ddp"], "", "measured ZeRO-3 / DDP traffic")

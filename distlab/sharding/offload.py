@@ -44,8 +44,9 @@ def cpu_adam_bytes_per_param() -> int:
     return per["grads"] + 2 * per["optimizer"] + per["params"]
 
 
-def offload_seconds(params: int, gpus: int, *, gpus_per_node: int, pcie_bytes_per_s: float,
-                    host_bytes_per_s: float) -> dict[str, float]:
+def offload_seconds(
+    params: int, gpus: int, *, gpus_per_node: int, pcie_bytes_per_s: float, host_bytes_per_s: float
+) -> dict[str, float]:
     """Seconds per step of swapping the optimizer state over PCIe, and of ZeRO-Offload's transfers and
     CPU update, for a node of `gpus_per_node` GPUs (ZeRO-2 shards, mixed precision).
 
@@ -61,12 +62,16 @@ def offload_seconds(params: int, gpus: int, *, gpus_per_node: int, pcie_bytes_pe
     grads = off["host_grads_bytes"]  # bf16 gradients down; the same number of bf16 parameter bytes come up
     transfer = max(grads / pcie_bytes_per_s, 2 * node * grads / host_bytes_per_s)
     cpu = node * -(-params // gpus) * cpu_adam_bytes_per_param() / host_bytes_per_s
-    return {"swap_pcie_s": swap_pcie, "swap_dram_s": swap_dram, "swap_s": max(swap_pcie, swap_dram),
-            "transfer_s": transfer, "cpu_update_s": cpu, "zero_offload_s": transfer + cpu}
+    return {
+        "swap_pcie_s": swap_pcie,
+        "swap_dram_s": swap_dram,
+        "swap_s": max(swap_pcie, swap_dram),
+        "transfer_s": transfer,
+        "cpu_update_s": cpu,
+        "zero_offload_s": transfer + cpu,
+    }
 
 
 def compute_seconds(params: int, tokens: int, flops_per_s: float) -> float:
     """6Ψ·T FLOP of forward and backward for T tokens on one GPU at `flops_per_s`."""
     return 6 * params * tokens / flops_per_s
-
-

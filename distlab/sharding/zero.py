@@ -75,8 +75,15 @@ def _check(params, gpus, zero) -> None:
         raise ValueError(f"zero must be one of 0, 1, 2, 3, not {zero!r}")
 
 
-def model_state_bytes_per_gpu(params: int, gpus: int, zero: int, *, offload_optimizer: bool = False,
-                              offload_params: bool = False, precision: str = "mixed") -> dict[str, int]:
+def model_state_bytes_per_gpu(
+    params: int,
+    gpus: int,
+    zero: int,
+    *,
+    offload_optimizer: bool = False,
+    offload_params: bool = False,
+    precision: str = "mixed",
+) -> dict[str, int]:
     """Model-state bytes one GPU keeps between steps (device memory), and on the host when offloading.
 
     Keys: params_bytes, grads_bytes, optimizer_bytes, total_bytes (device); host_params_bytes,
@@ -91,8 +98,11 @@ def model_state_bytes_per_gpu(params: int, gpus: int, zero: int, *, offload_opti
         raise ValueError("offload is modelled for mixed precision only (the ZeRO-Offload design)")
     per = bytes_per_param_by_state(precision)
     shard = shard_elements(params, gpus)
-    elements = {"params": shard if zero >= 3 else params, "grads": shard if zero >= 2 else params,
-                "optimizer": shard if zero >= 1 else params}
+    elements = {
+        "params": shard if zero >= 3 else params,
+        "grads": shard if zero >= 2 else params,
+        "optimizer": shard if zero >= 1 else params,
+    }
     device = {s: per[s] * elements[s] for s in STATES}
     host = dict.fromkeys(STATES, 0)
     if offload_optimizer:
@@ -140,17 +150,37 @@ def conventions(gpus: int) -> dict[str, tuple[str, str, float, str]]:
     p, g, o = mixed["params"], mixed["grads"], mixed["optimizer"]
     ours, n = p + g + o, gpus
     return {
-        "zero_paper": ("ZeRO paper, this site (DDP)", "bf16 weights and gradients, fp32 master, m, v", ours,
-                       f"{p} + {g} + {o} = {ours}"),
-        "megatron": ("Megatron-LM, bf16 params + fp32 grads", "gradients accumulated in fp32 (main_grad)",
-                     p + fp32_grad + o, f"{p} + {fp32_grad} + {o} = {p + fp32_grad + o}"),
-        "megatron_distributed": ("Megatron-LM distributed optimizer", "ZeRO-1 with fp32 gradients",
-                                 p + fp32_grad + o / n, f"{p + fp32_grad} + {o}/N"),
+        "zero_paper": (
+            "ZeRO paper, this site (DDP)",
+            "bf16 weights and gradients, fp32 master, m, v",
+            ours,
+            f"{p} + {g} + {o} = {ours}",
+        ),
+        "megatron": (
+            "Megatron-LM, bf16 params + fp32 grads",
+            "gradients accumulated in fp32 (main_grad)",
+            p + fp32_grad + o,
+            f"{p} + {fp32_grad} + {o} = {p + fp32_grad + o}",
+        ),
+        "megatron_distributed": (
+            "Megatron-LM distributed optimizer",
+            "ZeRO-1 with fp32 gradients",
+            p + fp32_grad + o / n,
+            f"{p + fp32_grad} + {o}/N",
+        ),
         "zero1": ("this site, ZeRO-1", "bf16 gradients, optimizer sharded", p + g + o / n, f"{p + g} + {o}/N"),
-        "deepspeed_zero2": ("DeepSpeed estimator, ZeRO-2", "an fp32 gradient partition beside the optimizer",
-                            p + g + (o + fp32_grad) / n, f"{p + g} + {o + fp32_grad}/N"),
-        "deepspeed_zero3": ("DeepSpeed estimator, ZeRO-3", "the same, all sharded (plus the largest layer)",
-                            (p + fp32_grad + o) / n, f"{p + fp32_grad + o}/N"),
+        "deepspeed_zero2": (
+            "DeepSpeed estimator, ZeRO-2",
+            "an fp32 gradient partition beside the optimizer",
+            p + g + (o + fp32_grad) / n,
+            f"{p + g} + {o + fp32_grad}/N",
+        ),
+        "deepspeed_zero3": (
+            "DeepSpeed estimator, ZeRO-3",
+            "the same, all sharded (plus the largest layer)",
+            (p + fp32_grad + o) / n,
+            f"{p + fp32_grad + o}/N",
+        ),
         "zero3": ("this site, ZeRO-3", "everything sharded", ours / n, f"{ours}/N"),
     }
 
@@ -158,29 +188,52 @@ def conventions(gpus: int) -> dict[str, tuple[str, str, float, str]]:
 # ---------------------------------------------------------------- the `memory` calculator
 @command("memory", "model-state bytes per GPU for DDP / ZeRO-1 / ZeRO-2 / ZeRO-3, with CPU offload")
 def memory_command(argv: list[str]) -> int:
-    p = parser("memory", "Model-state bytes per GPU (parameters, gradients, optimizer state) in the\n"
-               "mixed-precision AdamW convention of chapter 1 (2 + 2 + 12 bytes per parameter).\n"
-               "Sharded states hold ceil(P/N) elements per GPU. Activations are not included.")
+    p = parser(
+        "memory",
+        "Model-state bytes per GPU (parameters, gradients, optimizer state) in the\n"
+        "mixed-precision AdamW convention of chapter 1 (2 + 2 + 12 bytes per parameter).\n"
+        "Sharded states hold ceil(P/N) elements per GPU. Activations are not included.",
+    )
     p.add_argument("--params", type=positive(int), required=True, help="parameter count (7e9 works)")
     p.add_argument("--gpus", type=positive(int), required=True, help="data-parallel size N")
     p.add_argument("--zero", type=int, choices=STAGES, required=True, help="ZeRO stage (0 = DDP, 3 = FSDP)")
     p.add_argument("--offload-optimizer", action="store_true", help="optimizer state (and gradient shard) on host")
     p.add_argument("--offload-params", action="store_true", help="parameter shard on host (ZeRO-3 only)")
-    p.add_argument("--precision", default="mixed", choices=sorted(BYTES_PER_PARAM),
-                   help="byte convention of chapter 1 (default mixed)")
+    p.add_argument(
+        "--precision",
+        default="mixed",
+        choices=sorted(BYTES_PER_PARAM),
+        help="byte convention of chapter 1 (default mixed)",
+    )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     a = p.parse_args(argv)
-    out = model_state_bytes_per_gpu(a.params, a.gpus, a.zero, offload_optimizer=a.offload_optimizer,
-                                    offload_params=a.offload_params, precision=a.precision)
-    out |= {"params": a.params, "gpus": a.gpus, "zero": a.zero, "offload_optimizer": a.offload_optimizer,
-            "offload_params": a.offload_params, "precision": a.precision,
-            "shard_params": shard_elements(a.params, a.gpus)}
+    out = model_state_bytes_per_gpu(
+        a.params,
+        a.gpus,
+        a.zero,
+        offload_optimizer=a.offload_optimizer,
+        offload_params=a.offload_params,
+        precision=a.precision,
+    )
+    out |= {
+        "params": a.params,
+        "gpus": a.gpus,
+        "zero": a.zero,
+        "offload_optimizer": a.offload_optimizer,
+        "offload_params": a.offload_params,
+        "precision": a.precision,
+        "shard_params": shard_elements(a.params, a.gpus),
+    }
     rows = [("parameters", "params"), ("gradients", "grads"), ("optimizer", "optimizer")]
     text = [f"{STAGE_NAMES[a.zero]}, {a.params:,} parameters on {a.gpus} GPUs ({a.precision}), per GPU:"]
-    text += [f"  {label:<11} {format_quantity(out[f'{k}_bytes'], 'B'):>10}"
-             + (f"   host {format_quantity(out[f'host_{k}_bytes'], 'B')}" if out[f"host_{k}_bytes"] else "")
-             for label, k in rows]
-    text.append(f"  {'total':<11} {format_quantity(out['total_bytes'], 'B'):>10}"
-                + (f"   host {format_quantity(out['host_bytes'], 'B')}" if out["host_bytes"] else ""))
+    text += [
+        f"  {label:<11} {format_quantity(out[f'{k}_bytes'], 'B'):>10}"
+        + (f"   host {format_quantity(out[f'host_{k}_bytes'], 'B')}" if out[f"host_{k}_bytes"] else "")
+        for label, k in rows
+    ]
+    text.append(
+        f"  {'total':<11} {format_quantity(out['total_bytes'], 'B'):>10}"
+        + (f"   host {format_quantity(out['host_bytes'], 'B')}" if out["host_bytes"] else "")
+    )
     emit(out, a.json, "\n".join(text))
     return 0

@@ -74,7 +74,7 @@ class Zero1AdamW:
         self.numel = sum(p.numel() for p in self.params)
         self.shard = shard_elements(self.numel, self.world)
         self.start = self.rank * self.shard
-        owned = flat(self.params, self.shard * self.world)[self.start:self.start + self.shard]
+        owned = flat(self.params, self.shard * self.world)[self.start : self.start + self.shard]
         self.owned = torch.nn.Parameter(owned.clone())  # the rank's fp32 master shard
         self.opt = torch.optim.AdamW([self.owned], **adamw)
 
@@ -88,7 +88,7 @@ class Zero1AdamW:
         grads = flat((p.grad for p in self.params), padded)  # (N·⌈Ψ/N⌉,)
         if self.naive:
             dist.all_reduce(grads, group=self.group)
-            mine = grads[self.start:self.start + self.shard].clone()
+            mine = grads[self.start : self.start + self.shard].clone()
         else:
             mine = torch.empty(self.shard, dtype=torch.float32, device=grads.device)
             reduce_scatter_flat(mine, grads, self.group)  # (⌈Ψ/N⌉,): the sum of this shard over ranks
@@ -98,14 +98,17 @@ class Zero1AdamW:
         all_gather_flat(full, self.owned.detach(), self.group)
         offset = 0
         for p in self.params:
-            p.copy_(full[offset:offset + p.numel()].view_as(p))
+            p.copy_(full[offset : offset + p.numel()].view_as(p))
             offset += p.numel()
 
     def state_bytes(self) -> dict[str, int]:
         """Bytes of this rank's optimizer state, measured from the tensors' storage."""
         st = self.opt.state[self.owned]
-        return {"m_v": sum(st[k].untyped_storage().nbytes() for k in ("exp_avg", "exp_avg_sq")),
-                "master": self.owned.untyped_storage().nbytes(), "step": st["step"].untyped_storage().nbytes()}
+        return {
+            "m_v": sum(st[k].untyped_storage().nbytes() for k in ("exp_avg", "exp_avg_sq")),
+            "master": self.owned.untyped_storage().nbytes(),
+            "step": st["step"].untyped_storage().nbytes(),
+        }
 
 
 def zero1_rank(rank: int, world: int, device: str, cfg: GPTConfig = CFG, steps: int = STEPS) -> dict:
@@ -154,42 +157,74 @@ def zero1_emulation(device: str) -> Result:
     r.add("global_batch", PER_RANK_BATCH * world, "sequences", "global batch")
     r.add("max_abs_param", ref["max_abs_param"], "", "largest |parameter|")
     r.add("key_bias_grad_ratio", ref["key_bias_grad_ratio"], "", "max |key-bias grad| / max |query-bias grad|")
-    r.claim("key-bias gradient is rounding noise", ref["key_bias_grad_ratio"], 1e-4, relation="<=",
-            formula="max |∂L/∂b_k| / max |∂L/∂b_q| (zero in exact arithmetic)")
+    r.claim(
+        "key-bias gradient is rounding noise",
+        ref["key_bias_grad_ratio"],
+        1e-4,
+        relation="<=",
+        formula="max |∂L/∂b_k| / max |∂L/∂b_q| (zero in exact arithmetic)",
+    )
     tol = fp32_tolerance(ref, device)
     r.add("tolerance", tol, "", "tolerance on max |Δparam|")
     rows = []
-    for variant, label in (("zero1", "ZeRO-1 (reduce-scatter)"), ("naive", "ZeRO-1 naive (all-reduce)"),
-                           ("ddp", "torch DDP")):
+    for variant, label in (
+        ("zero1", "ZeRO-1 (reduce-scatter)"),
+        ("naive", "ZeRO-1 naive (all-reduce)"),
+        ("ddp", "torch DDP"),
+    ):
         diff = equivalence_claims(r, label, variant, [x[variant]["params"] for x in ranks], ref, tol)
         sent = ranks[0][variant]["sent_per_step"]
         rows.append([label, _ops(ranks[0][variant]["comm"]), round(sent), diff])
         r.add(f"{variant}_sent_bytes", sent, "B", f"{label}: bytes sent per rank per step")
-    r.table("variants", ["variant", "collectives per step (calls, message)", "bytes sent per rank per step",
-                         "max abs Δparam vs one process (key biases apart)"], rows,
-            caption=f"{world} ranks, {STEPS} AdamW steps, fp32 gradients (4 bytes per element)")
+    r.table(
+        "variants",
+        [
+            "variant",
+            "collectives per step (calls, message)",
+            "bytes sent per rank per step",
+            "max abs Δparam vs one process (key biases apart)",
+        ],
+        rows,
+        caption=f"{world} ranks, {STEPS} AdamW steps, fp32 gradients (4 bytes per element)",
+    )
     _traffic_claims(r, ranks[0], n, world)
     _state_claims(r, ranks, ref["mv_bytes"], n, shard, world)
     return r
 
 
 def _ops(comm: dict) -> str:
-    return ", ".join(f"{op} {v['calls'] // STEPS}x {v['message_bytes'] // STEPS:,} B" for op, v in comm.items()
-                     if op != "broadcast")
+    return ", ".join(
+        f"{op} {v['calls'] // STEPS}x {v['message_bytes'] // STEPS:,} B" for op, v in comm.items() if op != "broadcast"
+    )
 
 
 def _traffic_claims(r: Result, rank0: dict, n: int, world: int) -> None:
     ddp, z1, naive = (rank0[v]["sent_per_step"] for v in ("ddp", "zero1", "naive"))
     padded = world * shard_elements(n, world)
-    r.claim("ZeRO-1 bytes sent per rank per step = formula", z1,
-            traffic_bytes_per_gpu(n, world, 1, bytes_per_elem=4)["total_bytes"], rel_tol=1e-12, unit="B",
-            formula="2 (N-1) ⌈Ψ/N⌉ · 4 B: reduce-scatter + all-gather of the padded buffer")
-    r.claim("DDP bytes sent per rank per step = formula", ddp, 2 * (world - 1) / world * 4 * n, rel_tol=1e-12,
-            unit="B", formula="2 (N-1)/N · 4Ψ: one ring all-reduce, no padding")
-    r.claim("ZeRO-1 / DDP bytes sent", z1 / ddp, padded / n, rel_tol=1e-12,
-            formula="N⌈Ψ/N⌉/Ψ: 1, but for the padding")
-    r.claim("naive ZeRO-1 / DDP bytes sent", naive / ddp, 1.5 * padded / n, rel_tol=1e-12,
-            formula="all-reduce + all-gather = 3 ring phases vs 2 (times the padding)")
+    r.claim(
+        "ZeRO-1 bytes sent per rank per step = formula",
+        z1,
+        traffic_bytes_per_gpu(n, world, 1, bytes_per_elem=4)["total_bytes"],
+        rel_tol=1e-12,
+        unit="B",
+        formula="2 (N-1) ⌈Ψ/N⌉ · 4 B: reduce-scatter + all-gather of the padded buffer",
+    )
+    r.claim(
+        "DDP bytes sent per rank per step = formula",
+        ddp,
+        2 * (world - 1) / world * 4 * n,
+        rel_tol=1e-12,
+        unit="B",
+        formula="2 (N-1)/N · 4Ψ: one ring all-reduce, no padding",
+    )
+    r.claim("ZeRO-1 / DDP bytes sent", z1 / ddp, padded / n, rel_tol=1e-12, formula="N⌈Ψ/N⌉/Ψ: 1, but for the padding")
+    r.claim(
+        "naive ZeRO-1 / DDP bytes sent",
+        naive / ddp,
+        1.5 * padded / n,
+        rel_tol=1e-12,
+        formula="all-reduce + all-gather = 3 ring phases vs 2 (times the padding)",
+    )
     r.add("z1_over_ddp", z1 / ddp, "", "ZeRO-1 / DDP traffic")
     r.add("naive_over_ddp", naive / ddp, "", "naive ZeRO-1 / DDP traffic")
 
@@ -197,8 +232,12 @@ def _traffic_claims(r: Result, rank0: dict, n: int, world: int) -> None:
 def _state_claims(r: Result, ranks: list, ref_mv: int, n: int, shard: int, world: int) -> None:
     per_rank = [x["state"]["m_v"] for x in ranks]
     rows = [[i, s, s / ref_mv] for i, s in enumerate(per_rank)] + [["one process", ref_mv, 1.0]]
-    r.table("state", ["rank", "Adam m + v bytes", "share of one process"], rows,
-            caption="measured from the optimizer's tensors after the run")
+    r.table(
+        "state",
+        ["rank", "Adam m + v bytes", "share of one process"],
+        rows,
+        caption="measured from the optimizer's tensors after the run",
+    )
     r.add("single_mv_bytes", ref_mv, "B", "one process: Adam m + v bytes")
     r.add("rank_mv_bytes", per_rank[0], "B", "per rank: Adam m + v bytes")
     r.add("rank_share", per_rank[0] / ref_mv, "fraction", "per-rank state / one process's")
@@ -206,5 +245,10 @@ def _state_claims(r: Result, ranks: list, ref_mv: int, n: int, shard: int, world
     r.claim("one process: m + v bytes = 8Ψ", ref_mv, 8 * n, unit="B", formula="2 x 4 B x Ψ")
     for i, s in enumerate(per_rank):
         r.claim(f"rank {i}: m + v bytes = 8⌈Ψ/N⌉", s, 8 * shard, unit="B", formula=f"⌈{n:,}/{world}⌉ = {shard:,}")
-    r.claim("per-rank state / one process's", per_rank[0] / ref_mv, shard / n, rel_tol=1e-12,
-            formula=f"⌈Ψ/N⌉/Ψ = 1/N + padding/(NΨ), N = {world}")
+    r.claim(
+        "per-rank state / one process's",
+        per_rank[0] / ref_mv,
+        shard / n,
+        rel_tol=1e-12,
+        formula=f"⌈Ψ/N⌉/Ψ = 1/N + padding/(NΨ), N = {world}",
+    )

@@ -19,8 +19,7 @@ from distlab.sharding.zero import (
 
 
 # ---------------------------------------------------------------- the zero-memory experiment
-@experiment("zero-memory", "model-state bytes and traffic per GPU for DDP and ZeRO 1-3, 7B on 8 GPUs",
-            kind="computed")
+@experiment("zero-memory", "model-state bytes and traffic per GPU for DDP and ZeRO 1-3, 7B on 8 GPUs", kind="computed")
 def zero_memory(device: str) -> Result:
     from distlab.core.facts import fact
     from distlab.models.shapes import preset
@@ -34,29 +33,62 @@ def zero_memory(device: str) -> Result:
     per = bytes_per_param_by_state()
     for s in STATES:
         r.add(f"{s}_bytes_per_param", per[s], "B/param", f"{s} bytes per parameter (chapter 1)")
-    configs = [(z, False, False) for z in STAGES] + [(1, True, False), (2, True, False), (3, True, False),
-                                                     (3, True, True)]
+    configs = [(z, False, False) for z in STAGES] + [
+        (1, True, False),
+        (2, True, False),
+        (3, True, False),
+        (3, True, True),
+    ]
     rows = []
     for z, oo, op in configs:
         m = model_state_bytes_per_gpu(n, gpus, z, offload_optimizer=oo, offload_params=op)
         label = STAGE_NAMES[z] + (" + offload opt." if oo else "") + (" + offload params" if op else "")
-        rows.append([label] + [Quantity(m[k], "B") for k in ("params_bytes", "grads_bytes", "optimizer_bytes",
-                                                              "total_bytes", "host_bytes")]
-                    + ["yes" if m["total_bytes"] < hbm else "no"])
+        rows.append(
+            [label]
+            + [
+                Quantity(m[k], "B")
+                for k in ("params_bytes", "grads_bytes", "optimizer_bytes", "total_bytes", "host_bytes")
+            ]
+            + ["yes" if m["total_bytes"] < hbm else "no"]
+        )
         key = f"z{z}" + ("_oo" if oo else "") + ("_op" if op else "")
         r.add(f"{key}_total_bytes", m["total_bytes"], "B", f"{label}: device bytes per GPU")
         r.add(f"{key}_host_bytes", m["host_bytes"], "B", f"{label}: host bytes per GPU")
-    r.table("seven_b", ["stage", "parameters", "gradients", "optimizer", "total per GPU", "host per GPU",
-                        f"states fit {format_quantity(hbm, 'B')}?"], rows,
-            caption=f"Llama 2 7B, {gpus} GPUs, mixed-precision AdamW, model states only (no activations)")
+    r.table(
+        "seven_b",
+        [
+            "stage",
+            "parameters",
+            "gradients",
+            "optimizer",
+            "total per GPU",
+            "host per GPU",
+            f"states fit {format_quantity(hbm, 'B')}?",
+        ],
+        rows,
+        caption=f"Llama 2 7B, {gpus} GPUs, mixed-precision AdamW, model states only (no activations)",
+    )
     # Independent closed forms: the ZeRO paper's Figure 1 formulas with K = 12, Ψ/N rounded up.
     shard = shard_elements(n, gpus)
-    for z, formula, expected in ((0, "(2 + 2 + K)Ψ", 16 * n), (1, "(2 + 2)Ψ + K⌈Ψ/N⌉", 4 * n + 12 * shard),
-                                 (2, "2Ψ + (2 + K)⌈Ψ/N⌉", 2 * n + 14 * shard), (3, "(2 + 2 + K)⌈Ψ/N⌉", 16 * shard)):
-        r.claim(f"7B on 8 GPUs, {STAGE_NAMES[z]}: per-GPU model states", model_state_bytes_per_gpu(n, gpus, z)
-                ["total_bytes"], expected, unit="B", formula=formula)
-    r.add("zero3_vs_ddp", model_state_bytes_per_gpu(n, gpus, 3)["total_bytes"]
-          / model_state_bytes_per_gpu(n, gpus, 0)["total_bytes"], "", "ZeRO-3 / DDP bytes per GPU")
+    for z, formula, expected in (
+        (0, "(2 + 2 + K)Ψ", 16 * n),
+        (1, "(2 + 2)Ψ + K⌈Ψ/N⌉", 4 * n + 12 * shard),
+        (2, "2Ψ + (2 + K)⌈Ψ/N⌉", 2 * n + 14 * shard),
+        (3, "(2 + 2 + K)⌈Ψ/N⌉", 16 * shard),
+    ):
+        r.claim(
+            f"7B on 8 GPUs, {STAGE_NAMES[z]}: per-GPU model states",
+            model_state_bytes_per_gpu(n, gpus, z)["total_bytes"],
+            expected,
+            unit="B",
+            formula=formula,
+        )
+    r.add(
+        "zero3_vs_ddp",
+        model_state_bytes_per_gpu(n, gpus, 3)["total_bytes"] / model_state_bytes_per_gpu(n, gpus, 0)["total_bytes"],
+        "",
+        "ZeRO-3 / DDP bytes per GPU",
+    )
     r.add("hbm_bytes", hbm, "B", "H100 SXM memory")
     _traffic(r, n, gpus)
     _conventions(r, gpus)
@@ -75,15 +107,23 @@ def _worked(r: Result, n: int, gpus: int, hbm: float) -> None:
     r.add("70b_params", big, "params", "Llama 2 70B parameters")
     r.add("70b_params_billions", big / 1e9, "", "Llama 2 70B parameters, in billions")
     for z in (1, 2, 3):
-        r.add(f"70b_z{z}_bytes", model_state_bytes_per_gpu(big, 64, z)["total_bytes"], "B",
-              f"70B on 64 GPUs, {STAGE_NAMES[z]}: model states per GPU")
+        r.add(
+            f"70b_z{z}_bytes",
+            model_state_bytes_per_gpu(big, 64, z)["total_bytes"],
+            "B",
+            f"70B on 64 GPUs, {STAGE_NAMES[z]}: model states per GPU",
+        )
     r.add("70b_z3_min_gpus", -(-16 * big // int(hbm)), "GPUs", "fewest GPUs whose memory holds 70B's 16Ψ")
     for link, key in (("NVLink4-H100", "nvlink"), ("InfiniBand-NDR", "ndr")):
         bw = per_direction_bytes_per_s(link)
         r.add(f"{key}_bytes_per_s", bw, "B/s", f"{link}: bytes per second per direction")
         for z in (0, 3):
-            r.add(f"{key}_z{z}_s", traffic_bytes_per_gpu(n, gpus, z)["total_bytes"] / bw, "s",
-                  f"7B, {gpus} GPUs, {STAGE_NAMES[z]}: seconds of traffic per step on {link}")
+            r.add(
+                f"{key}_z{z}_s",
+                traffic_bytes_per_gpu(n, gpus, z)["total_bytes"] / bw,
+                "s",
+                f"7B, {gpus} GPUs, {STAGE_NAMES[z]}: seconds of traffic per step on {link}",
+            )
     peak = fact("gpus.H100-SXM.bf16_dense_tflops").value * 1e12
     tokens = 16384
     r.add("worked_tokens", tokens, "tokens", "tokens per GPU per step in the worked problem")
@@ -94,18 +134,31 @@ def _traffic(r: Result, n: int, gpus: int) -> None:
     rows = []
     for z in STAGES:
         t = traffic_bytes_per_gpu(n, gpus, z)
-        rows.append([STAGE_NAMES[z]] + [Quantity(t[k], "B") for k in ("all_reduce_bytes", "reduce_scatter_bytes",
-                                                                      "all_gather_bytes", "total_bytes",
-                                                                      "volume_bytes")])
+        rows.append(
+            [STAGE_NAMES[z]]
+            + [
+                Quantity(t[k], "B")
+                for k in ("all_reduce_bytes", "reduce_scatter_bytes", "all_gather_bytes", "total_bytes", "volume_bytes")
+            ]
+        )
         r.add(f"z{z}_traffic_bytes", t["total_bytes"], "B", f"{STAGE_NAMES[z]}: bytes sent per GPU per step")
-    r.table("traffic", ["stage", "all-reduce", "reduce-scatter", "all-gather", "sent per GPU", "paper (N → ∞)"],
-            rows, caption=f"Bytes each GPU sends per step, Llama 2 7B, {gpus} GPUs, bf16 gradients and parameters, "
-                          "ring collectives")
+    r.table(
+        "traffic",
+        ["stage", "all-reduce", "reduce-scatter", "all-gather", "sent per GPU", "paper (N → ∞)"],
+        rows,
+        caption=f"Bytes each GPU sends per step, Llama 2 7B, {gpus} GPUs, bf16 gradients and parameters, "
+        "ring collectives",
+    )
     ddp, z3 = traffic_bytes_per_gpu(n, gpus, 0)["total_bytes"], traffic_bytes_per_gpu(n, gpus, 3)["total_bytes"]
     r.add("factor", (gpus - 1) / gpus, "", "(N - 1)/N")
     r.claim("ZeRO-3 / DDP traffic per step", z3 / ddp, 1.5, formula="3Ψ / 2Ψ")
-    r.claim("ZeRO-1 traffic = DDP traffic", traffic_bytes_per_gpu(n, gpus, 1)["total_bytes"], ddp, unit="B",
-            formula="reduce-scatter + all-gather = one all-reduce")
+    r.claim(
+        "ZeRO-1 traffic = DDP traffic",
+        traffic_bytes_per_gpu(n, gpus, 1)["total_bytes"],
+        ddp,
+        unit="B",
+        formula="reduce-scatter + all-gather = one all-reduce",
+    )
 
 
 def _conventions(r: Result, gpus: int) -> None:
@@ -125,8 +178,9 @@ def _figure(r: Result, n: int, hbm: float) -> None:
     ns = [1, 2, 4, 8, 16, 32, 64, 128, 256]
     fig, ax = plt.subplots(figsize=(6.4, 3.8))
     for z in STAGES:
-        ax.plot(ns, [model_state_bytes_per_gpu(n, g, z)["total_bytes"] / 1e9 for g in ns], marker="o",
-                label=STAGE_NAMES[z])
+        ax.plot(
+            ns, [model_state_bytes_per_gpu(n, g, z)["total_bytes"] / 1e9 for g in ns], marker="o", label=STAGE_NAMES[z]
+        )
     ax.axhline(hbm / 1e9, color="k", ls="--", lw=1, label="H100 SXM memory")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
@@ -134,5 +188,9 @@ def _figure(r: Result, n: int, hbm: float) -> None:
     ax.set_ylabel("model states per GPU (GB)")
     ax.legend(fontsize=8)
     ax.grid(True, which="both", alpha=0.3)
-    r.figure("per_gpu", fig, "Model-state bytes per GPU for Llama 2 7B vs the number of GPUs (mixed-precision "
-             "AdamW): DDP is flat, ZeRO-1 and ZeRO-2 approach 4Ψ and 2Ψ, ZeRO-3 falls as 16Ψ/N")
+    r.figure(
+        "per_gpu",
+        fig,
+        "Model-state bytes per GPU for Llama 2 7B vs the number of GPUs (mixed-precision "
+        "AdamW): DDP is flat, ZeRO-1 and ZeRO-2 approach 4Ψ and 2Ψ, ZeRO-3 falls as 16Ψ/N",
+    )

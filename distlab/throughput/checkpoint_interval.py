@@ -29,8 +29,9 @@ from distlab.throughput.young_daly import (
 
 
 # ---------------------------------------------------------------- Monte Carlo
-def simulate_job_naive(work_s: float, interval_s: float, save_s: float, mtbf_s: float, restart_s: float,
-                       rng: np.random.Generator) -> float:
+def simulate_job_naive(
+    work_s: float, interval_s: float, save_s: float, mtbf_s: float, restart_s: float, rng: np.random.Generator
+) -> float:
     """One job, event by event: work an interval, save; a failure (exponential gaps on the wall clock)
     loses everything since the last completed save, then a restart that can itself fail. Wall seconds."""
     wall, done = 0.0, 0.0
@@ -51,8 +52,15 @@ def simulate_job_naive(work_s: float, interval_s: float, save_s: float, mtbf_s: 
     return wall
 
 
-def simulate_jobs(work_s: float, interval_s: float, save_s: float, mtbf_s: float, restart_s: float, jobs: int,
-                  rng: np.random.Generator) -> np.ndarray:
+def simulate_jobs(
+    work_s: float,
+    interval_s: float,
+    save_s: float,
+    mtbf_s: float,
+    restart_s: float,
+    jobs: int,
+    rng: np.random.Generator,
+) -> np.ndarray:
     """simulate_job_naive for `jobs` independent jobs at once (numpy arrays, one element per job)."""
     wall = np.zeros(jobs)
     done = np.zeros(jobs)
@@ -104,8 +112,13 @@ def measure_save(device: str, cfg: GPTConfig = SAVE_MODEL, repeats: int = 3) -> 
                 os.fsync(f.fileno())
             best = min(best, time.perf_counter() - t0)
             size = os.path.getsize(path)
-    return {"bytes": size, "seconds": best, "params": param_count(cfg), "bytes_per_s": size / best,
-            "param_tensors": len(list(model.parameters()))}
+    return {
+        "bytes": size,
+        "seconds": best,
+        "params": param_count(cfg),
+        "bytes_per_s": size / best,
+        "param_tensors": len(list(model.parameters())),
+    }
 
 
 # ---------------------------------------------------------------- the experiment
@@ -122,8 +135,14 @@ def checkpoint_interval(device: str) -> Result:
     r.add("save_bytes_per_s", save["bytes_per_s"], "B/s", "save throughput")
     r.add("save_params", save["params"], "params", "parameters of the saved model")
     # fp32 AdamW: weights, m and v (gradients are not saved), plus step counters and pickle overhead.
-    r.claim("checkpoint bytes = 12 B/param (fp32 weights, m, v)", save["bytes"] / save["params"], 12.0,
-            rel_tol=0.02, unit="B/param", formula="4 + 4 + 4; ≤ 2 % for step counters, names and pickle framing")
+    r.claim(
+        "checkpoint bytes = 12 B/param (fp32 weights, m, v)",
+        save["bytes"] / save["params"],
+        12.0,
+        rel_tol=0.02,
+        unit="B/param",
+        formula="4 + 4 + 4; ≤ 2 % for step counters, names and pickle framing",
+    )
     seven_b_state = 14 * preset("7B").params()  # bf16 weights + fp32 master, m, v
     r.add("seven_b_state_bytes", seven_b_state, "B", "7B training state (14 B/param: no gradients)")
     r.add("seven_b_save_seconds", seven_b_state / save["bytes_per_s"], "s", "7B state at this machine's rate")
@@ -147,8 +166,14 @@ def checkpoint_interval(device: str) -> Result:
     r.add("example_young_seconds", young_seconds(ex_c, ex_m), "s", "worked problem: Young")
     r.add("example_daly_seconds", daly_seconds(ex_c, ex_m), "s", "worked problem: Daly")
     r.add("example_lost", lost_fraction(daly_seconds(ex_c, ex_m), ex_c, ex_m), "fraction", "worked problem: lost")
-    r.claim("Daly's interval is the exact optimum", daly, exact, rel_tol=0.01, unit="s",
-            formula="Daly 2006 vs golden-section search on T(τ)")
+    r.claim(
+        "Daly's interval is the exact optimum",
+        daly,
+        exact,
+        rel_tol=0.01,
+        unit="s",
+        formula="Daly 2006 vs golden-section search on T(τ)",
+    )
 
     rng = np.random.default_rng(2006)
     factors = 2.0 ** np.arange(-2, 2.01, 0.25)  # 1/4 x to 4 x Young
@@ -162,23 +187,45 @@ def checkpoint_interval(device: str) -> Result:
     lost_mc, lost_exact = np.array(lost_mc), np.array(lost_exact)
     i = int(np.argmin(lost_mc))
     i = min(max(i, 2), len(factors) - 3)  # a parabola in log(tau) through the 5 points around the minimum
-    u = np.log(factors[i - 2:i + 3] * young)
-    a2, a1, _ = np.polyfit(u, lost_mc[i - 2:i + 3], 2)
+    u = np.log(factors[i - 2 : i + 3] * young)
+    a2, a1, _ = np.polyfit(u, lost_mc[i - 2 : i + 3], 2)
     mc_opt = math.exp(-a1 / (2 * a2)) if a2 > 0 else factors[i] * young
     r.add("mc_optimum_seconds", mc_opt, "s", "Monte Carlo optimum (parabola through the minimum)")
     r.add("mc_jobs", jobs, "", "simulated jobs per interval")
     r.add("mc_work_hours", work / HOUR, "h", "useful work per simulated job")
     worst = float(np.max(np.abs(lost_mc - lost_exact) / lost_exact))
     r.add("mc_worst_gap", worst, "fraction", "largest relative gap, Monte Carlo vs exact")
-    r.claim("Monte Carlo lost fraction = Daly's exact T(τ), every interval", worst, 0.05, relation="<=",
-            unit="fraction", formula=f"max relative gap over {len(factors)} intervals, {jobs} jobs each")
-    r.claim("Monte Carlo optimum = Daly's interval", mc_opt, daly, rel_tol=0.25, unit="s",
-            formula="parabola in log τ through the 5 sweep points around the Monte Carlo minimum")
-    r.table("sweep", ["interval (× Young)", "interval", "lost, Monte Carlo", "lost, exact", "lost, first order"],
-            [[f"{k:.3g}", f"{k * young / 60:.0f} min", f"{100 * m:.2f} %", f"{100 * e:.2f} %",
-              f"{100 * first_order_lost_fraction(k * young, c, mtbf, rr):.2f} %"]
-             for k, m, e in zip(factors[::2], lost_mc[::2], lost_exact[::2])],
-            caption=f"C = {c:.0f} s, R = {rr:.0f} s, M = {mtbf / HOUR:.2f} h; {jobs} jobs of {work / HOUR:.0f} h work")
+    r.claim(
+        "Monte Carlo lost fraction = Daly's exact T(τ), every interval",
+        worst,
+        0.05,
+        relation="<=",
+        unit="fraction",
+        formula=f"max relative gap over {len(factors)} intervals, {jobs} jobs each",
+    )
+    r.claim(
+        "Monte Carlo optimum = Daly's interval",
+        mc_opt,
+        daly,
+        rel_tol=0.25,
+        unit="s",
+        formula="parabola in log τ through the 5 sweep points around the Monte Carlo minimum",
+    )
+    r.table(
+        "sweep",
+        ["interval (× Young)", "interval", "lost, Monte Carlo", "lost, exact", "lost, first order"],
+        [
+            [
+                f"{k:.3g}",
+                f"{k * young / 60:.0f} min",
+                f"{100 * m:.2f} %",
+                f"{100 * e:.2f} %",
+                f"{100 * first_order_lost_fraction(k * young, c, mtbf, rr):.2f} %",
+            ]
+            for k, m, e in zip(factors[::2], lost_mc[::2], lost_exact[::2])
+        ],
+        caption=f"C = {c:.0f} s, R = {rr:.0f} s, M = {mtbf / HOUR:.2f} h; {jobs} jobs of {work / HOUR:.0f} h work",
+    )
     _figure(r, factors * young, lost_mc, lost_exact, young, daly, mtbf)
     return r
 
@@ -203,5 +250,3 @@ def _figure(r, taus, lost_mc, lost_exact, young, daly, mtbf) -> None:
     ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax.legend(fontsize=8, loc="upper center")
     r.figure("sweep", fig, f"Fraction of wall time lost vs checkpoint interval (M = {mtbf / HOUR:.2f} h)")
-
-

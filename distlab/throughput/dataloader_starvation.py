@@ -78,8 +78,16 @@ def _calibrate_cuda(step_s: float) -> tuple:
     return a, max(1, round(step_s / per))
 
 
-def measure(workers: int, prefetch: int | None, device: str = "cpu", *, dataset: SlowDataset | None = None,
-            step_s: float = STEP_S, steps: int = STEPS, warmup: int = WARMUP) -> dict[str, float]:
+def measure(
+    workers: int,
+    prefetch: int | None,
+    device: str = "cpu",
+    *,
+    dataset: SlowDataset | None = None,
+    step_s: float = STEP_S,
+    steps: int = STEPS,
+    warmup: int = WARMUP,
+) -> dict[str, float]:
     """Run `warmup + steps` training steps; time spent waiting in next(loader) vs in the step."""
     ds = dataset or SlowDataset((steps + warmup) * BATCH, SAMPLE_S, BATCH)
     work = _calibrate_cuda(step_s) if device == "cuda" else None
@@ -102,8 +110,12 @@ def measure(workers: int, prefetch: int | None, device: str = "cpu", *, dataset:
                 wait += t1 - t0
                 busy += t2 - t1
         del it, loader
-    return {"wait_s": wait / steps, "step_s": (wait + busy) / steps, "wait_fraction": wait / (wait + busy),
-            "first_batch_s": first}
+    return {
+        "wait_s": wait / steps,
+        "step_s": (wait + busy) / steps,
+        "wait_fraction": wait / (wait + busy),
+        "first_batch_s": first,
+    }
 
 
 def predicted_step_s(workers: int, load_s: float = SAMPLE_S * BATCH, step_s: float = STEP_S) -> float:
@@ -125,23 +137,58 @@ def dataloader_starvation(device: str) -> Result:
         m = measure(w, 2 if w else None, device)
         waits.append(m["wait_fraction"])
         pred = predicted_step_s(w)
-        rows.append([w, f"{1e3 * m['step_s']:.1f}", f"{1e3 * pred:.1f}", f"{100 * m['wait_fraction']:.0f} %",
-                     f"{100 * max(0.0, 1 - STEP_S / pred):.0f} %", f"{1e3 * m['first_batch_s']:.0f}"])
+        rows.append(
+            [
+                w,
+                f"{1e3 * m['step_s']:.1f}",
+                f"{1e3 * pred:.1f}",
+                f"{100 * m['wait_fraction']:.0f} %",
+                f"{100 * max(0.0, 1 - STEP_S / pred):.0f} %",
+                f"{1e3 * m['first_batch_s']:.0f}",
+            ]
+        )
         r.add(f"w{w}_step_s", m["step_s"], "s", f"{w} workers: measured step time")
         r.add(f"w{w}_wait_fraction", m["wait_fraction"], "fraction", f"{w} workers: share of the step spent waiting")
-    r.table("workers", ["num_workers", "step (ms)", "predicted step (ms)", "waiting", "predicted waiting",
-                        "first batch (ms)"], rows,
-            caption=f"prefetch_factor 2; {STEPS} steps after {WARMUP} warm-up steps; L = {1e3 * load:.0f} ms, "
-            f"C = {1e3 * STEP_S:.0f} ms")
-    r.claim("main-process loading: step = L + C", r.quantities["w0_step_s"].value, load + STEP_S, rel_tol=0.4,
-            unit="s", formula="loading and compute serialised (sleeps: a busy machine can only lengthen them)")
-    r.claim("one worker: step = L (loader-bound)", r.quantities["w1_step_s"].value, load, rel_tol=0.4, unit="s",
-            formula="max(C, L/1)")
-    r.claim("waiting falls as workers rise: 0 -> 2 -> 4 workers", min(waits[0] - waits[2], waits[2] - waits[4]),
-            0.0, relation=">=", formula="predicted shares " + ", ".join(
-                f"{100 * (1 - STEP_S / predicted_step_s(w)):.0f} %" for w in (0, 2, 4)) + ": each strictly lower")
-    r.claim("compute-bound at 4 workers: waiting share", waits[4], 0.25, relation="<=", unit="fraction",
-            formula="w = 4 > L/C: the step no longer waits (predicted 0 %; the bound is slack for scheduling noise)")
+    r.table(
+        "workers",
+        ["num_workers", "step (ms)", "predicted step (ms)", "waiting", "predicted waiting", "first batch (ms)"],
+        rows,
+        caption=f"prefetch_factor 2; {STEPS} steps after {WARMUP} warm-up steps; L = {1e3 * load:.0f} ms, "
+        f"C = {1e3 * STEP_S:.0f} ms",
+    )
+    r.claim(
+        "main-process loading: step = L + C",
+        r.quantities["w0_step_s"].value,
+        load + STEP_S,
+        rel_tol=0.4,
+        unit="s",
+        formula="loading and compute serialised (sleeps: a busy machine can only lengthen them)",
+    )
+    r.claim(
+        "one worker: step = L (loader-bound)",
+        r.quantities["w1_step_s"].value,
+        load,
+        rel_tol=0.4,
+        unit="s",
+        formula="max(C, L/1)",
+    )
+    r.claim(
+        "waiting falls as workers rise: 0 -> 2 -> 4 workers",
+        min(waits[0] - waits[2], waits[2] - waits[4]),
+        0.0,
+        relation=">=",
+        formula="predicted shares "
+        + ", ".join(f"{100 * (1 - STEP_S / predicted_step_s(w)):.0f} %" for w in (0, 2, 4))
+        + ": each strictly lower",
+    )
+    r.claim(
+        "compute-bound at 4 workers: waiting share",
+        waits[4],
+        0.25,
+        relation="<=",
+        unit="fraction",
+        formula="w = 4 > L/C: the step no longer waits (predicted 0 %; the bound is slack for scheduling noise)",
+    )
     _prefetch_sweep(r, device)
     _figure(r, waits)
     return r
@@ -163,13 +210,21 @@ def _prefetch_sweep(r: Result, device: str) -> None:
         m = measure(3, pf, device, dataset=ds, steps=steps)
         rows.append([pf, f"{1e3 * m['step_s']:.1f}", f"{100 * m['wait_fraction']:.0f} %"])
         r.add(f"pf{pf}_wait_fraction", m["wait_fraction"], "fraction", f"prefetch_factor {pf}: waiting share")
-    r.table("prefetch", ["prefetch_factor", "step (ms)", "waiting"], rows,
-            caption=f"3 workers, bursty loading: mean L = {1e3 * mean_load:.0f} ms per batch, one batch in "
-            f"{BURST_EVERY} {BURST_FACTOR}x slower; C = {1e3 * STEP_S:.0f} ms")
+    r.table(
+        "prefetch",
+        ["prefetch_factor", "step (ms)", "waiting"],
+        rows,
+        caption=f"3 workers, bursty loading: mean L = {1e3 * mean_load:.0f} ms per batch, one batch in "
+        f"{BURST_EVERY} {BURST_FACTOR}x slower; C = {1e3 * STEP_S:.0f} ms",
+    )
     q = r.quantities
-    r.claim("bursty loading: deeper prefetch waits less (prefetch 8 vs 1)", q["pf8_wait_fraction"].value,
-            q["pf1_wait_fraction"].value, relation="<=", formula="batches are consumed in order: a buffer hides a "
-            "slow one")
+    r.claim(
+        "bursty loading: deeper prefetch waits less (prefetch 8 vs 1)",
+        q["pf8_wait_fraction"].value,
+        q["pf1_wait_fraction"].value,
+        relation="<=",
+        formula="batches are consumed in order: a buffer hides a slow one",
+    )
 
 
 def _figure(r: Result, waits: list[float]) -> None:

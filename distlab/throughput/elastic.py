@@ -28,9 +28,19 @@ from distlab.throughput.young_daly import daly_seconds
 HOUR = 3600.0
 
 
-def simulate(nodes: int, preempt_per_hour: float, replace_hours: float, *, elastic: bool, min_nodes: int,
-             interval_s: float, save_s: float, restart_s: float, horizon_hours: float,
-             rng: np.random.Generator) -> dict[str, float]:
+def simulate(
+    nodes: int,
+    preempt_per_hour: float,
+    replace_hours: float,
+    *,
+    elastic: bool,
+    min_nodes: int,
+    interval_s: float,
+    save_s: float,
+    restart_s: float,
+    horizon_hours: float,
+    rng: np.random.Generator,
+) -> dict[str, float]:
     """Event-driven simulation over `horizon_hours`. Work is counted in full-job hours (N nodes for one
     hour = 1); a run at k nodes makes k/N of it per hour, checkpointed every `interval_s` of running
     (plus `save_s` per save); a membership change loses what is not checkpointed and costs `restart_s`."""
@@ -67,9 +77,15 @@ def simulate(nodes: int, preempt_per_hour: float, replace_hours: float, *, elast
             committed += commit(t)
             restarts += runnable
             run_start, rate = (t + restart_s, k_new / nodes if elastic else 1.0) if runnable else (None, rate)
-    return {"work_hours": committed, "paid_node_hours": paid_node_s / HOUR, "all_up": all_up_s / horizon,
-            "node_up": up_node_s / (nodes * horizon), "restarts": restarts, "preemptions": preemptions,
-            "horizon_hours": horizon_hours}
+    return {
+        "work_hours": committed,
+        "paid_node_hours": paid_node_s / HOUR,
+        "all_up": all_up_s / horizon,
+        "node_up": up_node_s / (nodes * horizon),
+        "restarts": restarts,
+        "preemptions": preemptions,
+        "horizon_hours": horizon_hours,
+    }
 
 
 # A scenario, not a fact: 16 nodes, each preempted once per 20 hours on average, replacements after
@@ -78,31 +94,49 @@ NODES, PREEMPT_PER_HOUR, REPLACE_HOURS = 16, 0.05, 0.5
 SAVE_S, RESTART_S, SPOT_PRICE = 60.0, 300.0, 0.4
 
 
-@experiment("elastic-spot", "simulated goodput and cost on preemptible nodes: static vs elastic restarts",
-            kind="simulated")
+@experiment(
+    "elastic-spot", "simulated goodput and cost on preemptible nodes: static vs elastic restarts", kind="simulated"
+)
 def elastic_spot(device: str) -> Result:
     r = Result("elastic-spot")
     job_mtbf = HOUR / (PREEMPT_PER_HOUR * NODES)
     interval = daly_seconds(SAVE_S, job_mtbf)
     horizon = 4000.0
     for name, value, unit, desc in [
-            ("nodes", NODES, "nodes", "scenario: nodes in the job"),
-            ("preempt_per_hour", PREEMPT_PER_HOUR, "/h", "scenario: preemptions per node-hour"),
-            ("replace_hours", REPLACE_HOURS, "h", "scenario: mean wait for a replacement node"),
-            ("spot_price", SPOT_PRICE, "fraction", "scenario: spot price / on-demand price"),
-            ("save_s", SAVE_S, "s", "scenario: checkpoint save"), ("restart_s", RESTART_S, "s", "scenario: restart"),
-            ("job_mtbf_s", job_mtbf, "s", "static job's mean time between preemptions (1 / (N lambda))"),
-            ("interval_s", interval, "s", "checkpoint interval (Daly, for the job's MTBF)"),
-            ("horizon_hours", horizon, "h", "simulated wall time per policy")]:
+        ("nodes", NODES, "nodes", "scenario: nodes in the job"),
+        ("preempt_per_hour", PREEMPT_PER_HOUR, "/h", "scenario: preemptions per node-hour"),
+        ("replace_hours", REPLACE_HOURS, "h", "scenario: mean wait for a replacement node"),
+        ("spot_price", SPOT_PRICE, "fraction", "scenario: spot price / on-demand price"),
+        ("save_s", SAVE_S, "s", "scenario: checkpoint save"),
+        ("restart_s", RESTART_S, "s", "scenario: restart"),
+        ("job_mtbf_s", job_mtbf, "s", "static job's mean time between preemptions (1 / (N lambda))"),
+        ("interval_s", interval, "s", "checkpoint interval (Daly, for the job's MTBF)"),
+        ("horizon_hours", horizon, "h", "simulated wall time per policy"),
+    ]:
         r.add(name, value, unit, desc)
     common = dict(interval_s=interval, save_s=SAVE_S, restart_s=RESTART_S, horizon_hours=horizon)
     runs = {
-        "on-demand (no preemptions)": simulate(NODES, 1e-12, REPLACE_HOURS, elastic=False, min_nodes=NODES,
-                                               rng=np.random.default_rng(0), **common),
-        "spot, static": simulate(NODES, PREEMPT_PER_HOUR, REPLACE_HOURS, elastic=False, min_nodes=NODES,
-                                 rng=np.random.default_rng(1), **common),
-        "spot, elastic (min N/2)": simulate(NODES, PREEMPT_PER_HOUR, REPLACE_HOURS, elastic=True,
-                                            min_nodes=NODES // 2, rng=np.random.default_rng(1), **common),
+        "on-demand (no preemptions)": simulate(
+            NODES, 1e-12, REPLACE_HOURS, elastic=False, min_nodes=NODES, rng=np.random.default_rng(0), **common
+        ),
+        "spot, static": simulate(
+            NODES,
+            PREEMPT_PER_HOUR,
+            REPLACE_HOURS,
+            elastic=False,
+            min_nodes=NODES,
+            rng=np.random.default_rng(1),
+            **common,
+        ),
+        "spot, elastic (min N/2)": simulate(
+            NODES,
+            PREEMPT_PER_HOUR,
+            REPLACE_HOURS,
+            elastic=True,
+            min_nodes=NODES // 2,
+            rng=np.random.default_rng(1),
+            **common,
+        ),
     }
     rows = []
     base = runs["on-demand (no preemptions)"]
@@ -116,17 +150,35 @@ def elastic_spot(device: str) -> Result:
         r.add(f"{key}_cost", cost, "", f"{label}: cost per unit of work / on-demand's")
         r.add(f"{key}_restarts", s["restarts"], "", f"{label}: restarts in {horizon:.0f} h")
         rows.append([label, f"{100 * goodput:.1f} %", f"{cost:.2f}", s["restarts"], f"{100 * s['all_up']:.1f} %"])
-    r.table("policies", ["policy", "goodput", "cost per unit work (on-demand = 1)", "restarts", "time with all N up"],
-            rows, caption=f"{NODES} nodes, {horizon:.0f} simulated hours per policy, same preemptions for static "
-            "and elastic")
+    r.table(
+        "policies",
+        ["policy", "goodput", "cost per unit work (on-demand = 1)", "restarts", "time with all N up"],
+        rows,
+        caption=f"{NODES} nodes, {horizon:.0f} simulated hours per policy, same preemptions for static and elastic",
+    )
     static = runs["spot, static"]
     p_up = 1 / (1 + PREEMPT_PER_HOUR * REPLACE_HOURS)
     r.add("p_node_up", p_up, "fraction", "1 / (1 + lambda D)")
     r.add("p_all_up", p_up**NODES, "fraction", "(1 / (1 + lambda D))^N")
-    r.claim("simulated fraction of time a node is up = 1/(1 + λD)", static["node_up"], p_up, rel_tol=0.01,
-            formula="alternating renewal process, exponential up and down times")
-    r.claim("simulated fraction of time all N nodes are up = (1/(1 + λD))^N", static["all_up"], p_up**NODES,
-            rel_tol=0.05, formula="independent nodes")
-    r.claim("on-demand goodput = τ/(τ + C) (saves only)", base["work_hours"] / base["horizon_hours"],
-            interval / (interval + SAVE_S), rel_tol=0.01, formula="no failures: only checkpoint time is lost")
+    r.claim(
+        "simulated fraction of time a node is up = 1/(1 + λD)",
+        static["node_up"],
+        p_up,
+        rel_tol=0.01,
+        formula="alternating renewal process, exponential up and down times",
+    )
+    r.claim(
+        "simulated fraction of time all N nodes are up = (1/(1 + λD))^N",
+        static["all_up"],
+        p_up**NODES,
+        rel_tol=0.05,
+        formula="independent nodes",
+    )
+    r.claim(
+        "on-demand goodput = τ/(τ + C) (saves only)",
+        base["work_hours"] / base["horizon_hours"],
+        interval / (interval + SAVE_S),
+        rel_tol=0.01,
+        formula="no failures: only checkpoint time is lost",
+    )
     return r

@@ -42,6 +42,8 @@ def quiet_profiler() -> None:
     its first profiler, so call this before profile(). USDT is kineto's highest level, so 6 also hides its
     (C++) errors; Python-side profiler warnings are unaffected, and a level the user set is kept."""
     os.environ.setdefault("KINETO_LOG_LEVEL", "6")
+
+
 PHASES = ("data", "forward", "backward", "optimizer")
 
 
@@ -111,8 +113,11 @@ def profile_rank(rank: int, world: int, device: str) -> dict:
             comm.append((e.time_range.start, e.time_range.end))
             comm_numel += sum(int(torch.Size(s).numel()) for s in e.input_shapes if s)
     for start, end in backward_ranges:
-        ops = [e.time_range.end for e in events if e.name.startswith("autograd::engine::evaluate_function")
-               and start <= e.time_range.start <= end]
+        ops = [
+            e.time_range.end
+            for e in events
+            if e.name.startswith("autograd::engine::evaluate_function") and start <= e.time_range.start <= end
+        ]
         last_compute.append(max(ops, default=start))
     comm_total = sum(b - a for a, b in comm) * 1e-6
     exposed = 0.0
@@ -120,9 +125,14 @@ def profile_rank(rank: int, world: int, device: str) -> dict:
         ends = [b for a, b in comm if start <= a <= end]
         exposed += max(0.0, max(ends, default=last) - last) * 1e-6
     per_step_numel = comm_numel // STEPS if comm_numel % STEPS == 0 else comm_numel / STEPS
-    out = {"phase_s": {p: v / STEPS for p, v in phase.items()}, "step_s": sum(walls) / STEPS,
-           "comm_s": comm_total / STEPS, "exposed_comm_s": exposed / STEPS, "comm_numel": per_step_numel,
-           "comm_calls": len(comm) / STEPS}
+    out = {
+        "phase_s": {p: v / STEPS for p, v in phase.items()},
+        "step_s": sum(walls) / STEPS,
+        "comm_s": comm_total / STEPS,
+        "exposed_comm_s": exposed / STEPS,
+        "comm_numel": per_step_numel,
+        "comm_calls": len(comm) / STEPS,
+    }
     averages = prof.key_averages()
     key = "self_cpu_time_total"
     if device == "cuda":  # torch >= 2.4 names it self_device_time_total; older versions self_cuda_time_total
@@ -151,26 +161,64 @@ def profile_step(device: str) -> Result:
         rows.append([ph, f"{1e3 * v:.2f}", f"{100 * v / step:.0f} %"])
     named = sum(p0["phase_s"].values())
     rows.append(["**named phases, total**", f"{1e3 * named:.2f}", f"{100 * named / step:.0f} %"])
-    rows.append(["communication (on gloo/NCCL threads, inside backward)", f"{1e3 * p0['comm_s']:.2f}",
-                 f"{100 * p0['comm_s'] / step:.0f} %"])
-    rows.append(["of which exposed (after backward's last op)", f"{1e3 * p0['exposed_comm_s']:.2f}",
-                 f"{100 * p0['exposed_comm_s'] / step:.0f} %"])
-    r.table("phases", ["phase", "ms per step", "share of step"], rows,
-            caption=f"rank 0 of {world}, mean of {STEPS} profiled steps after {WARMUP} warm-up steps")
+    rows.append(
+        [
+            "communication (on gloo/NCCL threads, inside backward)",
+            f"{1e3 * p0['comm_s']:.2f}",
+            f"{100 * p0['comm_s'] / step:.0f} %",
+        ]
+    )
+    rows.append(
+        [
+            "of which exposed (after backward's last op)",
+            f"{1e3 * p0['exposed_comm_s']:.2f}",
+            f"{100 * p0['exposed_comm_s'] / step:.0f} %",
+        ]
+    )
+    r.table(
+        "phases",
+        ["phase", "ms per step", "share of step"],
+        rows,
+        caption=f"rank 0 of {world}, mean of {STEPS} profiled steps after {WARMUP} warm-up steps",
+    )
     r.add("comm_s", p0["comm_s"], "s", "all-reduce time per step (overlaps backward)")
     r.add("exposed_comm_s", p0["exposed_comm_s"], "s", "communication after backward's last op")
-    r.add("hidden_comm_share", 1 - p0["exposed_comm_s"] / p0["comm_s"] if p0["comm_s"] else 0.0, "fraction",
-          "share of communication hidden behind backward")
+    r.add(
+        "hidden_comm_share",
+        1 - p0["exposed_comm_s"] / p0["comm_s"] if p0["comm_s"] else 0.0,
+        "fraction",
+        "share of communication hidden behind backward",
+    )
     r.add("comm_calls", p0["comm_calls"], "", "all-reduce calls (DDP buckets) per step")
     r.add("data_floor_s", BATCH * SAMPLE_S, "s", "the transform's sleep per batch")
-    r.table("top", ["operator", "self time per step (ms)", "calls per step"],
-            [[name, f"{1e3 * t:.3f}", c] for name, t, c in p0["top"]],
-            caption="Top operators by self time (rank 0): read these last, after the phases")
-    r.claim("the named phases account for the step", named / step, 1.0, rel_tol=0.05, unit="fraction",
-            formula="data + forward + backward + optimizer vs wall time of the step")
-    r.claim("data phase >= the transform's cost", p0["phase_s"]["data"], BATCH * SAMPLE_S, relation=">=",
-            unit="s", formula=f"{BATCH} samples x their sleep")
+    r.table(
+        "top",
+        ["operator", "self time per step (ms)", "calls per step"],
+        [[name, f"{1e3 * t:.3f}", c] for name, t, c in p0["top"]],
+        caption="Top operators by self time (rank 0): read these last, after the phases",
+    )
+    r.claim(
+        "the named phases account for the step",
+        named / step,
+        1.0,
+        rel_tol=0.05,
+        unit="fraction",
+        formula="data + forward + backward + optimizer vs wall time of the step",
+    )
+    r.claim(
+        "data phase >= the transform's cost",
+        p0["phase_s"]["data"],
+        BATCH * SAMPLE_S,
+        relation=">=",
+        unit="s",
+        formula=f"{BATCH} samples x their sleep",
+    )
     if world > 1:
-        r.claim("DDP all-reduces every gradient element once per step", p0["comm_numel"], n, unit="elements",
-                formula="sum of all-reduce input sizes in the profile = parameter count")
+        r.claim(
+            "DDP all-reduces every gradient element once per step",
+            p0["comm_numel"],
+            n,
+            unit="elements",
+            formula="sum of all-reduce input sizes in the profile = parameter count",
+        )
     return r

@@ -55,8 +55,17 @@ def expected_step_hiccups(n: int, mean_s: float = MEAN_S, p: float = HICCUP_P, d
     return mean_s + delta_s * (1 - (1 - p) ** n)
 
 
-def simulate_steps(n: int, steps: int, rng: np.random.Generator, *, jitter: float = JITTER, p: float = 0.0,
-                   delta_s: float = 0.0, slow_ranks: int = 0, slow_factor: float = 1.0) -> np.ndarray:
+def simulate_steps(
+    n: int,
+    steps: int,
+    rng: np.random.Generator,
+    *,
+    jitter: float = JITTER,
+    p: float = 0.0,
+    delta_s: float = 0.0,
+    slow_ranks: int = 0,
+    slow_factor: float = 1.0,
+) -> np.ndarray:
     """Step times of `steps` synchronous steps on n ranks: the max over ranks of each rank's time.
     The first `slow_ranks` ranks are `slow_factor` times slower. Drawn in blocks to bound memory."""
     out = np.empty(steps)
@@ -69,12 +78,13 @@ def simulate_steps(n: int, steps: int, rng: np.random.Generator, *, jitter: floa
         t = MEAN_S * scale * (1 + noise)  # (steps, ranks)
         if p > 0:
             t += delta_s * (rng.random((k, n)) < p)
-        out[start:start + k] = t.max(axis=1)
+        out[start : start + k] = t.max(axis=1)
     return out
 
 
-@experiment("stragglers", "simulated synchronous steps: the max of N ranks' times vs order statistics",
-            kind="simulated")
+@experiment(
+    "stragglers", "simulated synchronous steps: the max of N ranks' times vs order statistics", kind="simulated"
+)
 def stragglers(device: str) -> Result:
     r = Result("stragglers")
     rng = np.random.default_rng(1925)  # Tippett's year: the first tables of E[Z_(N)]
@@ -100,23 +110,62 @@ def stragglers(device: str) -> Result:
     r.add("jitter_slowdown_16384", form_jitter[-1] / MEAN_S - 1, "fraction", "jitter's cost at 16384 ranks")
     r.add("hiccup_hit_1024", 1 - (1 - HICCUP_P) ** 1024, "fraction", "steps hit by a hiccup at 1024 ranks")
     r.add("hiccup_slowdown_1024", form_hiccup[i] / MEAN_S - 1, "fraction", "hiccups' cost at 1024 ranks")
-    r.add("slow_node_slowdown_1024", sims["slow node"][i] / MEAN_S - 1, "fraction",
-          "one slow node's cost at 1024 ranks (simulated)")
+    r.add(
+        "slow_node_slowdown_1024",
+        sims["slow node"][i] / MEAN_S - 1,
+        "fraction",
+        "one slow node's cost at 1024 ranks (simulated)",
+    )
     r.add("sqrt_2ln_1024", math.sqrt(2 * math.log(1024)), "", "sqrt(2 ln N) at N = 1024 (the large-N growth)")
     sim_excess = (sims["jitter"][i] / MEAN_S - 1) / JITTER
-    r.claim("jitter at N = 1024: simulated (E[step] - mu) / sigma = E[Z_(N)]", sim_excess, ez, rel_tol=0.03,
-            formula="expected maximum of N normals (order statistics), numerically integrated")
-    r.claim("hiccups: simulated E[step] at N = 1024 = mu + delta·(1 - (1-p)^N)", sims["hiccups"][i],
-            form_hiccup[i], rel_tol=0.02, unit="s", formula="one rank's hiccup stalls the step")
-    r.claim("one slow node sets the pace: E[step] >= its own mean, at every N", min(
-        s / (SLOW_FACTOR * MEAN_S) for s in sims["slow node"]), 1.0, relation=">=", rel_tol=0.005,
-        formula="max over ranks ≥ the slow ranks' time")
-    rows = [[n, f"{sims['jitter'][k]:.4f}", f"{form_jitter[k]:.4f}", f"{sims['hiccups'][k]:.4f}",
-             f"{form_hiccup[k]:.4f}", f"{sims['slow node'][k]:.4f}"] for k, n in enumerate(RANKS) if n in (
-        1, 8, 64, 1024, 16384)]
-    r.table("steps", ["ranks N", "jitter: simulated (s)", "jitter: formula (s)", "hiccups: simulated (s)",
-                      "hiccups: formula (s)", "one slow node: simulated (s)"], rows,
-            caption=f"Mean step time, {steps} simulated steps per point ({4 * steps} for hiccups)")
+    r.claim(
+        "jitter at N = 1024: simulated (E[step] - mu) / sigma = E[Z_(N)]",
+        sim_excess,
+        ez,
+        rel_tol=0.03,
+        formula="expected maximum of N normals (order statistics), numerically integrated",
+    )
+    r.claim(
+        "hiccups: simulated E[step] at N = 1024 = mu + delta·(1 - (1-p)^N)",
+        sims["hiccups"][i],
+        form_hiccup[i],
+        rel_tol=0.02,
+        unit="s",
+        formula="one rank's hiccup stalls the step",
+    )
+    r.claim(
+        "one slow node sets the pace: E[step] >= its own mean, at every N",
+        min(s / (SLOW_FACTOR * MEAN_S) for s in sims["slow node"]),
+        1.0,
+        relation=">=",
+        rel_tol=0.005,
+        formula="max over ranks ≥ the slow ranks' time",
+    )
+    rows = [
+        [
+            n,
+            f"{sims['jitter'][k]:.4f}",
+            f"{form_jitter[k]:.4f}",
+            f"{sims['hiccups'][k]:.4f}",
+            f"{form_hiccup[k]:.4f}",
+            f"{sims['slow node'][k]:.4f}",
+        ]
+        for k, n in enumerate(RANKS)
+        if n in (1, 8, 64, 1024, 16384)
+    ]
+    r.table(
+        "steps",
+        [
+            "ranks N",
+            "jitter: simulated (s)",
+            "jitter: formula (s)",
+            "hiccups: simulated (s)",
+            "hiccups: formula (s)",
+            "one slow node: simulated (s)",
+        ],
+        rows,
+        caption=f"Mean step time, {steps} simulated steps per point ({4 * steps} for hiccups)",
+    )
     _figure(r, sims, form_jitter, form_hiccup)
     return r
 
@@ -136,5 +185,6 @@ def _figure(r: Result, sims: dict, form_jitter: list, form_hiccup: list) -> None
     ax.set_xlabel("synchronous ranks N")
     ax.set_ylabel("mean step time (s)")
     ax.legend(fontsize=7)
-    r.figure("step_vs_ranks", fig, "Mean synchronous step time vs number of ranks: every step waits for the "
-             "slowest rank")
+    r.figure(
+        "step_vs_ranks", fig, "Mean synchronous step time vs number of ranks: every step waits for the slowest rank"
+    )

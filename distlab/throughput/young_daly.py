@@ -54,8 +54,9 @@ def lost_fraction(interval_s: float, save_s: float, mtbf_s: float, restart_s: fl
     return 1 - math.exp(math.log(interval_s) - log_wall)
 
 
-def expected_wall_seconds(work_s: float, interval_s: float, save_s: float, mtbf_s: float,
-                          restart_s: float = 0.0) -> float:
+def expected_wall_seconds(
+    work_s: float, interval_s: float, save_s: float, mtbf_s: float, restart_s: float = 0.0
+) -> float:
     """Exact expected wall time of `work_s` seconds of work saved every `interval_s` (the last segment may
     be shorter). A segment of length L (work + save) takes M e^(R/M) (e^(L/M) - 1) on average: e^(L/M) - 1
     failures are expected before it completes, each costing its lost work and a restart that may fail too."""
@@ -119,8 +120,11 @@ def _positive_finite(text: str) -> float:
 
 @command("checkpoint-interval", "how often to checkpoint: Young's and Daly's intervals and the time lost")
 def checkpoint_interval_command(argv: list[str]) -> int:
-    p = parser("checkpoint-interval", "Optimal checkpoint interval from the save time and the job's mean time\n"
-               "between failures (Young 1974, Daly 2006), with the expected fraction of time lost.")
+    p = parser(
+        "checkpoint-interval",
+        "Optimal checkpoint interval from the save time and the job's mean time\n"
+        "between failures (Young 1974, Daly 2006), with the expected fraction of time lost.",
+    )
     p.add_argument("--save-seconds", type=_positive_finite, required=True, help="C: seconds to write a checkpoint")
     p.add_argument("--mtbf-hours", type=_positive_finite, required=True, help="M: the job's mean time between failures")
     p.add_argument("--restart-seconds", type=_non_negative, default=0.0, help="R: seconds to restart (default 0)")
@@ -129,15 +133,25 @@ def checkpoint_interval_command(argv: list[str]) -> int:
     c, m, rr = args.save_seconds, args.mtbf_hours * HOUR, args.restart_seconds
     young, daly = young_seconds(c, m), daly_seconds(c, m)
     out = {
-        "save_seconds": c, "mtbf_seconds": m, "restart_seconds": rr,
-        "young_seconds": young, "daly_seconds": daly, "optimal_seconds": optimal_seconds(c, m),
-        "lost_fraction": lost_fraction(daly, c, m, rr), "lost_fraction_young": lost_fraction(young, c, m, rr),
+        "save_seconds": c,
+        "mtbf_seconds": m,
+        "restart_seconds": rr,
+        "young_seconds": young,
+        "daly_seconds": daly,
+        "optimal_seconds": optimal_seconds(c, m),
+        "lost_fraction": lost_fraction(daly, c, m, rr),
+        "lost_fraction_young": lost_fraction(young, c, m, rr),
         "first_order_lost_fraction": first_order_lost_fraction(young, c, m, rr),
     }
-    note = "\nwarning: the save takes longer than the MTBF; checkpointing alone cannot make progress safe" \
-        if c >= m else ""
-    text = (f"checkpoint every {daly / 60:.1f} min of work (Daly; Young: {young / 60:.1f} min)\n"
-            f"expected time lost: {100 * out['lost_fraction']:.2f} % "
-            f"(C = {c:g} s, M = {args.mtbf_hours:g} h, R = {rr:g} s){note}")
+    note = (
+        "\nwarning: the save takes longer than the MTBF; checkpointing alone cannot make progress safe"
+        if c >= m
+        else ""
+    )
+    text = (
+        f"checkpoint every {daly / 60:.1f} min of work (Daly; Young: {young / 60:.1f} min)\n"
+        f"expected time lost: {100 * out['lost_fraction']:.2f} % "
+        f"(C = {c:g} s, M = {args.mtbf_hours:g} h, R = {rr:g} s){note}"
+    )
     emit(out, args.json, text)
     return 0

@@ -72,9 +72,15 @@ def test_online_softmax_trace_ends_at_the_softmax_denominator():
 
 # ---------------------------------------------------------------- the Triton kernel: close, by the FA rule
 KERNEL_CASES = [  # (dtype, head dim, causal, N): every dtype, head dim and mask at least once, awkward N
-    (torch.float32, 32, False, 97), (torch.float32, 64, True, 257), (torch.float32, 128, True, 97),
-    (torch.bfloat16, 64, False, 97), (torch.bfloat16, 128, True, 257), (torch.bfloat16, 32, True, 97),
-    (torch.float16, 64, True, 97), (torch.float16, 128, False, 97), (torch.float16, 32, False, 257),
+    (torch.float32, 32, False, 97),
+    (torch.float32, 64, True, 257),
+    (torch.float32, 128, True, 97),
+    (torch.bfloat16, 64, False, 97),
+    (torch.bfloat16, 128, True, 257),
+    (torch.bfloat16, 32, True, 97),
+    (torch.float16, 64, True, 97),
+    (torch.float16, 128, False, 97),
+    (torch.float16, 32, False, 257),
 ]
 
 
@@ -138,12 +144,15 @@ def test_block_sizes_must_nest_for_the_causal_split():
         flash_forward(q, k, v, True, config=(48, 32, 4, 2))
 
 
-@pytest.mark.parametrize("bad,match", [
-    (lambda q: (q, q, q[:, :, :5], False, "triton"), "shape"),
-    (lambda q: (q, q, q, False, "flash"), "impl"),
-    (lambda q: (q[..., :24], q[..., :24], q[..., :24], False, "triton"), "head_dim"),
-    (lambda q: (q.double(), q.double(), q.double(), False, "triton"), "dtype"),
-])
+@pytest.mark.parametrize(
+    "bad,match",
+    [
+        (lambda q: (q, q, q[:, :, :5], False, "triton"), "shape"),
+        (lambda q: (q, q, q, False, "flash"), "impl"),
+        (lambda q: (q[..., :24], q[..., :24], q[..., :24], False, "triton"), "head_dim"),
+        (lambda q: (q.double(), q.double(), q.double(), False, "triton"), "dtype"),
+    ],
+)
 def test_bad_input_raises_value_error(bad, match):
     q = torch.randn(1, 2, 16, 32)
     with pytest.raises(ValueError, match=match):
@@ -153,6 +162,7 @@ def test_bad_input_raises_value_error(bad, match):
 # ---------------------------------------------------------------- memory
 def test_peak_bytes_is_the_allocator_high_water_mark():
     """Would catch summing allocations without frees, or missing the CPU allocator's events."""
+
     def f():
         x = torch.empty(1000, 1000)  # 4 MB
         y = torch.empty(500, 1000)  # 2 MB: peak 6 MB
@@ -181,10 +191,15 @@ def _measure(peaks):
     for n in (512, 1024):
         q, k, v, do = random_qkv(1, 1, n, 64)
         for impl in ("naive", "tiled"):
+
             def step(impl=impl, q=q, k=k, v=v, do=do):
-                o = TiledAttention.apply(q, k, v, False, None, 128, 128) if impl == "tiled" else attention(
-                    q, k, v, False, "naive")
+                o = (
+                    TiledAttention.apply(q, k, v, False, None, 128, 128)
+                    if impl == "tiled"
+                    else attention(q, k, v, False, "naive")
+                )
                 o.backward(do)
+
             peaks[impl, n] = peak_bytes(step, "cpu")
 
 

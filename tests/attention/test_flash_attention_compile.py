@@ -21,7 +21,7 @@ from distlab.core import experiments
 from distlab.core.facts import fact
 from distlab.hardware.occupancy import blocks_per_sm, blocks_per_sm_naive, sm_limits
 
-TINY = textwrap.dedent('''
+TINY = textwrap.dedent("""
     import torch
     import triton
     import triton.language as tl
@@ -55,10 +55,13 @@ TINY = textwrap.dedent('''
         a, b = t(128, 1024), t(1024, 128)
         return (loop_kernel, (a, b, c(128, 128), 1024, *a.stride(), *b.stride()),
                 dict(BM=128, BN=128, BK=64, num_warps=4, num_stages=job["stages"]), 80, job["specialize"])
-''')
+""")
 DOT_JOBS = [{"kernel": "dot", "m": m, "cc": cc} for m in (64, 128) for cc in TARGETS]
-LOOP_JOBS = [{"kernel": "loop", "stages": 3, "specialize": True}, {"kernel": "loop", "stages": 3, "specialize": False},
-             {"kernel": "loop", "stages": 2, "specialize": True}]
+LOOP_JOBS = [
+    {"kernel": "loop", "stages": 3, "specialize": True},
+    {"kernel": "loop", "stages": 3, "specialize": False},
+    {"kernel": "loop", "stages": 2, "specialize": True},
+]
 
 
 @pytest.fixture(scope="session")
@@ -82,11 +85,14 @@ def test_tensor_core_instruction_counts_follow_the_mma_shapes(tiny):
     Ampere's mma.sync, the FlashAttention-2-on-H100 trap), or counting that misses or double-counts instructions;
     the SASS count (HMMA/HGMMA/UTCHMMA) must equal the PTX count."""
     results, _ = tiny
-    expected = {80: lambda m: m * m * 64 // (16 * 8 * 16) // 4, 90: lambda m: (m // 64) * (64 // 16),
-                100: lambda m: 64 // 16}
+    expected = {
+        80: lambda m: m * m * 64 // (16 * 8 * 16) // 4,
+        90: lambda m: (m // 64) * (64 // 16),
+        100: lambda m: 64 // 16,
+    }
     ptx_op = {80: "mma.sync", 90: "wgmma.mma_async", 100: "tcgen05.mma"}
     sass_op = {80: "HMMA", 90: "HGMMA", 100: "UTCHMMA"}
-    for x in results[:len(DOT_JOBS)]:
+    for x in results[: len(DOT_JOBS)]:
         cc, m = x["cc"], x["m"]
         assert x["ptx"][ptx_op[cc]] == expected[cc](m), (cc, m, x["ptx"])
         assert sum(x["ptx"][op] for op in ptx_op.values()) == x["ptx"][ptx_op[cc]], (cc, m, "other families")
@@ -103,7 +109,7 @@ def test_the_loop_is_pipelined_only_when_compiled_as_launched(tiny):
     is none. Would catch the NOTES' puzzle coming back (a compile path that silently drops the hints) or a
     pipeliner that stopped multi-buffering."""
     results, _ = tiny
-    spec3, plain3, spec2 = results[len(DOT_JOBS):]
+    spec3, plain3, spec2 = results[len(DOT_JOBS) :]
     per_stage = (128 * 64 + 64 * 128) * 2 // 16 // 128
     assert spec3["ptx"]["cp.async.cg"] == per_stage * 3 == spec3["sass"]["LDGSTS"]
     assert spec2["ptx"]["cp.async.cg"] == per_stage * 2
@@ -135,7 +141,7 @@ def test_occupancy_by_hand():
     assert blocks_per_sm(a100, regs=32, warps=4, smem_bytes=200 * 1024)["min"] == 0  # over the per-block limit
 
 
-CALCULATOR = textwrap.dedent('''
+CALCULATOR = textwrap.dedent("""
     #include <cstdio>
     #include "cuda_occupancy.h"
     int main() {
@@ -161,7 +167,7 @@ CALCULATOR = textwrap.dedent('''
         std::printf("%d %d %d %d %d\\n", err, r.activeBlocksPerMultiprocessor, unit, parts, blocks);
       }
     }
-''')
+""")
 
 
 def _header_dir() -> Path | None:
@@ -181,37 +187,61 @@ def test_occupancy_equals_nvidias_calculator(tmp_path):
     if include is None or cxx is None:
         pytest.skip("needs g++ and triton's bundled cuda_occupancy.h")
     (tmp_path / "occ.cpp").write_text(CALCULATOR)
-    subprocess.run([cxx, "-std=c++17", "-O1", f"-I{include}", str(tmp_path / "occ.cpp"), "-o", str(tmp_path / "occ")],
-                   check=True, capture_output=True, timeout=120)
+    subprocess.run(
+        [cxx, "-std=c++17", "-O1", f"-I{include}", str(tmp_path / "occ.cpp"), "-o", str(tmp_path / "occ")],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     cases, lines = [], []
     for chip in TARGETS.values():
         lim = sm_limits(chip)
         major, minor = (int(p) for p in lim.compute_capability.split("."))
         for regs in (24, 32, 64, 96, 128, 168, 184, 192, 208, 232, 254, 255):
             for warps in (1, 2, 3, 4, 8, 16):
-                for smem in (0, 4000, 48 * 1024, 65536 + 100, 98304, 132096, lim.smem_per_block_optin_bytes,
-                             lim.smem_per_block_optin_bytes + 128):
+                for smem in (
+                    0,
+                    4000,
+                    48 * 1024,
+                    65536 + 100,
+                    98304,
+                    132096,
+                    lim.smem_per_block_optin_bytes,
+                    lim.smem_per_block_optin_bytes + 128,
+                ):
                     cases.append((lim, regs, warps, smem))
-                    lines.append(f"{major} {minor} {lim.smem_per_sm_bytes} {lim.smem_per_block_optin_bytes} "
-                                 f"{lim.smem_reserved_per_block_bytes} {regs} {warps} {smem}")
-    out = subprocess.run([str(tmp_path / "occ")], input="\n".join(lines) + "\n", capture_output=True, text=True,
-                         check=True, timeout=60).stdout.split("\n")
+                    lines.append(
+                        f"{major} {minor} {lim.smem_per_sm_bytes} {lim.smem_per_block_optin_bytes} "
+                        f"{lim.smem_reserved_per_block_bytes} {regs} {warps} {smem}"
+                    )
+    out = subprocess.run(
+        [str(tmp_path / "occ")], input="\n".join(lines) + "\n", capture_output=True, text=True, check=True, timeout=60
+    ).stdout.split("\n")
     for (lim, regs, warps, smem), line in zip(cases, out):
         err, blocks, unit, parts, cap = (int(v) for v in line.split())
         if err == 0:
-            assert blocks_per_sm(lim, regs=regs, warps=warps, smem_bytes=smem)["min"] == blocks, (lim.chip, regs,
-                                                                                                  warps, smem)
+            assert blocks_per_sm(lim, regs=regs, warps=warps, smem_bytes=smem)["min"] == blocks, (
+                lim.chip,
+                regs,
+                warps,
+                smem,
+            )
         else:  # the calculator refuses a block over the per-block shared-memory limit; so must we (zero blocks)
-            assert smem > lim.smem_per_block_optin_bytes and blocks_per_sm(
-                lim, regs=regs, warps=warps, smem_bytes=smem)["min"] == 0
+            assert (
+                smem > lim.smem_per_block_optin_bytes
+                and blocks_per_sm(lim, regs=regs, warps=warps, smem_bytes=smem)["min"] == 0
+            )
         assert (unit, parts, cap) == (lim.reg_alloc_unit, lim.reg_subpartitions, lim.max_blocks_per_sm)
     assert len(out) - 1 == len(cases)
 
 
 # NVIDIA's CCCL table (libcudacxx/include/cuda/__device/arch_traits.h @ efee2cf), typed here: threads per SM and
 # the reserve; shared memory per SM comes from gpus.toml's other source (the programming guide).
-CCCL = {"A100-SXM-80GB": dict(threads=2048, smem_kib=164), "H100-SXM": dict(threads=2048, smem_kib=228),
-        "B200": dict(threads=2048, smem_kib=228)}
+CCCL = {
+    "A100-SXM-80GB": dict(threads=2048, smem_kib=164),
+    "H100-SXM": dict(threads=2048, smem_kib=228),
+    "B200": dict(threads=2048, smem_kib=228),
+}
 
 
 @pytest.mark.parametrize("chip", sorted(CCCL))

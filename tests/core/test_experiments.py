@@ -29,7 +29,8 @@ def temp_experiment(tmp_path, monkeypatch):
     helper = experiments.PACKAGE_DIR / f"_tmp_helper_{tag}.py"
     module = experiments.PACKAGE_DIR / f"_tmp_exp_{tag}.py"
     helper.write_text("VALUE = 1\n")
-    module.write_text(textwrap.dedent(f"""
+    module.write_text(
+        textwrap.dedent(f"""
         from distlab import _tmp_helper_{tag} as helper
         from distlab.core.experiments import experiment
         from distlab.core.results import Result
@@ -39,7 +40,8 @@ def temp_experiment(tmp_path, monkeypatch):
             r = Result("tmp-{tag}")
             r.add("value", helper.VALUE)
             return r
-    """))
+    """)
+    )
     yield f"tmp-{tag}", module, helper, f"distlab._tmp_helper_{tag}", f"distlab._tmp_exp_{tag}"
     module.unlink()
     helper.unlink()
@@ -148,8 +150,7 @@ def test_a_claim_kind_must_be_known():
         Result("x").claim("c", 1, 1, kind="noisy")
 
 
-def test_a_formatting_edit_keeps_stored_results_fresh_a_formula_edit_does_not(temp_experiment, tmp_path,
-                                                                               monkeypatch):
+def test_a_formatting_edit_keeps_stored_results_fresh_a_formula_edit_does_not(temp_experiment, tmp_path, monkeypatch):
     """Would catch the cache key that hashed experiments.py, results.py and the formatting code into every
     result: editing how a number is printed marked every stored GPU measurement stale."""
     name, module, helper, helper_mod, exp_mod = temp_experiment

@@ -66,15 +66,23 @@ def _mini_site(tmp_path, experiment_body: str, page_text: str):
         "build_pages()\n"
     )
     (tmp_path / "mkdocs.yml").write_text(
-        "site_name: mini\nnav:\n  - page.md\nplugins:\n  - gen-files:\n      scripts:\n        - gen.py\n")
+        "site_name: mini\nnav:\n  - page.md\nplugins:\n  - gen-files:\n      scripts:\n        - gen.py\n"
+    )
     env = os.environ | {"DISTLAB_CACHE": str(tmp_path / "cache")}
-    return subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=300, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
 
 
 def test_broken_claim_fails_the_build_with_page_claim_values_and_tolerance(tmp_path):
-    proc = _mini_site(tmp_path, 'r.claim("bytes per param", 17, 16, rel_tol=0.01, unit="B/param")',
-                      "# Page\n{{ mini-demo.shown }}\n")
+    proc = _mini_site(
+        tmp_path, 'r.claim("bytes per param", 17, 16, rel_tol=0.01, unit="B/param")', "# Page\n{{ mini-demo.shown }}\n"
+    )
     assert proc.returncode != 0
     err = proc.stdout + proc.stderr
     assert "page page.md" in err and "bytes per param" in err
@@ -87,14 +95,21 @@ def test_a_build_after_a_failed_claim_measures_again(tmp_path):
     that work: would catch a failed result saved in the cache, which made every later build fail in one
     second with the same numbers."""
     marker = tmp_path / "runs"
-    body = (f'import pathlib\np = pathlib.Path({str(marker)!r})\np.write_text(p.read_text() + "x" if p.exists() '
-            f'else "x")\nr.claim("second run onwards", len(p.read_text()) > 1, True)')
+    body = (
+        f'import pathlib\np = pathlib.Path({str(marker)!r})\np.write_text(p.read_text() + "x" if p.exists() '
+        f'else "x")\nr.claim("second run onwards", len(p.read_text()) > 1, True)'
+    )
     first = _mini_site(tmp_path, body, "# Page\n{{ mini-demo.shown }}\n")
     assert first.returncode != 0 and "second run onwards" in first.stderr
     for _ in range(2):
-        again = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict"], cwd=tmp_path,
-                               capture_output=True, text=True, timeout=300,
-                               env=os.environ | {"DISTLAB_CACHE": str(tmp_path / "cache")})
+        again = subprocess.run(
+            [sys.executable, "-m", "mkdocs", "build", "--strict"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=os.environ | {"DISTLAB_CACHE": str(tmp_path / "cache")},
+        )
         assert again.returncode == 0, again.stderr[-2000:]
     assert marker.read_text() == "xx", "the third build must come from the cache of the second"
 
@@ -129,6 +144,8 @@ def test_a_page_runs_exactly_the_experiments_its_placeholders_name():
     figures and stored results name theirs, in first-appearance order, each once."""
     from distlab.core.site import experiments_named
 
-    text = ("{{ fact gpus.H100-SXM.hbm_gb }} {{ b.x | GB }} {{ table a.t }} {{ claims }} {{ figure c.f }} "
-            "{{ stored d }} {{ a.y }}")
+    text = (
+        "{{ fact gpus.H100-SXM.hbm_gb }} {{ b.x | GB }} {{ table a.t }} {{ claims }} {{ figure c.f }} "
+        "{{ stored d }} {{ a.y }}"
+    )
     assert experiments_named(text) == ["b", "a", "c", "d"]

@@ -33,7 +33,7 @@ def _train_rank(rank, world, steps, local):
         opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
         for s in range(steps):
             x, y = regression_batch(s, world * local, LAYERS[0], LAYERS[-1], torch.float64)
-            x, y = x[rank * local:(rank + 1) * local], y[rank * local:(rank + 1) * local]
+            x, y = x[rank * local : (rank + 1) * local], y[rank * local : (rank + 1) * local]
             opt.zero_grad()
             F.mse_loss(wrapped(x), y).backward()
             if kind == "naive":
@@ -84,8 +84,7 @@ def test_syncbn_matches_batchnorm_on_the_concatenated_batch():
             rec = ranks[r][w]["naive"]
             torch.testing.assert_close(rec["out"], outs[r], rtol=0, atol=1e-12)
             torch.testing.assert_close(rec["x_grad"], grads[r], rtol=0, atol=1e-12)
-            torch.testing.assert_close(rec["param_grad"], torch.cat([bn.weight.grad, bn.bias.grad]), rtol=0,
-                                       atol=1e-12)
+            torch.testing.assert_close(rec["param_grad"], torch.cat([bn.weight.grad, bn.bias.grad]), rtol=0, atol=1e-12)
             torch.testing.assert_close(rec["running_var"], bn.running_var, rtol=0, atol=1e-12)
             torch.testing.assert_close(rec["running_mean"], bn.running_mean, rtol=0, atol=1e-12)
             assert float((ranks[r][w]["local"]["out"] - outs[r]).abs().max()) > 0.1  # per-rank BN differs

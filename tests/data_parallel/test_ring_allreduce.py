@@ -108,8 +108,7 @@ def _cli(capsys, *args):
 
 
 def test_cli_json(capsys):
-    code, out, _ = _cli(capsys, "--ranks", "4", "--bytes", "1001", "--latency", "1e-6", "--bandwidth", "1e9",
-                        "--json")
+    code, out, _ = _cli(capsys, "--ranks", "4", "--bytes", "1001", "--latency", "1e-6", "--bandwidth", "1e9", "--json")
     assert code == 0
     d = json.loads(out)
     c = [251, 250, 250, 250]  # 1001 bytes into 4 chunks, the first one longer
@@ -144,6 +143,10 @@ def test_cli_bad_input_is_one_line_exit_2(capsys, args, message):
 
 
 def test_cli_real_process_exit_status():
-    proc = subprocess.run([sys.executable, "-m", "distlab.core.cli", "allreduce", "--ranks", "3", "--bytes", "-1"],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "distlab.core.cli", "allreduce", "--ranks", "3", "--bytes", "-1"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr

@@ -32,8 +32,9 @@ def test_mfu_by_hand():
     assert mfu(64_000, 46.9e9, 8, 989e12) == pytest.approx(64_000 * 46.9e9 / (8 * 989e12), rel=1e-15)
     with pytest.raises(ValueError, match="gpus must be positive"):
         mfu(1, 1, 0, 1)
-    rep = mfu_report(params=6.738415616e9, tokens_per_second=64_000, gpus=8, gpu_name="H100-SXM",
-                     layers=32, hidden=4096, seq=4096)
+    rep = mfu_report(
+        params=6.738415616e9, tokens_per_second=64_000, gpus=8, gpu_name="H100-SXM", layers=32, hidden=4096, seq=4096
+    )
     per_token = 6 * 6.738415616e9 + 12 * 32 * 4096 * 4096
     assert rep["flops_per_token"] == pytest.approx(per_token)
     assert rep["mfu"] == pytest.approx(64_000 * per_token / (8 * 989e12))
@@ -111,8 +112,24 @@ def run_cli(capsys, *args: str) -> tuple[int, str, str]:
 
 
 def test_mfu_command_json_and_text(capsys):
-    proc = distlab("mfu", "--params", "6.738415616e9", "--tokens-per-second", "64000", "--gpus", "8", "--gpu",
-                   "H100-SXM", "--layers", "32", "--hidden", "4096", "--seq", "4096", "--json")
+    proc = distlab(
+        "mfu",
+        "--params",
+        "6.738415616e9",
+        "--tokens-per-second",
+        "64000",
+        "--gpus",
+        "8",
+        "--gpu",
+        "H100-SXM",
+        "--layers",
+        "32",
+        "--hidden",
+        "4096",
+        "--seq",
+        "4096",
+        "--json",
+    )
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     per_token = 6 * 6.738415616e9 + 12 * 32 * 4096 * 4096
@@ -123,16 +140,23 @@ def test_mfu_command_json_and_text(capsys):
     assert "MFU:" in text and "H200" in text and "no attention term" in text
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["--params", "7e9", "--tokens-per-second", "1", "--gpus", "0", "--gpu", "H100-SXM"], "must be positive"),
-    (["--params", "abc", "--tokens-per-second", "1", "--gpus", "1", "--gpu", "H100-SXM"], "not a number"),
-    (["--params", "7e9", "--tokens-per-second", "-5", "--gpus", "1", "--gpu", "H100-SXM"], "must be positive"),
-    (["--params", "7e9", "--tokens-per-second", "1", "--gpus", "1", "--gpu", "Z100"], "known: A100-SXM-80GB"),
-    (["--params", "7e9", "--tokens-per-second", "1", "--gpus", "1", "--gpu", "H100-SXM", "--layers", "32"],
-     "all of --layers, --hidden and --seq"),
-    (["--params", "7e9", "--tokens-per-second", "1", "--gpus", "1", "--gpu", "A100-SXM-80GB", "--dtype", "fp8"],
-     "no fp8"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--params", "7e9", "--tokens-per-second", "1", "--gpus", "0", "--gpu", "H100-SXM"], "must be positive"),
+        (["--params", "abc", "--tokens-per-second", "1", "--gpus", "1", "--gpu", "H100-SXM"], "not a number"),
+        (["--params", "7e9", "--tokens-per-second", "-5", "--gpus", "1", "--gpu", "H100-SXM"], "must be positive"),
+        (["--params", "7e9", "--tokens-per-second", "1", "--gpus", "1", "--gpu", "Z100"], "known: A100-SXM-80GB"),
+        (
+            ["--params", "7e9", "--tokens-per-second", "1", "--gpus", "1", "--gpu", "H100-SXM", "--layers", "32"],
+            "all of --layers, --hidden and --seq",
+        ),
+        (
+            ["--params", "7e9", "--tokens-per-second", "1", "--gpus", "1", "--gpu", "A100-SXM-80GB", "--dtype", "fp8"],
+            "no fp8",
+        ),
+    ],
+)
 def test_mfu_bad_input_is_one_line_exit_2(capsys, args, message):
     status, _, err = run_cli(capsys, "mfu", *args)
     assert status == 2

@@ -35,10 +35,12 @@ def test_counts_equal_hand_counts(dtype, b):
 
 def test_kernels_compute_what_they_count():
     """The timed functions really are GEMM, add and matvec (float64 reference)."""
-    for k, ref in [(gemm_kernel("g", 33, torch.float32, "cpu"), lambda a, b: a @ b),
-                   (gemm_kernel("bg", 7, torch.float32, "cpu", batch=3), lambda a, b: a @ b),
-                   (add_kernel("a", 101, torch.float32, "cpu"), lambda x, y: x + y),
-                   (matvec_kernel("mv", 31, 65, torch.float32, "cpu"), lambda a, x: a @ x)]:
+    for k, ref in [
+        (gemm_kernel("g", 33, torch.float32, "cpu"), lambda a, b: a @ b),
+        (gemm_kernel("bg", 7, torch.float32, "cpu", batch=3), lambda a, b: a @ b),
+        (add_kernel("a", 101, torch.float32, "cpu"), lambda x, y: x + y),
+        (matvec_kernel("mv", 31, 65, torch.float32, "cpu"), lambda a, x: a @ x),
+    ]:
         *inputs, out = k.tensors
         k.fn()
         torch.testing.assert_close(out.double(), ref(*(t.double() for t in inputs)), rtol=1e-5, atol=1e-5)
@@ -88,8 +90,20 @@ def test_time_kernels_interleaves_rounds():
 def test_experiment_code_path_at_small_sizes(monkeypatch, tmp_path):
     """The whole experiment (tables, figures, claims) on tiny sizes: the counted-intensity claims are exact
     whatever the timing; the timing claims are not asserted here (tiny arrays live in cache)."""
-    small = dict(roofline.CONFIG["cpu"], ceiling_n=128, gemm_n=96, add_n=2**16 + 3, mv=(97, 130), stream_n=2**16,
-                 rounds=2, sweep=[4, 32, 256], sweep_bytes=2e6, sweep_flops=5e7, sweep_rounds=1, beyond_cache=False)
+    small = dict(
+        roofline.CONFIG["cpu"],
+        ceiling_n=128,
+        gemm_n=96,
+        add_n=2**16 + 3,
+        mv=(97, 130),
+        stream_n=2**16,
+        rounds=2,
+        sweep=[4, 32, 256],
+        sweep_bytes=2e6,
+        sweep_flops=5e7,
+        sweep_rounds=1,
+        beyond_cache=False,
+    )
     monkeypatch.setitem(roofline.CONFIG, "cpu", small)
     r = roofline.roofline("cpu")
     closed = {c.name: c for c in r.claims if "closed form" in c.name}

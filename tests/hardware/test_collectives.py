@@ -15,7 +15,7 @@ def ring_allreduce(inputs: list[np.ndarray]) -> tuple[list[np.ndarray], int, lis
     per step. Returns (outputs, steps, elements sent by each rank)."""
     p, n = len(inputs), len(inputs[0])
     bounds = np.linspace(0, n, p + 1).round().astype(int)
-    chunks = [[x[bounds[i]:bounds[i + 1]].astype(np.float64).copy() for i in range(p)] for x in inputs]
+    chunks = [[x[bounds[i] : bounds[i + 1]].astype(np.float64).copy() for i in range(p)] for x in inputs]
     sent, steps = [0] * p, 0
     for s in range(p - 1):  # reduce-scatter: rank r sends chunk (r - s) to rank r + 1, which adds it
         msgs = [(r, (r - s) % p, chunks[r][(r - s) % p].copy()) for r in range(p)]
@@ -53,8 +53,13 @@ def test_ring_allreduce_steps_and_bytes_match_the_model(p, n):
 def test_bus_bandwidth_factors_are_nccl_tests(n):
     """nccl-tests doc/PERFORMANCE.md, Summary: all-reduce 2(n-1)/n, reduce-scatter, all-gather and
     all-to-all (n-1)/n, broadcast 1. Would catch a factor that does not match what nccl-tests prints."""
-    published = {"all-reduce": 2 * (n - 1) / n, "reduce-scatter": (n - 1) / n, "all-gather": (n - 1) / n,
-                 "all-to-all": (n - 1) / n, "broadcast": 1.0}
+    published = {
+        "all-reduce": 2 * (n - 1) / n,
+        "reduce-scatter": (n - 1) / n,
+        "all-gather": (n - 1) / n,
+        "all-to-all": (n - 1) / n,
+        "broadcast": 1.0,
+    }
     for op, factor in published.items():
         assert c.bus_bandwidth_factor(op, n) == pytest.approx(factor, rel=1e-15)
 
@@ -80,8 +85,17 @@ def test_link_units():
     assert links.link("PCIe4-x16").bandwidth_bytes_per_s == pytest.approx(pcie5 / 2)
     assert links.link("InfiniBand-NDR").alpha_s == pytest.approx(2.7e-6)
     assert links.link("NVLink4-H100", "simple").alpha_s == pytest.approx(3.4e-6)
-    assert set(links.links()) >= {"NVLink3-A100", "NVLink4-H100", "NVLink5-B200", "PCIe4-x16", "InfiniBand-XDR",
-                              "RoCE-400GbE", "Ethernet-100G", "NVSwitch-HGX-H100", "xGMI-MI300X"}
+    assert set(links.links()) >= {
+        "NVLink3-A100",
+        "NVLink4-H100",
+        "NVLink5-B200",
+        "PCIe4-x16",
+        "InfiniBand-XDR",
+        "RoCE-400GbE",
+        "Ethernet-100G",
+        "NVSwitch-HGX-H100",
+        "xGMI-MI300X",
+    }
     # AMD prints Infinity Fabric per link (7 links of 128 GB/s, both directions added): 448 GB/s each way.
     assert links.link("xGMI-MI300X").bandwidth_bytes_per_s == pytest.approx(7 * 128e9 / 2, rel=1e-12)
 
@@ -128,8 +142,13 @@ def test_hierarchical_reduces_to_flat_ring_at_the_edges():
 
 def test_bad_input_is_a_value_error():
     kw = dict(alpha_s=1e-6, bandwidth_bytes_per_s=1e9)
-    for bad in [("all-sum", 1, 2, {}), ("all-gather", 1, 2, {"algorithm": "tree"}), ("all-reduce", -1, 2, {}),
-                ("all-reduce", 1, 0, {}), ("all-reduce", 1, 2.5, {})]:
+    for bad in [
+        ("all-sum", 1, 2, {}),
+        ("all-gather", 1, 2, {"algorithm": "tree"}),
+        ("all-reduce", -1, 2, {}),
+        ("all-reduce", 1, 0, {}),
+        ("all-reduce", 1, 2.5, {}),
+    ]:
         op, s, p, extra = bad
         with pytest.raises(ValueError):
             c.time_seconds(op, s, p, **kw, **extra)

@@ -10,8 +10,18 @@ from distlab.core.facts import entries, fact
 from distlab.gpu.matmul_dtypes import UNIT_ROUNDOFF, _matmul_variants
 from distlab.hardware.gpus import GPU, gpu, gpu_names, match_device
 
-NUMERIC_FIELDS = ("hbm_gb", "hbm_tbps", "bf16_dense_tflops", "fp16_dense_tflops", "tf32_dense_tflops",
-                  "fp32_tflops", "bf16_sparse_tflops", "sms", "l2_mib", "smem_per_sm_kib")
+NUMERIC_FIELDS = (
+    "hbm_gb",
+    "hbm_tbps",
+    "bf16_dense_tflops",
+    "fp16_dense_tflops",
+    "tf32_dense_tflops",
+    "fp32_tflops",
+    "bf16_sparse_tflops",
+    "sms",
+    "l2_mib",
+    "smem_per_sm_kib",
+)
 
 
 def test_required_chips_and_chapter_one_fields():
@@ -56,8 +66,16 @@ PUBLISHED = {
     "H100-SXM": dict(bf16=1979 / 2, tf32=989 / 2, fp32=67, fp8=3958 / 2, hbm_tbps=3.35, sms=132, link_one_way_gbps=450),
     "H200": dict(bf16=1979 / 2, fp8=3958 / 2, hbm_tbps=4.8, hbm_gb=141, sms=132, link_one_way_gbps=450),
     "B200": dict(bf16=4500 / 2, fp8=9000 / 2, fp32=75, hbm_tbps=7.7, link_one_way_gbps=900),
-    "MI300X": dict(bf16=1307.4, fp8=2614.9, tf32=653.7, fp32=163.4, hbm_tbps=5.3, hbm_gb=192, sms=304,
-                   link_one_way_gbps=7 * 128 / 2),
+    "MI300X": dict(
+        bf16=1307.4,
+        fp8=2614.9,
+        tf32=653.7,
+        fp32=163.4,
+        hbm_tbps=5.3,
+        hbm_gb=192,
+        sms=304,
+        link_one_way_gbps=7 * 128 / 2,
+    ),
 }
 
 
@@ -113,16 +131,35 @@ def test_unknown_names_and_dtypes_raise_with_the_known_ones():
 
 def test_gpu_validates_its_fields():
     with pytest.raises(ValueError, match="sms must be positive"):
-        GPU(name="x", title="x", vendor="x", sms=0, hbm_bytes=1, hbm_bytes_per_s=1, l2_bytes=1, smem_per_sm_bytes=1,
-            link_bytes_per_s=1, link_name="x")
+        GPU(
+            name="x",
+            title="x",
+            vendor="x",
+            sms=0,
+            hbm_bytes=1,
+            hbm_bytes_per_s=1,
+            l2_bytes=1,
+            smem_per_sm_bytes=1,
+            link_bytes_per_s=1,
+            link_name="x",
+        )
 
 
-@pytest.mark.parametrize(("device_name", "expected"), [
-    ("NVIDIA H100 80GB HBM3", "H100-SXM"), ("NVIDIA H200", "H200"), ("NVIDIA A100-SXM4-80GB", "A100-SXM-80GB"),
-    ("NVIDIA B200", "B200"), ("AMD Instinct MI300X", "MI300X"),
-    ("NVIDIA A100-SXM4-40GB", None), ("NVIDIA H100 PCIe", None), ("NVIDIA H100 NVL", None),
-    ("NVIDIA GH200 480GB", None), ("Tesla T4", None),
-])
+@pytest.mark.parametrize(
+    ("device_name", "expected"),
+    [
+        ("NVIDIA H100 80GB HBM3", "H100-SXM"),
+        ("NVIDIA H200", "H200"),
+        ("NVIDIA A100-SXM4-80GB", "A100-SXM-80GB"),
+        ("NVIDIA B200", "B200"),
+        ("AMD Instinct MI300X", "MI300X"),
+        ("NVIDIA A100-SXM4-40GB", None),
+        ("NVIDIA H100 PCIe", None),
+        ("NVIDIA H100 NVL", None),
+        ("NVIDIA GH200 480GB", None),
+        ("Tesla T4", None),
+    ],
+)
 def test_match_device(device_name, expected):
     """Would catch a PCIe or 40 GB card silently given the SXM 80 GB datasheet (a wrong MFU denominator)."""
     got = match_device(device_name)

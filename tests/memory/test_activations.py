@@ -30,8 +30,9 @@ def test_published_formula_is_the_sum_of_section_4_1(s, b, h, a):
     assert sum(t.paper_bytes for t in block_terms(s, b, h, a)) == attention + mlp + norms
 
 
-@pytest.mark.parametrize(("s", "b", "h", "a", "t"), [(s, b, h, a, t) for s, b, h, a in SHAPES for t in (1, 2, 4, 8)
-                                                     if a % t == 0])
+@pytest.mark.parametrize(
+    ("s", "b", "h", "a", "t"), [(s, b, h, a, t) for s, b, h, a in SHAPES for t in (1, 2, 4, 8) if a % t == 0]
+)
 def test_table_2_rows(s, b, h, a, t):
     """Each Table 2 row written out independently (Korthikanti et al. 2022); would catch a swapped /t."""
     sbh = s * b * h
@@ -112,8 +113,9 @@ def distlab(*args):
     """The console script's code path (`python -m distlab.core.cli` would register the command in a second copy
     of distlab.core.cli)."""
     code = "import sys; from distlab.core.cli import main; sys.exit(main())"
-    return subprocess.run([sys.executable, "-c", code, "activations", *args], capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(
+        [sys.executable, "-c", code, "activations", *args], capture_output=True, text=True, timeout=120
+    )
 
 
 def test_cli_json_keys_and_values():
@@ -134,13 +136,16 @@ def test_cli_text_and_help_state_the_convention():
     assert proc.returncode == 0 and "per GPU" in proc.stdout
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["--layers", "0"], "must be positive"),
-    (["--heads", "3"], "divisible by --heads"),
-    (["--tp", "3"], "divisible by --tp"),
-    (["--recompute", "partial"], "invalid choice"),
-    (["--seq", "1.5"], "whole number"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--layers", "0"], "must be positive"),
+        (["--heads", "3"], "divisible by --heads"),
+        (["--tp", "3"], "divisible by --tp"),
+        (["--recompute", "partial"], "invalid choice"),
+        (["--seq", "1.5"], "whole number"),
+    ],
+)
 def test_cli_bad_input_is_one_line_exit_2(args, message):
     base = {"--layers": "2", "--hidden": "64", "--heads": "4", "--seq": "16", "--batch": "1"}
     argv = []

@@ -26,7 +26,7 @@ def test_mixed_precision_bytes_per_category(cfg):
     assert counts["master weights (fp32)"] == 4 * n
     assert counts["Adam m (fp32)"] == 4 * n
     assert counts["Adam v (fp32)"] == 4 * n
-    tensors = (cfg.layers * 12 + 2 + 2 + (0 if cfg.tie_embeddings else 1))
+    tensors = cfg.layers * 12 + 2 + 2 + (0 if cfg.tie_embeddings else 1)
     assert counts["tensors"] == tensors
     assert counts["step counters"] == 4 * tensors
     assert counts["transient fp32 gradients"] == 4 * n

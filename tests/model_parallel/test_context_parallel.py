@@ -18,8 +18,10 @@ def _qkv(b=2, h=3, n=102, d=20, dtype=torch.float64, seed=0):
     return [torch.randn(b, h, n, d, generator=g, dtype=torch.float64).to(dtype) for _ in range(3)]
 
 
-@pytest.mark.parametrize(("ranks", "order", "causal"), [(3, "zigzag", True), (3, "contiguous", True),
-                                                        (1, "zigzag", True), (6, "contiguous", False)])
+@pytest.mark.parametrize(
+    ("ranks", "order", "causal"),
+    [(3, "zigzag", True), (3, "contiguous", True), (1, "zigzag", True), (6, "contiguous", False)],
+)
 def test_float64_ring_equals_sdpa(ranks, order, causal):
     """Sequence 102 = 6 chunks of 17 (odd chunk size). Would catch a wrong rescale in the online
     softmax (errors of O(1)), a causal mask on the wrong diagonal, or a chunk written back to the wrong
@@ -57,8 +59,9 @@ def test_unmasked_pairs_match_brute_force(ranks, order):
     n_chunks = ranks * (2 if order == "zigzag" else 1)
     c = n // n_chunks
     mask = torch.ones(n, n, dtype=torch.bool).tril()
-    brute = [sum(int(mask[i * c:(i + 1) * c].sum()) for i in chunks_of_rank(r, ranks, order)) * b * h
-             for r in range(ranks)]
+    brute = [
+        sum(int(mask[i * c : (i + 1) * c].sum()) for i in chunks_of_rank(r, ranks, order)) * b * h for r in range(ranks)
+    ]
     assert stats["unmasked_pairs"] == brute
     assert max(brute) / (sum(brute) / ranks) == pytest.approx(causal_imbalance(ranks, order, c), rel=1e-12)
     if order == "zigzag":

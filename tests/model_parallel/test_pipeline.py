@@ -61,8 +61,15 @@ def reference_starts(schedule, p, m, v=1, forward=1.0, backward=2.0, p2p=0.0):
     raise AssertionError("reference did not converge")
 
 
-CASES = [("gpipe", 3, 5, 1), ("1f1b", 4, 7, 1), ("1f1b", 5, 2, 1), ("interleaved", 3, 6, 2),
-         ("interleaved", 2, 4, 3), ("zb-h1", 4, 9, 1), ("zb-h1", 3, 2, 1)]
+CASES = [
+    ("gpipe", 3, 5, 1),
+    ("1f1b", 4, 7, 1),
+    ("1f1b", 5, 2, 1),
+    ("interleaved", 3, 6, 2),
+    ("interleaved", 2, 4, 3),
+    ("zb-h1", 4, 9, 1),
+    ("zb-h1", 3, 2, 1),
+]
 
 
 @pytest.mark.parametrize(("schedule", "p", "m", "v"), CASES)
@@ -165,13 +172,15 @@ def test_large_pipeline_is_fast():
 
 @pytest.mark.parametrize(
     ("args", "kwargs", "message"),
-    [((4, 6, "interleaved"), {"virtual": 2}, "divisible"),
-     ((4, 8, "interleaved"), {"virtual": 1}, "virtual >= 2"),
-     ((4, 8, "gpipe"), {"virtual": 2}, "only to the interleaved"),
-     ((0, 8, "1f1b"), {}, "stages"),
-     ((4, 8, "pipedream"), {}, "schedule must be"),
-     ((4, 8, "1f1b"), {"p2p": -1.0}, "p2p"),
-     ((4, 8, "1f1b"), {"backward": 0.0}, "backward")],
+    [
+        ((4, 6, "interleaved"), {"virtual": 2}, "divisible"),
+        ((4, 8, "interleaved"), {"virtual": 1}, "virtual >= 2"),
+        ((4, 8, "gpipe"), {"virtual": 2}, "only to the interleaved"),
+        ((0, 8, "1f1b"), {}, "stages"),
+        ((4, 8, "pipedream"), {}, "schedule must be"),
+        ((4, 8, "1f1b"), {"p2p": -1.0}, "p2p"),
+        ((4, 8, "1f1b"), {"backward": 0.0}, "backward"),
+    ],
 )
 def test_invalid_combinations_raise_value_error(args, kwargs, message):
     with pytest.raises(ValueError, match=message):
@@ -186,8 +195,7 @@ def test_deadlock_is_reported_not_hung():
 
 def _cli(*args):
     code = "import sys; from distlab.core.cli import main; sys.exit(main())"
-    return subprocess.run([sys.executable, "-c", code, "pipeline", *args], capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run([sys.executable, "-c", code, "pipeline", *args], capture_output=True, text=True, timeout=120)
 
 
 def test_cli_json_keys_and_values():
@@ -201,13 +209,15 @@ def test_cli_json_keys_and_values():
 
 @pytest.mark.parametrize(
     ("args", "message"),
-    [(["--stages", "4", "--microbatches", "6", "--schedule", "interleaved"], "divisible"),
-     (["--stages", "4", "--microbatches", "8", "--schedule", "gpipe", "--virtual", "2"], "--virtual"),
-     (["--stages", "0", "--microbatches", "8"], "positive"),
-     (["--stages", "4"], "required"),
-     (["--stages", "4", "--microbatches", "8", "--p2p", "inf"], "finite"),
-     (["--stages", "4", "--microbatches", "8", "--backward", "inf"], "finite"),
-     (["--stages", "100000", "--microbatches", "100000"], "at most")],
+    [
+        (["--stages", "4", "--microbatches", "6", "--schedule", "interleaved"], "divisible"),
+        (["--stages", "4", "--microbatches", "8", "--schedule", "gpipe", "--virtual", "2"], "--virtual"),
+        (["--stages", "0", "--microbatches", "8"], "positive"),
+        (["--stages", "4"], "required"),
+        (["--stages", "4", "--microbatches", "8", "--p2p", "inf"], "finite"),
+        (["--stages", "4", "--microbatches", "8", "--backward", "inf"], "finite"),
+        (["--stages", "100000", "--microbatches", "100000"], "at most"),
+    ],
 )
 def test_cli_bad_input_is_one_line_exit_2(args, message):
     """Catches a traceback, an infinite step time reported as a 100 % bubble, or a CLI that hangs for

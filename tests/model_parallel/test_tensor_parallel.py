@@ -45,10 +45,12 @@ def test_outputs_and_input_gradients_are_close(part, ranks):
     first = ranks[0]
     for res in ranks:
         got = res[(T, part)]
-        assert got["output_vs_fp64"] <= close_bound(first[f"{unsplit}_fp32_output_vs_fp64"],
-                                                    first[f"{unsplit}_output_scale"])
-        assert got["input_grad_vs_fp64"] <= close_bound(first[f"{unsplit}_fp32_input_grad_vs_fp64"],
-                                                        first[f"{unsplit}_input_grad_scale"])
+        assert got["output_vs_fp64"] <= close_bound(
+            first[f"{unsplit}_fp32_output_vs_fp64"], first[f"{unsplit}_output_scale"]
+        )
+        assert got["input_grad_vs_fp64"] <= close_bound(
+            first[f"{unsplit}_fp32_input_grad_vs_fp64"], first[f"{unsplit}_input_grad_scale"]
+        )
 
 
 def test_block_gradients_close_including_layernorm_under_sequence_parallelism(ranks):
@@ -69,8 +71,10 @@ def test_two_all_reduces_forward_two_backward_with_their_bytes(ranks):
     assert [(op, phase) for op, phase, _ in log] == [("all-reduce", "forward")] * 2 + [("all-reduce", "backward")] * 2
     assert {b for _, _, b in log} == {act}
     for part in ("attention", "mlp"):
-        assert [(op, phase) for op, phase, _ in ranks[0][(T, part)]["log"]] == [("all-reduce", "forward"),
-                                                                                 ("all-reduce", "backward")]
+        assert [(op, phase) for op, phase, _ in ranks[0][(T, part)]["log"]] == [
+            ("all-reduce", "forward"),
+            ("all-reduce", "backward"),
+        ]
 
 
 def test_sequence_parallel_replaces_each_all_reduce_by_reduce_scatter_and_all_gather(ranks):

@@ -76,8 +76,12 @@ def test_zero_stage_is_the_lowest_that_fits():
     assert 16 * n > BUDGET and 5.5 * n < 0.6 * BUDGET
     t = Training(global_batch_tokens=64 * 4096, seq=4096)
     assert zero_stage(m, c, t, Plan(dp=8, zero=3, microbatches=8)).value == 1
-    assert zero_stage(preset("175B"), c, Training(global_batch_tokens=8 * 2048, seq=2048),
-                      Plan(tp=8, microbatches=8)).value is None
+    assert (
+        zero_stage(
+            preset("175B"), c, Training(global_batch_tokens=8 * 2048, seq=2048), Plan(tp=8, microbatches=8)
+        ).value
+        is None
+    )
 
 
 def test_expert_parallel_smallest_ep_that_fits_by_hand():
@@ -103,8 +107,15 @@ def test_expert_parallel_smallest_ep_that_fits_by_hand():
         expert_parallel(m, H100x8, t, p, experts=2, top_k=3)
 
 
-REQUESTS = [("7B", 1, None), ("13B", 8, None), ("70B", 8, None), ("70B", 128, None), ("175B", 8, None),
-            ("175B", 128, None), ("70B", 8, 131072)]
+REQUESTS = [
+    ("7B", 1, None),
+    ("13B", 8, None),
+    ("70B", 8, None),
+    ("70B", 128, None),
+    ("175B", 8, None),
+    ("175B", 128, None),
+    ("70B", 8, 131072),
+]
 
 
 @pytest.mark.parametrize(("name", "nodes", "seq"), REQUESTS)
@@ -149,8 +160,9 @@ def test_planner_tp_cost_matches_closed_form_for_a_gpt_layer():
     st, w = stage_times(m, c, t, p), layer_work(m, t, p)
     f = c.gpu.peak_flops("bf16") * gemm_efficiency(c.gpu)
     ratio = (st["forward tensor-parallel"] + st["backward tensor-parallel"]) / (3 * 96 * w["matmul_flops"] / f)
-    assert ratio == pytest.approx(tp_overhead_closed_form(8, 12288, f, effective(c.intra).bandwidth_bytes_per_s),
-                                  rel=0.01)
+    assert ratio == pytest.approx(
+        tp_overhead_closed_form(8, 12288, f, effective(c.intra).bandwidth_bytes_per_s), rel=0.01
+    )
     assert tp_overhead_closed_form(8, 8192, 989e12, 450e9) == pytest.approx(14 * 989e12 / (9 * 8192 * 450e9))
 
 

@@ -44,10 +44,10 @@ def test_activations_match_korthikanti():
 
 
 def megatron_1t():
-    m = ModelShape(layers=128, hidden=25600, heads=160, ffn=4 * 25600, vocab=51200, seq=2048, mlp="gelu",
-                   tie_embeddings=True)
-    t = Training(global_batch_tokens=3072 * 2048, seq=2048, attention="standard", dropout=True,
-                 sequence_parallel=False)
+    m = ModelShape(
+        layers=128, hidden=25600, heads=160, ffn=4 * 25600, vocab=51200, seq=2048, mlp="gelu", tie_embeddings=True
+    )
+    t = Training(global_batch_tokens=3072 * 2048, seq=2048, attention="standard", dropout=True, sequence_parallel=False)
     return m, t
 
 
@@ -150,26 +150,31 @@ def test_plan_cli_json_175b_on_1024_gpus_is_fast():
 def test_plan_cli_model_file(tmp_path):
     """A JSON model file with the issue's fields: a 3B Llama-like shape with grouped-query attention."""
     f = tmp_path / "m.json"
-    f.write_text(json.dumps({"layers": 26, "hidden": 3072, "heads": 24, "kv_heads": 8, "ffn": 8192,
-                             "vocab": 32000, "seq": 2048}))
+    f.write_text(
+        json.dumps({"layers": 26, "hidden": 3072, "heads": 24, "kv_heads": 8, "ffn": 8192, "vocab": 32000, "seq": 2048})
+    )
     proc = distlab("plan", "--model", str(f), "--task", "finetune", "--json", "--top", "1")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)[0]["memory_bytes_per_gpu"] < 72e9
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["--model", "175B", "--gpus-per-node", "1"], "nothing fits"),  # even offloaded: 2.8 TB > the 2 TB host
-    (["--model", "7B", "--gpu", "Z80"], "unknown GPU"),
-    (["--model", "7B", "--global-batch-tokens", "1000"], "not a whole number"),
-    (["--model", "7B", "--nodes", "3", "--global-batch-tokens", "65536"], "splits a global batch"),
-    (["--model", "12B"], "unknown model preset"),
-    (["--model", "7B", "--inter-bw", "0"], "must be positive"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--model", "175B", "--gpus-per-node", "1"], "nothing fits"),  # even offloaded: 2.8 TB > the 2 TB host
+        (["--model", "7B", "--gpu", "Z80"], "unknown GPU"),
+        (["--model", "7B", "--global-batch-tokens", "1000"], "not a whole number"),
+        (["--model", "7B", "--nodes", "3", "--global-batch-tokens", "65536"], "splits a global batch"),
+        (["--model", "12B"], "unknown model preset"),
+        (["--model", "7B", "--inter-bw", "0"], "must be positive"),
+    ],
+)
 def test_plan_cli_impossible_requests(args, message):
     proc = distlab("plan", *args)
     lines = proc.stderr.strip().splitlines()
-    assert proc.returncode == 2 and len(lines) == 1 and message in lines[0] and "Traceback" not in proc.stderr, \
+    assert proc.returncode == 2 and len(lines) == 1 and message in lines[0] and "Traceback" not in proc.stderr, (
         proc.stderr
+    )
 
 
 def test_rules_shape_every_search_but_not_restricted_ones():

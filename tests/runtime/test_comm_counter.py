@@ -30,8 +30,12 @@ def _known_collectives(rank, world):
     dist.all_reduce(torch.ones(3))  # outside the context
     with CommCounter(world) as ddp_comm:
         ddp(torch.randn(2, 7)).sum().backward()  # DDP's C++ reducer all-reduces 40 fp32 gradients
-    return {"summary": comm.summary(), "sent": comm.sent_bytes(), "ddp": ddp_comm.summary(),
-            "values": (float(total[0]), gathered.float().tolist(), float(mine[0]), float(b[0]))}
+    return {
+        "summary": comm.summary(),
+        "sent": comm.sent_bytes(),
+        "ddp": ddp_comm.summary(),
+        "values": (float(total[0]), gathered.float().tolist(), float(mine[0]), float(b[0])),
+    }
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +49,11 @@ def test_message_bytes_and_calls_per_collective(ranks):
     for x in ranks:
         s = x["summary"]
         assert {op: (v["calls"], v["message_bytes"]) for op, v in s.items()} == {
-            "all-reduce": (1, 388), "all-gather": (2, 30 + 48), "reduce-scatter": (1, 84), "broadcast": (1, 88)}
+            "all-reduce": (1, 388),
+            "all-gather": (2, 30 + 48),
+            "reduce-scatter": (1, 84),
+            "broadcast": (1, 88),
+        }
 
 
 def test_sent_bytes_use_ring_factors(ranks):

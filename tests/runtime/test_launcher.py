@@ -127,10 +127,16 @@ def test_all_reduce_on_three_real_processes_with_the_launch_time_environment(mon
     ("fn", "message"),
     [
         (_raise_on_rank_1, r"^rank 1 of 3 failed: ValueError: deliberate \(test_launcher\.py:\d+\)$"),
-        (_hang_on_last, r"^rank 2 of 3 hung: no result after 4 s, at test_launcher\.py:\d+ in _hang_on_last "
-                        r"\(ranks without a result: \[2\]\)$"),
-        (_hang_while_peers_wait, r"^rank 1 of 3 hung: .* in _hang_while_peers_wait \(ranks without a result: "
-                                 r"\[0, 1, 2\]\)$"),
+        (
+            _hang_on_last,
+            r"^rank 2 of 3 hung: no result after 4 s, at test_launcher\.py:\d+ in _hang_on_last "
+            r"\(ranks without a result: \[2\]\)$",
+        ),
+        (
+            _hang_while_peers_wait,
+            r"^rank 1 of 3 hung: .* in _hang_while_peers_wait \(ranks without a result: "
+            r"\[0, 1, 2\]\)$",
+        ),
         (_kill_rank_0, r"^rank 0 of 3 died with signal SIGKILL before returning a result$"),
         (_exit_quietly_on_rank_2, r"^rank 2 of 3 exited with code 0 before returning a result$"),
     ],
@@ -153,14 +159,16 @@ def test_failures_name_the_rank_in_one_line_and_leave_no_process(fn, message, tm
 def test_ranks_die_when_the_launcher_is_killed(tmp_path):
     """SIGKILL on the launching process (no finally, no atexit) must still take every rank with it."""
     script = tmp_path / "victim.py"
-    script.write_text(textwrap.dedent(f"""
+    script.write_text(
+        textwrap.dedent(f"""
         import sys
         sys.path.insert(0, {str(REPO / "tests" / "runtime")!r})
         from distlab.runtime.launcher import launch
         from test_launcher import _hang_on_last
         if __name__ == "__main__":
             launch(_hang_on_last, 2, {str(tmp_path)!r}, timeout_s=120)
-    """))
+    """)
+    )
     proc = subprocess.Popen([sys.executable, str(script)], cwd=REPO)
     try:
         end = time.monotonic() + 60
@@ -190,7 +198,8 @@ def test_a_script_without_a_main_guard_is_told_so(tmp_path):
     """A script that calls launch() at top level is imported again by every rank, which then dies in
     multiprocessing's bootstrap check: the launcher must say what to fix, not only that rank 0 died."""
     script = tmp_path / "unguarded.py"
-    script.write_text(textwrap.dedent("""
+    script.write_text(
+        textwrap.dedent("""
         import torch.distributed as dist
         from distlab.runtime.launcher import LaunchError, launch
 
@@ -201,9 +210,16 @@ def test_a_script_without_a_main_guard_is_told_so(tmp_path):
             launch(rank_fn, 2, timeout_s=60)
         except LaunchError as exc:
             print("LAUNCH-ERROR", exc)
-    """))
-    proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=120,
-                          env=os.environ | {"PYTHONPATH": str(REPO)})
+    """)
+    )
+    proc = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=os.environ | {"PYTHONPATH": str(REPO)},
+    )
     line = next((x for x in proc.stdout.splitlines() if x.startswith("LAUNCH-ERROR")), proc.stdout + proc.stderr)
     assert "if __name__ == '__main__':" in line, line
 
@@ -284,9 +300,15 @@ def test_same_code_runs_under_torchrun(tmp_path):
     script.write_text(TORCHRUN_SCRIPT)
     torchrun = Path(sys.executable).parent / "torchrun"
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "DISTLAB_SPAWNED")}
-    proc = subprocess.Popen([str(torchrun), "--standalone", "--nproc-per-node", "2", str(script)], cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-                            env=env | {"OMP_NUM_THREADS": "1"})
+    proc = subprocess.Popen(
+        [str(torchrun), "--standalone", "--nproc-per-node", "2", str(script)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env=env | {"OMP_NUM_THREADS": "1"},
+    )
     try:
         stdout, stderr = proc.communicate(timeout=120)
     finally:  # torchrun's workers do not die with it: take the whole session down
@@ -294,7 +316,7 @@ def test_same_code_runs_under_torchrun(tmp_path):
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 0, stderr[-3000:]
     line = next(x for x in stdout.splitlines() if x.startswith("RESULT "))
-    out = json.loads(line[len("RESULT "):])
+    out = json.loads(line[len("RESULT ") :])
     assert [r[:3] for r in out["results"]] == [[0, 2, 3.0], [1, 2, 3.0]]
     assert out["results"][0][3] != out["results"][1][3]  # two processes, not one
     assert out["fail_on_12"].startswith("rank 1 of 2 failed: KeyError: 'only rank 1'")

@@ -75,8 +75,14 @@ def test_traffic_per_step(ranks):
     """Message sizes per step, fp32: ZeRO-1 reduce-scatters and all-gathers the padded buffer 3 x 7,657
     elements; naive ZeRO-1 all-reduces it; DDP all-reduces exactly Ψ elements."""
     padded = 4 * 3 * SHARD
-    per_step = {v: {op: (s["calls"] / STEPS, s["message_bytes"] / STEPS) for op, s in ranks[0][v]["comm"].items()
-                    if op != "broadcast"} for v in ("zero1", "naive", "ddp")}
+    per_step = {
+        v: {
+            op: (s["calls"] / STEPS, s["message_bytes"] / STEPS)
+            for op, s in ranks[0][v]["comm"].items()
+            if op != "broadcast"
+        }
+        for v in ("zero1", "naive", "ddp")
+    }
     assert per_step["zero1"] == {"reduce-scatter": (1, padded), "all-gather": (1, padded)}
     assert per_step["naive"] == {"all-reduce": (1, padded), "all-gather": (1, padded)}
     assert per_step["ddp"] == {"all-reduce": (1, 4 * PSI)}

@@ -158,8 +158,12 @@ def test_memory_cli_json_and_text(capsys):
 def test_memory_cli_as_installed_script():
     """End to end in a fresh interpreter, as the `distlab` script runs it."""
     code = "import sys; from distlab.core.cli import main; sys.exit(main())"
-    proc = subprocess.run([sys.executable, "-c", code, "memory", "--params", "1e9", "--gpus", "4", "--zero", "2",
-                           "--json"], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", code, "memory", "--params", "1e9", "--gpus", "4", "--zero", "2", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["total_bytes"] == 2 * 10**9 + 14 * 250_000_000
 

@@ -76,26 +76,41 @@ def test_saved_state_is_twelve_bytes_per_parameter():
 
 def test_cli_json_contract(capsys):
     """C = 60 s, M = 3 h: Young = sqrt(2 * 60 * 10800) = 1138.4 s. Keys are the stable contract."""
-    assert main(["checkpoint-interval", "--save-seconds", "60", "--mtbf-hours", "3", "--restart-seconds", "120",
-                 "--json"]) == 0
+    assert (
+        main(["checkpoint-interval", "--save-seconds", "60", "--mtbf-hours", "3", "--restart-seconds", "120", "--json"])
+        == 0
+    )
     out = json.loads(capsys.readouterr().out)
     assert out["young_seconds"] == pytest.approx(math.sqrt(2 * 60 * 10800))
     x = 60 / (2 * 10800)
     assert out["daly_seconds"] == pytest.approx(math.sqrt(2 * 60 * 10800) * (1 + math.sqrt(x) / 3 + x / 9) - 60)
     tau = out["daly_seconds"]
-    assert out["lost_fraction"] == pytest.approx(1 - tau / (10800 * math.exp(120 / 10800) *
-                                                           (math.exp((tau + 60) / 10800) - 1)))
-    assert {"young_seconds", "daly_seconds", "lost_fraction", "optimal_seconds", "mtbf_seconds",
-            "save_seconds", "restart_seconds"} <= set(out)
+    assert out["lost_fraction"] == pytest.approx(
+        1 - tau / (10800 * math.exp(120 / 10800) * (math.exp((tau + 60) / 10800) - 1))
+    )
+    assert {
+        "young_seconds",
+        "daly_seconds",
+        "lost_fraction",
+        "optimal_seconds",
+        "mtbf_seconds",
+        "save_seconds",
+        "restart_seconds",
+    } <= set(out)
 
 
-@pytest.mark.parametrize("argv", [["--save-seconds", "0", "--mtbf-hours", "3"],
-                                  ["--save-seconds", "60"],
-                                  ["--save-seconds", "60", "--mtbf-hours", "3", "--restart-seconds", "-1"],
-                                  ["--save-seconds", "abc", "--mtbf-hours", "3"],
-                                  ["--save-seconds", "inf", "--mtbf-hours", "3"],
-                                  ["--save-seconds", "60", "--mtbf-hours", "nan"],
-                                  ["--save-seconds", "60", "--mtbf-hours", "-3"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--save-seconds", "0", "--mtbf-hours", "3"],
+        ["--save-seconds", "60"],
+        ["--save-seconds", "60", "--mtbf-hours", "3", "--restart-seconds", "-1"],
+        ["--save-seconds", "abc", "--mtbf-hours", "3"],
+        ["--save-seconds", "inf", "--mtbf-hours", "3"],
+        ["--save-seconds", "60", "--mtbf-hours", "nan"],
+        ["--save-seconds", "60", "--mtbf-hours", "-3"],
+    ],
+)
 def test_cli_bad_input_is_one_line_exit_2(argv, capsys):
     assert main(["checkpoint-interval", *argv]) == 2
     err = capsys.readouterr().err.strip()

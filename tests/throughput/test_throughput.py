@@ -12,8 +12,15 @@ from distlab.throughput.profile_step import _is_comm
 
 # Expected largest of N standard normals (Tippett 1925; Harter 1961, "Expected values of normal order
 # statistics", Biometrika 48). N = 2 and 3 have closed forms: 1/sqrt(pi) and 3/(2 sqrt(pi)).
-PUBLISHED = {1: 0.0, 2: 1 / math.sqrt(math.pi), 3: 1.5 / math.sqrt(math.pi), 4: 1.02938, 5: 1.16296, 10: 1.53875,
-             100: 2.50759}
+PUBLISHED = {
+    1: 0.0,
+    2: 1 / math.sqrt(math.pi),
+    3: 1.5 / math.sqrt(math.pi),
+    4: 1.02938,
+    5: 1.16296,
+    10: 1.53875,
+    100: 2.50759,
+}
 
 
 @pytest.mark.parametrize("n,value", PUBLISHED.items())
@@ -42,8 +49,18 @@ def test_one_slow_rank_sets_the_pace():
 
 
 def _spot(**kw):
-    base = dict(nodes=6, preempt_per_hour=0.2, replace_hours=0.5, elastic=False, min_nodes=6, interval_s=600.0,
-                save_s=30.0, restart_s=120.0, horizon_hours=6000.0, rng=np.random.default_rng(11))
+    base = dict(
+        nodes=6,
+        preempt_per_hour=0.2,
+        replace_hours=0.5,
+        elastic=False,
+        min_nodes=6,
+        interval_s=600.0,
+        save_s=30.0,
+        restart_s=120.0,
+        horizon_hours=6000.0,
+        rng=np.random.default_rng(11),
+    )
     return elastic.simulate(**(base | kw))
 
 
