@@ -7,15 +7,16 @@ calculator touches only its own module. Bad input prints one line and exits 2, n
 from __future__ import annotations
 
 import argparse
-import ast
 import importlib
 import json
 import math
+import re
 import sys
 import time
+import warnings
 from collections.abc import Callable, Sequence
 
-from distlab.core.experiments import module_name, source_files
+from distlab.core import sources
 
 EXIT_USAGE = 2
 _COMMANDS: dict[str, Callable] = {}
@@ -36,7 +37,15 @@ def command(name: str, help: str):  # mirrors argparse's word
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse that reports a usage error as one line and exit 2 (argparse prints usage too)."""
+    """argparse that reports a usage error as one line and exit 2 (argparse prints usage too), and reads "-7e9"
+    or "-inf" as a (negative) value, which the option's type then refuses by name ("must be positive"), instead
+    of taking it for an unknown option ("expected one argument")."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._negative_number_matcher = re.compile(
+            r"^-([0-9][0-9_]*\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?$|^-(inf|infinity|nan)$", re.I
+        )
 
     def error(self, message: str):
         raise UsageError(f"{self.prog}: {message}")
@@ -46,59 +55,102 @@ def parser(name: str, description: str) -> Parser:
     return Parser(prog=f"distlab {name}", description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
 
 
-def positive(kind: type = float) -> Callable[[str], float]:
-    """argparse type: a finite number > 0 (accepts 7e9 and 7_000_000_000 for integers)."""
+# ASCII digits only ([0-9], not \d, which also matches '٧' and '７'); underscores as thousands separators.
+_ASCII_NUMBER = re.compile(
+    r"^[-+]?([0-9][0-9_]*\.?[0-9_]*|\.[0-9][0-9_]*)([eE][-+]?[0-9]+)?$|^[-+]?(inf|infinity|nan)$", re.I
+)
+
+# The meaningful range of the calculators' inputs: beyond these nothing real exists and the arithmetic only
+# overflows. A value past them is refused with "must be at most ...".
+MAX_GPUS = 2**20  # a million accelerators, several times the largest cluster built
+MAX_PARAMS = 1e15  # a thousand times today's largest dense models
+MAX_TOKENS = 2**30  # tokens in one sequence or micro-batch dimension
+MAX_BYTES = 1e18  # an exabyte in one message or buffer
+MAX_WIDTH = 2**20  # hidden sizes, heads, layers
+
+
+def number(
+    kind: type = float, *, minimum: float | None = None, maximum: float | None = None, strict_minimum: bool = False
+) -> Callable[[str], float]:
+    """argparse type: a finite number in [minimum, maximum] written in ASCII (7e9, 7_000_000_000, 0.5; not
+    '٧' or '７', which Python's float() would accept). Integers must be whole. Each refusal is one line that
+    says what is wrong: "is not a number", "is not a finite number", "must be positive", "must be at most X"."""
 
     def parse(text: str):
-        try:
-            value = kind(float(text.replace("_", ""))) if kind is int else kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-        except OverflowError:  # int(float("inf"))
-            raise argparse.ArgumentTypeError(f"{text!r} is not a finite number") from None
+        if not _ASCII_NUMBER.match(text.strip()):
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number")
+        plain = text.strip().replace("_", "")
+        value = float(plain)
         if not math.isfinite(value):
             raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
-        if kind is int and float(text.replace("_", "")) != value:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number")
-        if not value > 0:
-            raise argparse.ArgumentTypeError(f"{text!r} must be positive")
+        if kind is int:
+            if not value.is_integer():
+                raise argparse.ArgumentTypeError(f"{text!r} is not a whole number")
+            value = int(value)
+        if minimum is not None and (value <= minimum if strict_minimum else value < minimum):
+            words = (
+                "must be positive"
+                if (minimum == 0 and strict_minimum)
+                else (f"must be more than {minimum:g}" if strict_minimum else f"must be at least {minimum:g}")
+            )
+            raise argparse.ArgumentTypeError(f"{text!r} {words}")
+        if maximum is not None and value > maximum:
+            raise argparse.ArgumentTypeError(f"{text!r} must be at most {maximum:g}")
         return value
 
-    parse.__name__ = f"positive {kind.__name__}"
+    parse.__name__ = f"{kind.__name__}"
     return parse
 
 
+def positive(kind: type = float, maximum: float | None = None) -> Callable[[str], float]:
+    """argparse type: a finite number > 0, at most `maximum` (accepts 7e9 and 7_000_000_000 for integers)."""
+    return number(kind, minimum=0, strict_minimum=True, maximum=maximum)
+
+
+def non_negative(kind: type = float, maximum: float | None = None) -> Callable[[str], float]:
+    """argparse type: a finite number >= 0, at most `maximum`."""
+    return number(kind, minimum=0, maximum=maximum)
+
+
+def _non_finite(obj, path: str = "") -> str | None:
+    """The first key whose value is inf or nan, anywhere in a result."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return path or "the result"
+    items = obj.items() if isinstance(obj, dict) else enumerate(obj) if isinstance(obj, (list, tuple)) else ()
+    for k, v in items:
+        found = _non_finite(v, f"{path}.{k}" if path else str(k))
+        if found:
+            return found
+    return None
+
+
 def emit(obj: dict | list, as_json: bool, text: str) -> None:
-    """Print `--json` output (stable key order, machine-readable) or the human text."""
-    print(json.dumps(obj, indent=2, sort_keys=True) if as_json else text)
+    """Print `--json` output (stable key order, machine-readable) or the human text. A result that overflowed
+    to inf or nan is refused as bad input (exit 2): --json never prints Infinity or NaN, the text never says inf."""
+    bad = _non_finite(obj)
+    if bad:
+        raise UsageError(f"the result overflows ({bad} is not finite): the inputs are too large to answer")
+    print(json.dumps(obj, indent=2, sort_keys=True, allow_nan=False) if as_json else text)
 
 
 def discover_commands() -> dict[str, tuple[str, str]]:
     """name -> (module, help) for every @command in distlab's source, without importing it."""
-    found = {}
-    for path in source_files():
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.FunctionDef):
-                for deco in node.decorator_list:
-                    if isinstance(deco, ast.Call) and getattr(deco.func, "id", None) == "command" and deco.args:
-                        name, helptext = (ast.literal_eval(a) for a in deco.args[:2])
-                        found[name] = (module_name(path), helptext)
-    return found
+    return {reg.name: (sources.module_name(path), reg.description) for path, reg in sources.registrations("command")}
 
 
 # ---------------------------------------------------------------- list and run
 @command("list", "list every experiment with a one-line description")
 def list_command(argv: list[str]) -> int:
-    p = parser("list", "List every experiment.")
+    p = parser("list", "List every experiment: name, kind, where its code is (module:line), what it shows.")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     args = p.parse_args(argv)
     from distlab.core.experiments import discover
 
-    exps = discover()
+    exps = sorted(discover().values(), key=lambda e: e.name)
     emit(
-        [{"name": e.name, "kind": e.kind, "description": e.description} for e in exps.values()],
+        [{"name": e.name, "kind": e.kind, "source": e.source, "description": e.description} for e in exps],
         args.json,
-        "\n".join(f"{e.name:<26} {e.kind:<9} {e.description}" for e in exps.values()),
+        "\n".join(f"{e.name:<26} {e.kind:<9} {e.source:<48} {e.description}" for e in exps),
     )
     return 0
 
@@ -209,9 +261,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     importlib.import_module(commands[name][0])
     try:
-        return _COMMANDS[name](rest)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)  # numpy's "overflow encountered" becomes one line
+            return _COMMANDS[name](rest)
     except UsageError as exc:
-        print(exc, file=sys.stderr)
+        message = str(exc)
+        print(message if message.startswith("distlab") else f"distlab {name}: {message}", file=sys.stderr)
+        return EXIT_USAGE
+    except (ArithmeticError, RuntimeWarning) as exc:  # inputs so large or small the arithmetic gives out
+        print(f"distlab {name}: the inputs are too large or too small to answer ({exc})", file=sys.stderr)
         return EXIT_USAGE
     except ValueError as exc:  # validation in configs and calculators: bad input, not a bug
         print(f"distlab {name}: {exc}", file=sys.stderr)

@@ -9,7 +9,6 @@ rebuild re-runs nothing, and a changed experiment never reuses an old result.
 
 from __future__ import annotations
 
-import ast
 import datetime as _dt
 import functools
 import hashlib
@@ -24,10 +23,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from distlab.core import sources
 from distlab.core.results import RESULT_SCHEMA, Result
 
-PACKAGE_DIR = Path(__file__).resolve().parent.parent  # distlab/
-REPO_DIR = PACKAGE_DIR.parent
+PACKAGE_DIR, REPO_DIR, cache_dir = sources.PACKAGE_DIR, sources.REPO_DIR, sources.cache_dir
 DEVICES = ("cpu", "cuda")
 
 
@@ -70,64 +69,18 @@ class UnknownExperiment(LookupError):
     pass
 
 
-@dataclass(frozen=True)
-class _Scan:
-    experiments: tuple[Experiment, ...]
-    imports: frozenset[str]
-
-
-def _scan(path: Path) -> _Scan:
-    """What one source file registers and which distlab modules it imports (cached while unchanged)."""
-    stat = path.stat()
-    return _scan_cached(path, stat.st_mtime_ns, stat.st_size)
-
-
-def module_name(path: Path) -> str:
-    """distlab/memory/adamw_bytes.py -> distlab.memory.adamw_bytes"""
-    return ".".join(path.relative_to(PACKAGE_DIR.parent).with_suffix("").parts)
-
-
-def source_files() -> list[Path]:
-    """Every module of the package (sorted; topic folders included)."""
-    return sorted(p for p in PACKAGE_DIR.rglob("*.py") if p.name != "__init__.py")
-
-
-@functools.lru_cache(maxsize=512)
-def _scan_cached(path: Path, mtime_ns: int, size: int) -> _Scan:
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    found, names = [], set()
-    here = module_name(path)
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            for deco in node.decorator_list:
-                is_call = isinstance(deco, ast.Call)
-                if is_call and getattr(deco.func, "id", None) == "experiment" and len(deco.args) >= 2:
-                    name, desc = (ast.literal_eval(a) for a in deco.args[:2])
-                    keywords = {k.arg: ast.literal_eval(k.value) for k in deco.keywords}
-                    kind = keywords.get("kind", "measured")
-                    line = min([node.lineno] + [d.lineno for d in node.decorator_list])
-                    found.append(
-                        Experiment(name, desc, here, kind, line=line, versions=tuple(keywords.get("versions", ())))
-                    )
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:  # relative: from .x import y / from . import x
-                parent = here.rsplit(".", node.level)[0]
-                base = parent + ("." + base if base else "")
-            if base == "distlab" or base.startswith("distlab."):
-                # `from distlab.memory import activations` names a module; `from distlab.memory.activations
-                # import f` names its module; both count.
-                names |= {f"{base}.{a.name}" for a in node.names} | {base}
-        elif isinstance(node, ast.Import):
-            names |= {a.name for a in node.names if a.name.startswith("distlab.")}
-    return _Scan(tuple(found), frozenset(names))
-
-
 def discover() -> dict[str, Experiment]:
     """Every `@experiment("name", "description")` in distlab's source, found without importing it."""
     found: dict[str, Experiment] = {}
-    for path in source_files():
-        found.update((e.name, e) for e in _scan(path).experiments)
+    for path, reg in sources.registrations("experiment"):
+        found[reg.name] = Experiment(
+            reg.name,
+            reg.description,
+            sources.module_name(path),
+            reg.option("kind", "measured"),
+            line=reg.line,
+            versions=tuple(reg.option("versions", ())),
+        )
     return found
 
 
@@ -150,7 +103,7 @@ def get(name: str) -> Experiment:
 
 # ---------------------------------------------------------------- code identity
 def _module_path(module: str) -> Path:
-    return PACKAGE_DIR.joinpath(*module.split(".")[1:]).with_suffix(".py")
+    return sources.module_path(module)
 
 
 # The machinery every experiment imports, which says how results are kept and shown, not what they are: the
@@ -176,7 +129,7 @@ def code_files(module: str) -> list[Path]:
         if m in seen or m in MACHINERY_MODULES or not _module_path(m).exists():
             continue
         seen.add(m)
-        todo += _scan(_module_path(m)).imports
+        todo += sources.scan(_module_path(m)).imports
     files = [_module_path(m) for m in sorted(seen)]
     if "distlab.core.facts" in seen:
         files += sorted((PACKAGE_DIR / "data").glob("*.toml"))
@@ -256,10 +209,6 @@ def provenance(name: str, device: str, seconds: float) -> dict:
 
 
 # ---------------------------------------------------------------- cache and stored results
-def cache_dir() -> Path:
-    return Path(os.environ.get("DISTLAB_CACHE", REPO_DIR / ".cache" / "distlab"))
-
-
 def results_dir() -> Path:
     """Stored measurements from GPU machines, committed: results/<hardware>/<experiment>.json."""
     return Path(os.environ.get("DISTLAB_RESULTS", REPO_DIR / "results"))

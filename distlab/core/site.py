@@ -212,7 +212,10 @@ class Page:
                 )
         if not lines:
             return ""
-        where = "\n".join(f"    - `{exp}`: {self._where(r.provenance, r.kind)}" for exp, r in self.results.items())
+        where = "\n".join(
+            f"    - `{exp}`: {self._where(r.provenance, r.kind)}; code: {self._source_link(exp)}"
+            for exp, r in self.results.items()
+        )
         return (
             f'\n??? success "Checked on this page: {len(lines)} claims, all passed at build time"\n'
             + "\n".join(lines)
@@ -220,6 +223,15 @@ class Page:
             + where
             + "\n"
         )
+
+    def _source_link(self, exp: str) -> str:
+        """[distlab/memory/adamw_bytes.py:92](...): the experiment's function on the site's copy of its module."""
+        spec = experiments.spec(exp)
+        if not spec.module.startswith("distlab."):
+            return f"`{spec.module}`"
+        path = experiments._module_path(spec.module).relative_to(experiments.REPO_DIR).as_posix()
+        href = "../" * self.path.count("/") + source_page(path) + f"#__codelineno-0-{spec.line}"
+        return f"[{path}:{spec.line}]({href})"
 
     def write(self) -> None:
         import mkdocs_gen_files
@@ -291,15 +303,47 @@ def experiments_named(text: str) -> list[str]:
     return names
 
 
+def source_page(path: str) -> str:
+    """The site page that shows a source file: distlab/memory/adamw_bytes.py -> code/distlab/memory/adamw_bytes.md"""
+    return "code/" + path.removesuffix(".py") + ".md"
+
+
+def write_source_pages(modules: set[str]) -> None:
+    """A page per module, its source with numbered, linkable lines (kept out of the search index): the
+    "Checked on this page" box links each experiment there, so a reader gets from a number to its code."""
+    import mkdocs_gen_files
+
+    for module in sorted(modules):
+        path = experiments._module_path(module)
+        rel = path.relative_to(experiments.REPO_DIR).as_posix()
+        text = path.read_text(encoding="utf-8")
+        fence = "`" * max(4, 1 + max((len(m) for m in re.findall(r"`+", text)), default=0))
+        with mkdocs_gen_files.open(source_page(rel), "w") as f:
+            f.write(f'---\nsearch:\n  exclude: true\n---\n\n# `{rel}`\n\n{fence}python linenums="1"\n{text}{fence}\n')
+
+
 def build_pages() -> None:
-    """Every page of docs/ that holds a placeholder: run the experiments it names, render it (gen/pages.py)."""
+    """Every page of docs/ that holds a placeholder: run the experiments it names, render it (gen/pages.py);
+    then the source pages of the experiments the pages name."""
     import mkdocs_gen_files
 
     docs = Path(mkdocs_gen_files.config["docs_dir"])
+    modules: set[str] = set()
     for md in sorted(docs.rglob("*.md")):
         text = md.read_text(encoding="utf-8")
         if not PLACEHOLDER.search(text):
             continue  # plain prose: mkdocs serves it as it is
+        names = experiments_named(text)
+        modules |= {m for m in (experiments.spec(n).module for n in names if _known(n)) if m.startswith("distlab.")}
         with Page(md.relative_to(docs).as_posix()) as page:
-            for name in experiments_named(text):
+            for name in names:
                 page.run(name)
+    write_source_pages(modules)
+
+
+def _known(name: str) -> bool:
+    try:
+        experiments.spec(name)
+        return True
+    except experiments.UnknownExperiment:
+        return False  # Page.run names it in the build's error

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from distlab.core.cli import command, emit, parser, positive
+from distlab.core.cli import MAX_BYTES, MAX_GPUS, command, emit, parser, positive
 from distlab.core.experiments import experiment
 from distlab.core.formatting import format_quantity
 from distlab.core.results import Result
@@ -409,8 +409,8 @@ def allreduce_command(argv: list[str]) -> int:
         "Ring chunks like numpy.array_split: the first (elements mod N) chunks are one element longer.\n"
         "example: distlab allreduce --ranks 8 --bytes 1e9 --latency 5e-6 --bandwidth 100e9",
     )
-    p.add_argument("--ranks", type=positive(int), required=True, help="number of ranks N")
-    p.add_argument("--bytes", type=positive(int), required=True, help="buffer size per rank, bytes")
+    p.add_argument("--ranks", type=positive(int, MAX_GPUS), required=True, help="number of ranks N")
+    p.add_argument("--bytes", type=positive(int, MAX_BYTES), required=True, help="buffer size per rank, bytes")
     p.add_argument("--algorithm", choices=list(SCHEDULES), default="ring", help="schedule (default ring)")
     p.add_argument(
         "--element-bytes",

@@ -4,7 +4,7 @@ Pure Python, so `distlab mfu` and the planner start without torch; distlab.gpu.f
 
 from __future__ import annotations
 
-from distlab.core.cli import UsageError, command, emit, parser, positive
+from distlab.core.cli import MAX_GPUS, MAX_PARAMS, MAX_TOKENS, MAX_WIDTH, UsageError, command, emit, parser, positive
 from distlab.hardware.gpus import DTYPES, gpu, gpu_names
 
 
@@ -96,19 +96,19 @@ def mfu_command(argv: list[str]) -> int:
         "FLOPs per token = 6 x params, plus 12 x layers x hidden x seq when all three are given\n"
         "(PaLM, Chowdhery et al. 2022, Appendix B).",
     )
-    p.add_argument("--params", type=positive(float), required=True, help="model parameters N (7e9 is fine)")
+    p.add_argument("--params", type=positive(float, MAX_PARAMS), required=True, help="model parameters N (7e9 is fine)")
     p.add_argument(
         "--tokens-per-second",
-        type=positive(float),
+        type=positive(float, 1e15),
         required=True,
         help="training throughput, total over all GPUs (real tokens, not padding)",
     )
-    p.add_argument("--gpus", type=positive(int), required=True, help="number of GPUs")
+    p.add_argument("--gpus", type=positive(int, MAX_GPUS), required=True, help="number of GPUs")
     p.add_argument("--gpu", required=True, help=f"accelerator: one of {', '.join(gpu_names())}")
     p.add_argument("--dtype", default="bf16", choices=DTYPES, help="the dtype of the matmuls (default bf16)")
-    p.add_argument("--layers", type=positive(int), help="layers L (for the attention term)")
-    p.add_argument("--hidden", type=positive(int), help="model width h (for the attention term)")
-    p.add_argument("--seq", type=positive(int), help="sequence length s (for the attention term)")
+    p.add_argument("--layers", type=positive(int, MAX_WIDTH), help="layers L (for the attention term)")
+    p.add_argument("--hidden", type=positive(int, MAX_WIDTH), help="model width h (for the attention term)")
+    p.add_argument("--seq", type=positive(int, MAX_TOKENS), help="sequence length s (for the attention term)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     a = p.parse_args(argv)
     given = [v is not None for v in (a.layers, a.hidden, a.seq)]

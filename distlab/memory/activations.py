@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from distlab.core.cli import command, emit, parser, positive
+from distlab.core.cli import MAX_GPUS, MAX_TOKENS, MAX_WIDTH, command, emit, parser, positive
+from distlab.models.shapes import ModelShape
 
 RECOMPUTE = ("none", "selective", "full")
 
@@ -52,6 +53,33 @@ def activation_bytes_per_layer(
     if sequence_parallel:
         return sbh / t * 34 + (sbh * attention_core if recompute == "none" else 0)
     return sbh * (10 + 24 / t) + (sbh * attention_core if recompute == "none" else 0)
+
+
+ATTENTION = ("flash", "eager")  # flash: the s x s scores never reach HBM; eager: they are saved for backward
+
+
+def model_activation_bytes_per_layer(
+    m: ModelShape,
+    seq: int,
+    batch: int,
+    *,
+    tp: int = 1,
+    sequence_parallel: bool = False,
+    recompute: str = "none",
+    attention: str = "flash",
+) -> float:
+    """Bytes one layer of model `m` keeps for backward, per GPU: the one function the calculator, the CLI, the
+    planner and the worked plans size activations with, chosen by the model's architecture.
+
+    Today it is Korthikanti's GPT block for every model, FlashAttention counted as dropping the s x s terms
+    (what selective recompute drops); the architecture-exact closed forms (SwiGLU, GQA, no dropout, MoE) replace
+    its inside, not its signature."""
+    if attention not in ATTENTION:
+        raise ValueError(f"attention must be one of {', '.join(ATTENTION)}, not {attention!r}")
+    effective = "selective" if (attention == "flash" and recompute == "none") else recompute
+    return activation_bytes_per_layer(
+        seq, batch, m.hidden, m.heads, tp=tp, sequence_parallel=sequence_parallel, recompute=effective
+    )
 
 
 # ---------------------------------------------------------------- our block, term by term
@@ -184,12 +212,12 @@ def activations_command(argv: list[str]) -> int:
         "activations",
         "Activation bytes a transformer keeps for backward, per layer and in total per GPU.\n\n" + CONVENTION,
     )
-    p.add_argument("--layers", type=positive(int), required=True, help="transformer layers L (on this GPU)")
-    p.add_argument("--hidden", type=positive(int), required=True, help="hidden size h")
-    p.add_argument("--heads", type=positive(int), required=True, help="attention heads a")
-    p.add_argument("--seq", type=positive(int), required=True, help="sequence length s")
-    p.add_argument("--batch", type=positive(int), required=True, help="micro-batch b (sequences)")
-    p.add_argument("--tp", type=positive(int), default=1, help="tensor-parallel size t (default 1)")
+    p.add_argument("--layers", type=positive(int, MAX_WIDTH), required=True, help="transformer layers L (on this GPU)")
+    p.add_argument("--hidden", type=positive(int, MAX_WIDTH), required=True, help="hidden size h")
+    p.add_argument("--heads", type=positive(int, MAX_WIDTH), required=True, help="attention heads a")
+    p.add_argument("--seq", type=positive(int, MAX_TOKENS), required=True, help="sequence length s")
+    p.add_argument("--batch", type=positive(int, MAX_TOKENS), required=True, help="micro-batch b (sequences)")
+    p.add_argument("--tp", type=positive(int, MAX_GPUS), default=1, help="tensor-parallel size t (default 1)")
     p.add_argument("--sequence-parallel", action="store_true", help="Megatron sequence parallelism (with --tp)")
     p.add_argument(
         "--recompute",

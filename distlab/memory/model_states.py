@@ -8,7 +8,12 @@ Pure Python: the calculators and the planner import it without torch.
 
 from __future__ import annotations
 
-# Bytes per parameter that persist across steps, by category, in each convention.
+# Bytes per parameter that persist across steps, by category, in each convention. "mixed" is the default of
+# every page that budgets memory (the ZeRO paper's 16 bytes). Where gradients are reduced and kept in fp32
+# (chapter 4: reductions accumulate in fp32), two conventions cost more:
+# - "mixed-fp32-grads": Megatron-LM's main_grad, an fp32 gradient buffer in place of the bf16 one (18 B);
+# - "mixed-fp32-accum": bf16 gradients plus an fp32 accumulation buffer beside them (20 B), as frameworks
+#   that accumulate micro-batches in fp32 keep them.
 BYTES_PER_PARAM = {
     "mixed": {
         "weights (bf16)": 2,
@@ -17,8 +22,25 @@ BYTES_PER_PARAM = {
         "Adam m (fp32)": 4,
         "Adam v (fp32)": 4,
     },
+    "mixed-fp32-grads": {
+        "weights (bf16)": 2,
+        "gradients (fp32 main_grad)": 4,
+        "master weights (fp32)": 4,
+        "Adam m (fp32)": 4,
+        "Adam v (fp32)": 4,
+    },
+    "mixed-fp32-accum": {
+        "weights (bf16)": 2,
+        "gradients (bf16)": 2,
+        "gradients (fp32 accumulation)": 4,
+        "master weights (fp32)": 4,
+        "Adam m (fp32)": 4,
+        "Adam v (fp32)": 4,
+    },
     "fp32": {"weights (fp32)": 4, "gradients (fp32)": 4, "Adam m (fp32)": 4, "Adam v (fp32)": 4},
 }
+DEFAULT_PRECISION = "mixed"
+MEASURED_PRECISIONS = ("mixed", "fp32")  # the conventions chapter 1 measures on a real AdamW step
 
 
 STEP_COUNTER_BYTES = 4  # AdamW keeps one 0-d fp32 `step` tensor per parameter tensor, not per parameter
@@ -30,3 +52,8 @@ def model_state_bytes(params: int, precision: str = "mixed") -> dict[str, int]:
     if precision not in BYTES_PER_PARAM:
         raise ValueError(f"precision must be one of {', '.join(BYTES_PER_PARAM)}, not {precision!r}")
     return {cat: b * params for cat, b in BYTES_PER_PARAM[precision].items()}
+
+
+def bytes_per_param(precision: str = DEFAULT_PRECISION) -> int:
+    """16 (mixed, fp32), 18 (Megatron's fp32 main_grad), 20 (fp32 gradient accumulation)."""
+    return sum(model_state_bytes(1, precision).values())

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from distlab.core.cli import UsageError, command, emit, parser, positive
+from distlab.core.cli import UsageError, command, emit, non_negative, parser, positive
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1")
 F, B, W = 0, 1, 2  # op kinds: forward, backward (input gradient for zb-h1), weight gradient (zb-h1 only)
@@ -355,8 +355,10 @@ def pipeline_command(argv: list[str]) -> int:
         default=None,
         help="model chunks per GPU for --schedule interleaved (default 2)",
     )
-    p.add_argument("--backward", type=positive(float), default=2.0, help="backward time (default 2)")
-    p.add_argument("--p2p", type=float, default=0.0, help="point-to-point send time between stages (default 0)")
+    p.add_argument("--backward", type=positive(float, 1e6), default=2.0, help="backward time (default 2)")
+    p.add_argument(
+        "--p2p", type=non_negative(float, 1e6), default=0.0, help="point-to-point send time between stages (default 0)"
+    )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     args = p.parse_args(argv)
     virtual = args.virtual or (2 if args.schedule == "interleaved" else 1)

@@ -7,6 +7,7 @@ or a JSON file), accelerators from distlab.hardware.gpus, links from distlab/dat
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from distlab.core.facts import value
@@ -80,8 +81,10 @@ def _link(spec: str | float, fallback_transport: str, name: str) -> Link:
             spec = float(spec)
         except ValueError:
             return link(spec, protocol="simple")
-    if not spec > 0:
-        raise ValueError(f"{name} bandwidth must be positive, got {spec}")
+    if not math.isfinite(spec) or not spec > 0:
+        raise ValueError(f"{name} bandwidth must be a positive finite number of GB/s, got {spec}")
+    if spec > 1e6:
+        raise ValueError(f"{name} bandwidth must be at most 1e6 GB/s (a petabyte per second), got {spec:g}")
     alpha = value(f"interconnect.nccl-latency-{fallback_transport}.ring_simple_us") * 1e-6
     return Link(name=f"{spec:g} GB/s", bandwidth_bytes_per_s=spec * 1e9, alpha_s=alpha, transport=fallback_transport)
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from distlab.core.cli import command, emit, parser, positive
+from distlab.core.cli import MAX_GPUS, MAX_TOKENS, command, emit, parser, positive
 from distlab.models.shapes import ModelShape
 from distlab.planner.config import ATTENTION, OPTIMIZERS, PRECISIONS, TASKS, Cluster, Plan, Training, cluster, model
 from distlab.planner.cost import device_bytes, memory, step
@@ -309,8 +309,8 @@ def plan_command(argv: list[str]) -> int:
     )
     p.add_argument("--model", required=True, help="preset (1B, 7B, 13B, 70B, 175B) or a JSON file of the shape")
     p.add_argument("--gpu", default="H100-SXM", help="accelerator (see `distlab gpus`; default H100-SXM)")
-    p.add_argument("--gpus-per-node", type=positive(int), default=8, help="GPUs per node (default 8)")
-    p.add_argument("--nodes", type=positive(int), default=1, help="nodes (default 1)")
+    p.add_argument("--gpus-per-node", type=positive(int, 1024), default=8, help="GPUs per node (default 8)")
+    p.add_argument("--nodes", type=positive(int, MAX_GPUS), default=1, help="nodes (default 1)")
     p.add_argument(
         "--intra-bw",
         default=None,
@@ -327,12 +327,12 @@ def plan_command(argv: list[str]) -> int:
         default=None,
         help="tokens per optimizer step (default: 4M for pretrain, 64 sequences for finetune)",
     )
-    p.add_argument("--seq", type=positive(int), default=None, help="sequence length (default: the model's)")
+    p.add_argument("--seq", type=positive(int, MAX_TOKENS), default=None, help="sequence length (default: the model's)")
     p.add_argument("--precision", choices=PRECISIONS, default="mixed", help="mixed (bf16 + fp32 master) or fp32")
     p.add_argument("--optimizer", choices=OPTIMIZERS, default="adamw")
     p.add_argument("--task", choices=TASKS, default="pretrain", help="pretrain or finetune (a full fine-tune)")
     p.add_argument("--attention", choices=ATTENTION, default="flash")
-    p.add_argument("--top", type=positive(int), default=5, help="how many plans to print (default 5)")
+    p.add_argument("--top", type=positive(int, 10_000), default=5, help="how many plans to print (default 5)")
     p.add_argument("--json", action="store_true", help="machine-readable: a list of plans, best first")
     args = p.parse_args(argv)
     m, c, t = request(args)

@@ -32,7 +32,7 @@ each ring phase sends N - 1 chunks of ⌈Ψ/N⌉ elements, i.e. (N - 1)/N of the
 
 from __future__ import annotations
 
-from distlab.core.cli import command, emit, parser, positive
+from distlab.core.cli import MAX_GPUS, MAX_PARAMS, command, emit, parser, positive
 from distlab.core.formatting import format_quantity
 from distlab.memory.model_states import BYTES_PER_PARAM, model_state_bytes
 
@@ -194,8 +194,8 @@ def memory_command(argv: list[str]) -> int:
         "mixed-precision AdamW convention of chapter 1 (2 + 2 + 12 bytes per parameter).\n"
         "Sharded states hold ceil(P/N) elements per GPU. Activations are not included.",
     )
-    p.add_argument("--params", type=positive(int), required=True, help="parameter count (7e9 works)")
-    p.add_argument("--gpus", type=positive(int), required=True, help="data-parallel size N")
+    p.add_argument("--params", type=positive(int, MAX_PARAMS), required=True, help="parameter count (7e9 works)")
+    p.add_argument("--gpus", type=positive(int, MAX_GPUS), required=True, help="data-parallel size N")
     p.add_argument("--zero", type=int, choices=STAGES, required=True, help="ZeRO stage (0 = DDP, 3 = FSDP)")
     p.add_argument("--offload-optimizer", action="store_true", help="optimizer state (and gradient shard) on host")
     p.add_argument("--offload-params", action="store_true", help="parameter shard on host (ZeRO-3 only)")

@@ -20,10 +20,9 @@ jobs with random failures and restarts across intervals, and checks that its opt
 
 from __future__ import annotations
 
-import argparse
 import math
 
-from distlab.core.cli import command, emit, parser
+from distlab.core.cli import command, emit, non_negative, parser, positive
 from distlab.core.facts import fact
 
 HOUR = 3600.0
@@ -96,26 +95,6 @@ def llama3_mtbf_seconds() -> float:
 
 
 # ---------------------------------------------------------------- CLI
-def _non_negative(text: str) -> float:
-    """argparse type: a finite number >= 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not (value >= 0 and math.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"{text!r} must be >= 0")
-    return value
-
-
-def _positive_finite(text: str) -> float:
-    """argparse type: a finite number > 0 (an infinite save time or MTBF has no interval)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not (value > 0 and math.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number > 0")
-    return value
 
 
 @command("checkpoint-interval", "how often to checkpoint: Young's and Daly's intervals and the time lost")
@@ -125,9 +104,13 @@ def checkpoint_interval_command(argv: list[str]) -> int:
         "Optimal checkpoint interval from the save time and the job's mean time\n"
         "between failures (Young 1974, Daly 2006), with the expected fraction of time lost.",
     )
-    p.add_argument("--save-seconds", type=_positive_finite, required=True, help="C: seconds to write a checkpoint")
-    p.add_argument("--mtbf-hours", type=_positive_finite, required=True, help="M: the job's mean time between failures")
-    p.add_argument("--restart-seconds", type=_non_negative, default=0.0, help="R: seconds to restart (default 0)")
+    p.add_argument("--save-seconds", type=positive(float, 1e9), required=True, help="C: seconds to write a checkpoint")
+    p.add_argument(
+        "--mtbf-hours", type=positive(float, 1e9), required=True, help="M: the job's mean time between failures"
+    )
+    p.add_argument(
+        "--restart-seconds", type=non_negative(float, 1e9), default=0.0, help="R: seconds to restart (default 0)"
+    )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     args = p.parse_args(argv)
     c, m, rr = args.save_seconds, args.mtbf_hours * HOUR, args.restart_seconds

@@ -1,0 +1,116 @@
+"""The CLI's contract on bad input: exit 2, one line on stderr naming what is wrong, never a traceback.
+
+Every subcommand gets malformed values of the kinds a user types by accident or a script passes by mistake:
+negative and zero counts, infinities and NaN, numbers too large to mean anything (1e308, 1e30 GPUs),
+non-ASCII digits ('٧', fullwidth '７'), words, fractions where a count is needed, unknown choices and options.
+Would catch a calculator that answers with inf or nan, prints Infinity in JSON, accepts a million-times-too-many
+GPUs, or lets an OverflowError or numpy warning escape as a traceback.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from distlab.core.cli import main
+
+MEMORY = ["--params", "7e9", "--gpus", "8", "--zero", "3"]
+ACTIVATIONS = ["--layers", "32", "--hidden", "4096", "--heads", "32", "--seq", "4096", "--batch", "1"]
+ALLREDUCE = ["--ranks", "8", "--bytes", "1e9"]
+PIPELINE = ["--stages", "4", "--microbatches", "16"]
+MFU = ["--params", "7e9", "--tokens-per-second", "3000", "--gpus", "1", "--gpu", "H100-SXM"]
+CHECKPOINT = ["--save-seconds", "60", "--mtbf-hours", "3"]
+PLAN = ["--model", "7B", "--gpu", "H100-SXM", "--nodes", "1"]
+SCALING = ["--flops", "1e23"]
+
+BAD_NUMBERS = ["-7e9", "0", "inf", "-inf", "nan", "1e308", "٧", "７", "seven", "", "1e"]
+
+
+def with_value(args: list[str], flag: str, value: str) -> list[str]:
+    out = list(args)
+    if flag in out:
+        out[out.index(flag) + 1] = value
+    else:
+        out += [flag, value]
+    return out
+
+
+CASES: list[tuple[str, list[str]]] = []
+for flag in ("--params", "--gpus"):
+    CASES += [("memory", with_value(MEMORY, flag, v)) for v in BAD_NUMBERS]
+CASES += [
+    ("memory", with_value(MEMORY, "--gpus", "1e30")),
+    ("memory", with_value(MEMORY, "--zero", "4")),
+    ("memory", with_value(MEMORY, "--gpus", "2.5")),
+    ("memory", with_value(MEMORY, "--precision", "fp64")),
+    ("memory", with_value(MEMORY, "--zero", "1") + ["--offload-params"]),
+]
+for flag in ("--seq", "--hidden", "--batch", "--tp"):
+    CASES += [("activations", with_value(ACTIVATIONS, flag, v)) for v in ("-1", "0", "inf", "1e308", "４")]
+CASES += [
+    ("activations", with_value(ACTIVATIONS, "--heads", "3")),
+    ("activations", with_value(ACTIVATIONS, "--recompute", "some")),
+]
+for flag in ("--ranks", "--bytes"):
+    CASES += [("allreduce", with_value(ALLREDUCE, flag, v)) for v in ("-8", "0", "nan", "1e308", "1.5")]
+CASES += [("allreduce", ALLREDUCE + ["--algorithm", "butterfly"]), ("allreduce", ALLREDUCE + ["--latency", "-1"])]
+for flag in ("--stages", "--microbatches", "--backward", "--p2p"):
+    CASES += [("pipeline", with_value(PIPELINE, flag, v)) for v in ("-2", "inf", "nan", "1e308")]
+CASES += [("pipeline", PIPELINE + ["--schedule", "zigzag"]), ("pipeline", PIPELINE + ["--virtual", "2"])]
+for flag in ("--params", "--tokens-per-second", "--gpus"):
+    CASES += [("mfu", with_value(MFU, flag, v)) for v in ("-1", "inf", "1e308", "٣")]
+CASES += [("mfu", with_value(MFU, "--gpu", "TPU-v9"))]
+for flag in ("--save-seconds", "--mtbf-hours", "--restart-seconds"):
+    CASES += [("checkpoint-interval", with_value(CHECKPOINT, flag, v)) for v in ("-60", "inf", "nan", "1e308")]
+for flag in ("--nodes", "--gpus-per-node", "--seq", "--top"):
+    CASES += [("plan", with_value(PLAN, flag, v)) for v in ("-1", "0", "inf", "1e30")]
+CASES += [
+    ("plan", with_value(PLAN, "--model", "7Q")),
+    ("plan", with_value(PLAN, "--gpu", "H900")),
+    ("plan", PLAN + ["--inter-bw", "inf"]),
+    ("plan", PLAN + ["--inter-bw", "-5"]),
+    ("plan", PLAN + ["--inter-bw", "nan"]),
+]
+for value in ("-1e23", "0", "inf", "nan", "1e308", "１e23"):
+    CASES.append(("scaling", with_value(SCALING, "--flops", value)))
+CASES += [
+    ("scaling", SCALING + ["--mfu", "1.5"]),
+    ("scaling", SCALING + ["--mfu", "-0.4"]),
+    ("scaling", SCALING + ["--gpu", "abacus"]),
+]
+CASES += [
+    ("run", ["no-such-experiment"]),
+    ("run", ["adamw-bytes", "--device", "tpu"]),
+    ("run", []),
+    ("gpus", ["--bogus"]),
+    ("list", ["extra"]),
+    ("memory", ["--params"]),
+]
+
+
+def test_there_are_enough_cases_over_every_command():
+    commands = {c for c, _ in CASES}
+    assert len(CASES) >= 80
+    assert commands >= {
+        "memory",
+        "activations",
+        "allreduce",
+        "pipeline",
+        "mfu",
+        "checkpoint-interval",
+        "plan",
+        "scaling",
+        "run",
+        "gpus",
+        "list",
+    }
+
+
+@pytest.mark.parametrize(("command", "args"), CASES, ids=[f"{c} {' '.join(a)}" for c, a in CASES])
+def test_bad_input_exits_2_with_one_line(command, args, capsys):
+    code = main([command, *args])
+    out, err = capsys.readouterr()
+    assert code == 2, f"exit {code}; stdout {out[-300:]!r}; stderr {err[-300:]!r}"
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    assert "Traceback" not in err and lines[0].startswith("distlab"), err
+    assert "Infinity" not in out and "NaN" not in out
