@@ -26,7 +26,7 @@ def test_mfu_budget_input_line_by_hand():
     from distlab.planner.config import Plan, Training, cluster, model
     from distlab.planner.cost import step
     from distlab.planner.planner_validation import h100_optimism
-    from distlab.practice import LOADER_SECONDS, LOADER_WORKERS, TEAM_PLAN, practice_mfu_budget
+    from distlab.practice.diagnose_28_mfu import LOADER_SECONDS, LOADER_WORKERS, TEAM_PLAN, practice_mfu_budget
 
     m = model("13B")
     compute = (

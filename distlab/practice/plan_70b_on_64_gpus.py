@@ -1,0 +1,113 @@
+"""Practice 2: a plan for 70B on 64 GPUs (experiment practice-70b)."""
+
+from __future__ import annotations
+
+import math
+
+from distlab.core.experiments import experiment
+from distlab.core.results import Result
+from distlab.planner.config import Training, cluster
+from distlab.planner.search import search
+
+# ---------------------------------------------------------------- practice (b): 70B on 64 GPUs
+FAMILIES = {
+    "FSDP only (TP 1)": lambda p: p.tp == 1 and p.pp == 1 and p.zero == 3 and p.offload == "none",
+    "TP 2 x FSDP": lambda p: p.tp == 2 and p.pp == 1 and p.zero == 3 and p.offload == "none",
+    "TP 8 x FSDP": lambda p: p.tp == 8 and p.pp == 1 and p.zero == 3 and p.offload == "none",
+    "TP 8 x PP x DP, ZeRO-1 (Megatron)": lambda p: p.tp == 8 and p.pp > 1 and p.zero == 1 and p.offload == "none",
+    "TP 4 x PP x DP, ZeRO-1": lambda p: p.tp == 4 and p.pp > 1 and p.zero == 1 and p.offload == "none",
+}
+
+
+@experiment(
+    "practice-70b",
+    "practice: a parallelism plan for 70B on 64 GPUs, plan families on InfiniBand NDR and on 100 GbE",
+    kind="computed",
+)
+def practice_70b(device: str) -> Result:
+    from distlab.core.results import Quantity
+    from distlab.planner.config import model
+    from distlab.planner.search import PRETRAIN_BATCH_TOKENS, NothingFits, explain
+
+    r = Result("practice-70b", kind="computed")
+    m = model("70B")
+    t = Training(global_batch_tokens=PRETRAIN_BATCH_TOKENS, seq=m.seq)
+    bests = {}
+    for net, inter in (("ndr", "InfiniBand-NDR"), ("eth", "Ethernet-100G")):
+        c = cluster("H100-SXM", nodes=8, inter=inter)
+        rows = []
+        for fam, where in FAMILIES.items():
+            try:
+                e = search(m, c, t, where=where)[0]
+            except NothingFits:
+                rows.append([fam, "nothing fits", "—", "—", "—", "—", "—", "—"])
+                continue
+            sh = lambda *ks, e=e: sum(v for k, v in e.time["parts"].items() if any(x in k for x in ks)) / e.step_seconds
+            rows.append(
+                [
+                    fam,
+                    e.plan.label(),
+                    Quantity(e.memory_bytes, "B"),
+                    Quantity(e.step_seconds, "s"),
+                    f"{e.time['mfu']:.1%}",
+                    f"{sh('tensor-parallel'):.1%}",
+                    f"{sh('bubble'):.1%}",
+                    f"{sh('data-parallel'):.1%}",
+                ]
+            )
+            if net == "ndr" and fam.startswith("TP 8 x FSDP"):
+                r.add("tp8_tp_share", sh("tensor-parallel"), "fraction", "TP 8 x FSDP: all-reduce share of the step")
+        ranked = search(m, c, t)
+        bests[net] = ranked[0]
+        r.table(
+            f"families_{net}",
+            [
+                "family",
+                "its best plan",
+                "memory per GPU",
+                "step",
+                "MFU",
+                "TP all-reduce",
+                "bubble",
+                "data-parallel exposed",
+            ],
+            rows,
+            caption=f"Llama 2 70B pretraining, {PRETRAIN_BATCH_TOKENS / 2**20:g}M tokens per step, 8 nodes x 8 "
+            f"H100, {c.inter.bandwidth_bytes_per_s / 1e9:g} GB/s per GPU between nodes ({inter})",
+        )
+        r.table(
+            f"why_{net}",
+            ["why the first plan"],
+            [[line] for line in explain(m, c, t, ranked)],
+            caption=f"The planner's best plan over all families, {inter}",
+        )
+        r.add(f"{net}_mfu", ranked[0].time["mfu"], "fraction", f"{inter}: the best plan's MFU")
+        r.add(
+            f"{net}_tp_share",
+            sum(v for k, v in ranked[0].time["parts"].items() if "tensor-parallel" in k) / ranked[0].step_seconds,
+            "fraction",
+            f"{inter}: the best plan's TP all-reduce share",
+        )
+        r.add(f"{net}_link", c.inter.bandwidth_bytes_per_s, "B/s", f"{inter}: per GPU, per direction")
+        r.add(f"{net}_step", ranked[0].step_seconds, "s", f"{inter}: the best plan's step")
+        r.add(f"{net}_tp", ranked[0].plan.tp, "", f"{inter}: the best plan's TP")
+        r.add(f"{net}_pp", ranked[0].plan.pp, "", f"{inter}: the best plan's PP")
+        r.add(f"{net}_zero", ranked[0].plan.zero, "", f"{inter}: the best plan's ZeRO stage")
+    r.add("batch_tokens", t.global_batch_tokens, "tokens", "global batch")
+    r.add("states_bytes", 16 * m.params(), "B", "70B model state, 16 bytes per parameter")
+    hbm = cluster("H100-SXM").gpu.hbm_bytes
+    r.add("min_gpus", math.ceil(16 * m.params() / hbm), "GPUs", "GPUs whose memory holds the model state alone")
+    r.claim(
+        "a slower network cannot make the best plan faster",
+        bests["eth"].step_seconds,
+        bests["ndr"].step_seconds,
+        relation=">=",
+        unit="s",
+    )
+    r.claim(
+        "tensor parallelism stays inside a node on either network",
+        max(bests["eth"].plan.tp, bests["ndr"].plan.tp),
+        8,
+        relation="<=",
+    )
+    return r

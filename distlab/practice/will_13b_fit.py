@@ -1,0 +1,83 @@
+"""Practice 1: will a 13B full fine-tune fit on 8 x 80 GB (experiment practice-13b)."""
+
+from __future__ import annotations
+
+from distlab.core.experiments import experiment
+from distlab.core.results import Result
+from distlab.planner.search import search
+from distlab.planner.worked_plan_7b import finetune, strategy_table
+
+
+# ---------------------------------------------------------------- practice (a): will a 13B full fine-tune fit?
+@experiment(
+    "practice-13b",
+    "practice: does a 13B full fine-tune fit on 80 GB GPUs? memory per strategy and the fewest GPUs",
+    kind="computed",
+)
+def practice_13b(device: str) -> Result:
+    from distlab.core.results import Quantity
+    from distlab.planner.search import NothingFits
+    from distlab.scaling_laws import sft_tokens
+
+    r = Result("practice-13b", kind="computed")
+    m, c, t = finetune("13B")
+    n = m.params()
+    r.add("params", n / 1e9, "billion", "Llama 2 13B parameters")
+    r.add("states_bytes", 16 * n, "B", "16 bytes per parameter")
+    r.add("states_over_hbm", 16 * n / c.gpu.hbm_bytes, "", "model state / one GPU's memory")
+    r.claim(
+        "13B: model state alone exceeds two 80 GB GPUs",
+        16 * n,
+        2 * c.gpu.hbm_bytes,
+        relation=">=",
+        unit="B",
+        formula="16Ψ",
+    )
+    strategy_table(
+        r,
+        "strategies",
+        m,
+        c,
+        t,
+        names=("DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3 / FSDP", "ZeRO-3 + CPU offload", "TP 8 (no ZeRO)", "TP 2 x ZeRO-3"),
+    )
+    rows = []
+    for gpus in (1, 2, 4, 8):
+        m, c, t = finetune("13B", gpus_per_node=gpus)
+        try:
+            e = search(m, c, t)[0]
+        except NothingFits:
+            rows.append([gpus, "nothing fits", "—", "—", "—", "—", "—"])
+            r.add(f"gpus{gpus}_fits", 0, "", f"{gpus} GPUs: fits?")
+            continue
+        hours = sft_tokens() / t.global_batch_tokens * e.step_seconds / 3600
+        rows.append(
+            [
+                gpus,
+                e.plan.label(),
+                Quantity(e.memory_bytes, "B"),
+                Quantity(e.memory["host"], "B"),
+                Quantity(e.step_seconds, "s"),
+                f"{e.time['mfu']:.1%}",
+                f"{hours:.1f}",
+            ]
+        )
+        r.add(f"gpus{gpus}_fits", 1, "", f"{gpus} GPUs: fits?")
+        r.add(f"gpus{gpus}_hours", hours, "h", f"{gpus} GPUs: Llama 2-Chat's SFT tokens")
+        r.add(f"gpus{gpus}_host", e.memory["host"], "B", f"{gpus} GPUs: host memory per GPU")
+        r.add(f"gpus{gpus}_mfu", e.time["mfu"], "fraction", f"{gpus} GPUs: MFU")
+    r.table(
+        "gpus",
+        [
+            "A100 80 GB GPUs",
+            "best plan",
+            "GPU memory",
+            "host memory per GPU",
+            "step",
+            "MFU",
+            "hours for Llama 2-Chat's SFT",
+        ],
+        rows,
+        caption="The same fine-tune on fewer GPUs of one node: offloading to host memory makes few GPUs fit",
+    )
+    return r
