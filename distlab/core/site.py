@@ -226,6 +226,8 @@ class Page:
 
     def _source_link(self, exp: str) -> str:
         """[distlab/memory/adamw_bytes.py:92](...): the experiment's function on the site's copy of its module."""
+        if not _known(exp):  # a result made outside the registry (tests render such pages)
+            return "not a registered experiment"
         spec = experiments.spec(exp)
         if not spec.module.startswith("distlab."):
             return f"`{spec.module}`"
