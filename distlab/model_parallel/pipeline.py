@@ -4,23 +4,41 @@ p stages (one per device), m micro-batches per step. Each device runs a fixed or
 F (forward of one micro-batch through its layers) and B (its backward); ZB-H1 splits B into B (input
 gradient, needed by the previous stage) and W (weight gradient, needed by nobody until the optimizer).
 An op starts when its device is free and its input has arrived: F(j) on stage s needs F(j) of stage
-s-1, B(j) on stage s needs B(j) of stage s+1, each plus a point-to-point time. The simulator computes
-every start time (a longest path through that graph), so the bubble is *measured* from the timeline:
+s-1, B(j) on stage s needs B(j) of stage s+1, each plus a point-to-point time. Every start time is a
+longest path through that graph, so the bubble is *measured* from the timeline:
 
     bubble fraction = idle time / step time,  closed form ((p-1)/v) / (m + (p-1)/v)
 
 for GPipe and 1F1B (v = 1) and Megatron's interleaved schedule with v model chunks per device
 (Narayanan et al. 2021, https://arxiv.org/abs/2104.04473, Section 2.2). 1F1B's point is memory: its
 first stage holds p micro-batches of activations, GPipe's holds all m.
+
+Two simulators compute the same start times:
+
+- `simulate_event_loop` (the naive one): each device runs as far as its inputs allow and parks on the op it
+  waits for; finishing that op wakes it. One Python step per op.
+- `simulate` (the fast one): the longest-path recurrence solved one *slot* at a time, where slot k holds the
+  k-th F-or-B op of every device. Every schedule here sends an op's input from the same or an earlier slot,
+  so slot k is, for all p devices at once, start = max(device free, input end + p2p) and end = start + op
+  time: a few list operations per slot instead of Python steps per op. The few inputs that come from the
+  same slot (a warm-up F's from the device before, a cool-down B's from the device after) are chained in
+  device order. W ops need no input from another device: they only delay their device's next op. When a
+  schedule breaks the slot property, `simulate` falls back to the event loop.
+
+Pure Python (no numpy): the planner (distlab.planner) imports this module and must run where numpy does not
+(the browser, under Pyodide).
 """
 
 from __future__ import annotations
 
+import functools
+import gc
 import math
 import time
 from dataclasses import dataclass, field
-
-import numpy as np
+from itertools import accumulate, chain, compress
+from numbers import Integral
+from operator import add, eq, gt, itemgetter
 
 from distlab.core.cli import UsageError, command, emit, non_negative, parser, positive
 
@@ -50,19 +68,12 @@ def zb_h1_bubble_fraction(
 
 def _check_sizes(stages: int, microbatches: int, virtual: int) -> None:
     for name, v in (("stages", stages), ("microbatches", microbatches), ("virtual", virtual)):
-        if not isinstance(v, (int, np.integer)) or v < 1:
+        if isinstance(v, bool) or not isinstance(v, Integral) or v < 1:
             raise ValueError(f"{name} must be a positive integer, got {v!r}")
 
 
 # ---------------------------------------------------------------- schedules as op orders
-def schedule_order(schedule: str, stages: int, microbatches: int, virtual: int = 1):
-    """Per device, the order of its ops as three int arrays (kind, micro-batch, chunk).
-
-    Every schedule here runs its F ops in one fixed sequence of (micro-batch, chunk) and its B (and W)
-    ops in another; a device's *pattern* says where Fs and Bs interleave. Chunk c of device d is the
-    virtual stage c*p + d.
-    """
-    p, m, v = stages, microbatches, virtual
+def _check_schedule(schedule: str, p: int, m: int, v: int) -> None:
     _check_sizes(p, m, v)
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}, not {schedule!r}")
@@ -77,56 +88,68 @@ def schedule_order(schedule: str, stages: int, microbatches: int, virtual: int =
     elif v != 1:
         raise ValueError(f"virtual stages apply only to the interleaved schedule, not {schedule}")
 
-    k = np.arange(m * v)
-    if schedule == "interleaved":  # Megatron: groups of p micro-batches visit chunk 0, 1, .., v-1
-        f_mb = (k // (p * v)) * p + k % p
-        f_chunk = (k // p) % v
-        b_chunk = v - 1 - f_chunk  # backward visits the chunks in reverse
-    else:
-        f_mb, f_chunk, b_chunk = k, np.zeros_like(k), np.zeros_like(k)
 
+def warmup_forwards(schedule: str, stages: int, microbatches: int, virtual: int, device: int) -> int:
+    """F ops device d runs before its first B: all m (GPipe), p-1-d (1F1B, ZB-H1), or Megatron's interleaved
+    warm-up 2(p-1-d) + (v-1)p chunk passes (capped by the m v it has)."""
+    p, m, v = stages, microbatches, virtual
+    if schedule == "gpipe":
+        return m
+    if schedule == "interleaved":
+        return min(2 * (p - 1 - device) + (v - 1) * p, m * v)
+    return min(p - 1 - device, m)
+
+
+def forward_sequence(stages: int, microbatches: int, virtual: int) -> tuple[list[int], list[int]]:
+    """(micro-batch, chunk) of every device's k-th F: plainly 0..m-1 in chunk 0; interleaved, groups of p
+    micro-batches visit chunk 0, 1, .., v-1 (Megatron). Backward visits the chunks in reverse: chunk v-1-c."""
+    p, m, v = stages, microbatches, virtual
+    if v == 1:
+        return list(range(m)), [0] * m
+    ks = range(m * v)
+    return [(k // (p * v)) * p + k % p for k in ks], [(k // p) % v for k in ks]
+
+
+def _zb_h1_kinds(p: int, m: int, d: int) -> list[int]:
+    """ZB-H1 on device d: 1F1B's order of F and B, with the device holding back d of its W ops so that they fill
+    the gap at the end of the step, where the last Bs ripple back to stage 0 (the paper's Figure 3, top). Its
+    j-th B (0-based) is followed by a W from j = d on, and the d held-back Ws close the step. A micro-batch's
+    activations live until its W, so every stage holds at most p of them, as 1F1B's first stage does."""
+    w = min(p - 1 - d, m)
+    steady = m - w  # micro-batches whose B is preceded by a steady-state F
+    out = [F] * w
+    bounds = sorted({0, steady, min(d, m), m})
+    for lo, hi in zip(bounds, bounds[1:]):  # micro-batches j in [lo, hi): F if j < steady, B, W if j >= d
+        out += (([F] if lo < steady else []) + [B] + ([W] if lo >= d else [])) * (hi - lo)
+    return out + [W] * min(d, m)
+
+
+def schedule_order(schedule: str, stages: int, microbatches: int, virtual: int = 1):
+    """Per device, the order of its ops as three lists (kind, micro-batch, chunk).
+
+    Every schedule here runs its F ops in one fixed sequence of (micro-batch, chunk) and its B (and W)
+    ops in another; a device's *pattern* says where Fs and Bs interleave. Chunk c of device d is the
+    virtual stage c*p + d.
+    """
+    p, m, v = stages, microbatches, virtual
+    _check_schedule(schedule, p, m, v)
+    f_mb, f_chunk = forward_sequence(p, m, v)
+    b_chunk = [v - 1 - c for c in f_chunk]
     orders = []
     for d in range(p):
-        if schedule == "gpipe":
-            pattern = np.array([F] * m + [B] * m)
-        elif schedule == "1f1b":
-            warmup = min(p - 1 - d, m)
-            pattern = np.array([F] * warmup + [F, B] * (m - warmup) + [B] * warmup)
-        elif schedule == "interleaved":
-            warmup = min((p - 1 - d) * 2 + (v - 1) * p, m * v)
-            pattern = np.array([F] * warmup + [F, B] * (m * v - warmup) + [B] * warmup)
+        if schedule == "zb-h1":
+            kinds = _zb_h1_kinds(p, m, d)
         else:
-            pattern = _zb_h1_pattern(p, m, d)
-        mb = np.empty(len(pattern), dtype=np.int64)
-        chunk = np.empty(len(pattern), dtype=np.int64)
-        for kind, seq_mb, seq_chunk in ((F, f_mb, f_chunk), (B, f_mb, b_chunk), (W, f_mb, b_chunk)):
-            at = pattern == kind
-            n = int(at.sum())
-            mb[at], chunk[at] = seq_mb[:n], seq_chunk[:n]
-        orders.append((pattern, mb, chunk))
+            w = warmup_forwards(schedule, p, m, v, d)
+            kinds = [F] * w + [F, B] * (m * v - w) + [B] * w
+        nexts = {F: iter(zip(f_mb, f_chunk)).__next__, B: iter(zip(f_mb, b_chunk)).__next__}
+        nexts[W] = iter(zip(f_mb, b_chunk)).__next__
+        pairs = [nexts[k]() for k in kinds]
+        orders.append((kinds, [j for j, _ in pairs], [c for _, c in pairs]))
     return orders
 
 
-def _zb_h1_pattern(p: int, m: int, d: int) -> np.ndarray:
-    """ZB-H1: 1F1B's order of F and B, with stage d holding back d of its W ops so that they fill the
-    gap at the end of the step, where the last Bs ripple back to stage 0 (the paper's Figure 3, top).
-    A micro-batch's activations live until its W, so every stage holds at most p of them, as 1F1B's
-    first stage does."""
-    warmup = min(p - 1 - d, m)
-    ops = [F] * warmup
-    pending_w = 0
-    for j in range(m):
-        if j + warmup < m:
-            ops.append(F)
-        ops.append(B)
-        pending_w += 1
-        if pending_w > d:
-            ops.append(W)
-            pending_w -= 1
-    return np.array(ops + [W] * pending_w)
-
-
-# ---------------------------------------------------------------- the simulator
+# ---------------------------------------------------------------- the result
 @dataclass
 class Simulation:
     """A simulated step. Times are in the caller's units (default: one micro-batch forward = 1)."""
@@ -141,29 +164,56 @@ class Simulation:
     """Per stage: time spent computing."""
     peak_inflight: list[float]
     """Per stage: most micro-batches whose activations it holds at once (a chunk counts 1/v)."""
-    timeline: list[dict] = field(repr=False, default_factory=list)
-    """Per stage: numpy arrays kind, microbatch, chunk, start, end (in execution order)."""
+    durations: list[tuple[float, float, float]] = field(repr=False, default_factory=list)
+    """Per stage: the time of one F, B and W op."""
+    computed_starts: list[list[float]] = field(repr=False, default_factory=list)
+    """Per stage: the start times the simulator computed (see `starts`)."""
+    w_pending: bool = field(repr=False, default=False)
+    """computed_starts holds F and B ops only (a fast zb-h1 run): a W starts when the op before it ends."""
+    _timeline: list[dict] | None = field(repr=False, default=None)
 
     @property
     def bubble_fraction(self) -> float:
         """Idle share of the step, measured from the timeline (mean over stages)."""
         return 1.0 - sum(self.busy) / (self.stages * self.step_time)
 
+    @property
+    def starts(self) -> list[list[float]]:
+        """Per stage: the start time of each of its ops, in the order of schedule_order."""
+        if self.w_pending:
+            orders = schedule_order(self.schedule, self.stages, self.microbatches, self.virtual)
+            for d, ((kinds, _, _), start, dur) in enumerate(zip(orders, self.computed_starts, self.durations)):
+                main, out, t = iter(start), [], 0.0
+                for k in kinds:
+                    t = next(main) if k != W else t
+                    out.append(t)
+                    t += dur[k]
+                self.computed_starts[d] = out
+            self.w_pending = False
+        return self.computed_starts
+
+    @property
+    def timeline(self) -> list[dict]:
+        """Per stage: lists kind, microbatch, chunk, start, end (in execution order), built when first asked for."""
+        if self._timeline is None:
+            orders = schedule_order(self.schedule, self.stages, self.microbatches, self.virtual)
+            self._timeline = [
+                {
+                    "kind": kinds,
+                    "microbatch": mb,
+                    "chunk": chunk,
+                    "start": list(start),
+                    "end": [a + dur[k] for a, k in zip(start, kinds)],
+                }
+                for (kinds, mb, chunk), start, dur in zip(orders, self.starts, self.durations)
+            ]
+        return self._timeline
+
     def events(self):
         """(stage, kind name, micro-batch, chunk, start, end) for every op, stage by stage."""
         for s, t in enumerate(self.timeline):
-            for k, j, c, a, e in zip(
-                t["kind"].tolist(),
-                t["microbatch"].tolist(),
-                t["chunk"].tolist(),
-                t["start"].tolist(),
-                t["end"].tolist(),
-            ):
+            for k, j, c, a, e in zip(t["kind"], t["microbatch"], t["chunk"], t["start"], t["end"]):
                 yield s, KIND_NAMES[k], j, c, a, e
-
-    def __getitem__(self, key: str):
-        """Dict-style access for callers that treat the result as a mapping: sim["bubble_fraction"]."""
-        return self.timeline if key == "timeline" else self.to_dict()[key]
 
     def to_dict(self) -> dict:
         return {
@@ -178,71 +228,74 @@ class Simulation:
         }
 
 
-def simulate(
+def _per_stage(name: str, value, stages: int) -> list[float]:
+    """One positive finite time per stage, from a number (every stage the same) or a sequence of p."""
+    values = [value] * stages if isinstance(value, (int, float)) and not isinstance(value, bool) else list(value)
+    if len(values) != stages:
+        raise ValueError(f"{name} needs one time per stage ({stages}), got {len(values)}")
+    for x in values:
+        if isinstance(x, bool) or not isinstance(x, (int, float)) or not (x > 0 and math.isfinite(x)):
+            raise ValueError(f"{name} time must be positive and finite, got {x!r}")
+    return [float(x) for x in values]
+
+
+def _op_times(schedule, p, v, forward, backward) -> list[tuple[float, float, float]]:
+    """Per stage (F, B, W) op times: a chunk takes 1/v of the stage; zb-h1 splits backward into equal B and W."""
+    fw, bw = _per_stage("forward", forward, p), _per_stage("backward", backward, p)
+    split = schedule == "zb-h1"
+    return [(f / v, (b / 2 if split else b) / v, b / 2 / v) for f, b in zip(fw, bw)]
+
+
+def _peak_inflight(kinds: list[int], last_backward: int, v: int) -> float:
+    """Most micro-batches whose activations a device holds: held from F's start to the last backward op."""
+    delta = {F: 1, last_backward: -1}
+    peak = max(accumulate(delta.get(k, 0) for k in kinds))
+    return peak if v == 1 else peak / v
+
+
+def _check_p2p(p2p: float) -> None:
+    if isinstance(p2p, bool) or not isinstance(p2p, (int, float)) or not (p2p >= 0 and math.isfinite(p2p)):
+        raise ValueError(f"p2p time must be >= 0 and finite, got {p2p!r}")
+
+
+# ---------------------------------------------------------------- the naive simulator: an event loop
+def simulate_event_loop(
     stages: int,
     microbatches: int,
     schedule: str = "1f1b",
     *,
     virtual: int = 1,
-    forward: float = 1.0,
-    backward: float = 2.0,
+    forward: float | list[float] = 1.0,
+    backward: float | list[float] = 2.0,
     p2p: float = 0.0,
 ) -> Simulation:
-    """Simulate one step of `schedule`. forward/backward: time of one micro-batch through one whole
-    stage (a chunk takes 1/virtual of it; zb-h1 splits backward into equal B and W halves); p2p: time
-    to send an activation or gradient to the neighbouring stage."""
-    for name, value in (("forward", forward), ("backward", backward)):
-        if not (value > 0 and math.isfinite(value)):
-            raise ValueError(f"{name} time must be positive and finite, got {value}")
-    if not (p2p >= 0 and math.isfinite(p2p)):
-        raise ValueError(f"p2p time must be >= 0 and finite, got {p2p}")
+    """Simulate one step of `schedule` op by op (the naive reference; see `simulate`)."""
     p, m, v = stages, microbatches, virtual
+    _check_schedule(schedule, p, m, v)
+    _check_p2p(p2p)
+    times = _op_times(schedule, p, v, forward, backward)
     orders = schedule_order(schedule, p, m, v)
-    split = schedule == "zb-h1"
-    durations = np.array([forward, backward / 2 if split else backward, backward / 2]) / v
     n_virtual = p * v
     per_kind = m * n_virtual
     dummy = 3 * per_kind  # an always-ready slot: deps on the same device are kept by the order itself
-
     deps, outs, durs = [], [], []
-    for d, (kind, mb, chunk) in enumerate(orders):
-        _check_order(kind, mb, chunk, d, m, v)
-        vs = chunk * p + d  # virtual stage of each op
-        out = kind * per_kind + mb * n_virtual + vs
-        dep = np.full(len(kind), dummy, dtype=np.int64)
-        fwd, bwd = kind == F, kind == B
-        has_prev = fwd & (vs > 0)
-        dep[has_prev] = out[has_prev] - 1  # F(j) of the previous virtual stage
-        has_next = bwd & (vs < n_virtual - 1)
-        dep[has_next] = out[has_next] + 1  # B(j) of the next virtual stage
-        deps.append(dep.tolist())
-        outs.append(out.tolist())
-        durs.append(durations[kind].tolist())
-
+    for d, (kinds, mb, chunk) in enumerate(orders):
+        dep, out = [], []
+        for k, j, c in zip(kinds, mb, chunk):
+            vs = c * p + d  # virtual stage of this op
+            o = k * per_kind + j * n_virtual + vs
+            out.append(o)
+            if k == F and vs > 0:
+                dep.append(o - 1)  # F(j) of the previous virtual stage
+            elif k == B and vs < n_virtual - 1:
+                dep.append(o + 1)  # B(j) of the next virtual stage
+            else:
+                dep.append(dummy)
+        deps.append(dep)
+        outs.append(out)
+        durs.append([times[d][k] for k in kinds])
     starts = _longest_paths(deps, outs, durs, dummy, p2p if p > 1 else 0.0)
-    timeline, busy, peaks = [], [], []
-    for d, (kind, mb, chunk) in enumerate(orders):
-        start = np.array(starts[d])
-        dur = np.array(durs[d])
-        timeline.append({"kind": kind, "microbatch": mb, "chunk": chunk, "start": start, "end": start + dur})
-        busy.append(float(dur.sum()))
-        last_backward = W if split else B  # activations are held from F's start to the last backward op
-        held = np.cumsum(np.where(kind == F, 1, 0) - np.where(kind == last_backward, 1, 0))
-        peak = int(held.max())
-        peaks.append(peak if v == 1 else peak / v)
-    first = min(float(t["start"][0]) for t in timeline)
-    step = max(float(t["end"][-1]) for t in timeline) - first
-    return Simulation(schedule, p, m, v, step, busy, peaks, timeline)
-
-
-def _check_order(kind, mb, chunk, d: int, m: int, v: int) -> None:
-    """Each (micro-batch, chunk) must run F before B before W on its device, or the graph is wrong."""
-    pos = np.full((3, m, v), -1, dtype=np.int64)
-    pos[kind, mb, chunk] = np.arange(len(kind))
-    if (pos[F] < 0).any() or (pos[B] < 0).any() or not (pos[F] < pos[B]).all():
-        raise ValueError(f"stage {d}: every micro-batch needs F before B")
-    if (kind == W).any() and not (pos[B] < pos[W]).all():
-        raise ValueError(f"stage {d}: every micro-batch needs B before W")
+    return _result(schedule, p, m, v, orders, starts, times)
 
 
 def _longest_paths(deps, outs, durs, dummy: int, p2p: float) -> list[list[float]]:
@@ -285,6 +338,157 @@ def _longest_paths(deps, outs, durs, dummy: int, p2p: float) -> list[list[float]
     return starts
 
 
+def _result(schedule, p, m, v, orders, starts, times) -> Simulation:
+    last_backward = W if schedule == "zb-h1" else B
+    ends = [st[-1] + times[d][kinds[-1]] for d, ((kinds, _, _), st) in enumerate(zip(orders, starts))]
+    first = min(st[0] for st in starts)
+    busy = [sum(times[d][k] for k in kinds) for d, (kinds, _, _) in enumerate(orders)]
+    peaks = [_peak_inflight(kinds, last_backward, v) for kinds, _, _ in orders]
+    return Simulation(schedule, p, m, v, max(ends) - first, busy, peaks, times, starts)
+
+
+# ---------------------------------------------------------------- the fast simulator: one slot at a time
+def simulate(
+    stages: int,
+    microbatches: int,
+    schedule: str = "1f1b",
+    *,
+    virtual: int = 1,
+    forward: float | list[float] = 1.0,
+    backward: float | list[float] = 2.0,
+    p2p: float = 0.0,
+) -> Simulation:
+    """Simulate one step of `schedule`. forward/backward: time of one micro-batch through one whole
+    stage, one number for every stage or one per stage (a chunk takes 1/virtual of it; zb-h1 splits backward
+    into equal B and W halves); p2p: time to send an activation or gradient to the neighbouring stage."""
+    p, m, v = stages, microbatches, virtual
+    _check_schedule(schedule, p, m, v)
+    _check_p2p(p2p)
+    times = _op_times(schedule, p, v, forward, backward)
+    if p == 1:
+        return simulate_event_loop(p, m, schedule, virtual=v, forward=forward, backward=backward, p2p=p2p)
+    collecting = gc.isenabled()
+    gc.disable()  # millions of small lists and floats, none of them cyclic: the collector only slows it down
+    try:
+        plan = _slots(schedule, p, m, v, times)
+        if plan is None:  # a schedule without the slot property: the op-by-op loop handles any order
+            return simulate_event_loop(p, m, schedule, virtual=v, forward=forward, backward=backward, p2p=p2p)
+        main_starts, free = _run_slots(plan, p, float(p2p))
+        return _slot_result(schedule, p, m, v, times, main_starts, free)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _slots(schedule: str, p: int, m: int, v: int, times):
+    """Per slot: where every device's input comes from (indices 1 + slot * p + device into a flat list of op
+    ends; 0 is an always-ready dummy), the op times, the W time that follows (zb-h1) and the devices whose input
+    comes from the same slot (Fs from the device before, in device order; Bs from the device after, in
+    reverse). None when some input comes from a later slot, or a same-slot chain would go round the devices."""
+    n_f = m * v
+    n = 2 * n_f  # F and B ops per device: every schedule here gives each device the same number
+    zb = schedule == "zb-h1"
+    warm = [warmup_forwards("1f1b" if zb else schedule, p, m, v, d) for d in range(p)]
+
+    def ranges(d: int, kind: int) -> tuple[range, range]:
+        """Slots of device d's F (or B) ops, in F (B) order: its pattern is [F]*w + [F, B]*(n_f - w) + [B]*w."""
+        w = warm[d]
+        return (range(w), range(w, n - w, 2)) if kind == F else (range(w + 1, n - w, 2), range(n - w, n))
+
+    @functools.cache
+    def slots_of(d: int, kind: int) -> list[int]:
+        return list(chain(*ranges(d, kind)))
+
+    @functools.cache
+    def flat_of(d: int, kind: int) -> list[int]:
+        spans = ranges(d, kind)
+        return list(chain.from_iterable(range(1 + r.start * p + d, 1 + r.stop * p + d, r.step * p) for r in spans))
+
+    later = [(k // p) % v != 0 for k in range(p, n_f)]  # F(k) of a chunk c > 0, for k >= p
+    deps, durs, trails = [], [], []
+    chain_f: dict[int, list[int]] = {}
+    chain_b: dict[int, list[int]] = {}
+    for d, w in enumerate(warm):
+        inputs = []
+        # F(k) takes F(k) of the device before; device 0's chunk c > 0 takes device p-1's chunk c-1, p Fs
+        # earlier in the sequence. B(k) likewise from the device after, the last device's from device 0.
+        for kind, src, same in ((F, d - 1, chain_f), (B, d + 1, chain_b)):
+            own = slots_of(d, kind)
+            if 0 <= src < p:
+                dep, dep_slot = flat_of(src, kind), slots_of(src, kind)
+            elif v > 1:
+                src %= p
+                dep = [0] * p + [q if c else 0 for c, q in zip(later, flat_of(src, kind))]
+                dep_slot = [-1] * p + [q if c else -1 for c, q in zip(later, slots_of(src, kind))]
+            else:
+                dep, dep_slot = [0] * n_f, [-1] * n_f
+            if any(map(gt, dep_slot, own)):
+                return None
+            chained = list(compress(own, map(eq, dep_slot, own)))
+            if chained and abs(src - d) != 1:  # a chain would go round the devices within one slot
+                return None
+            for k in chained:
+                same.setdefault(k, []).append(d)
+            inputs.append(dep)
+        f_dep, b_dep = inputs
+        x = n_f - w
+        deps.append(f_dep[:w] + list(chain.from_iterable(zip(f_dep[w:], b_dep[:x]))) + b_dep[x:])
+        tf, tb, tw = times[d]
+        durs.append([tf] * w + [tf, tb] * x + [tb] * w)
+        if zb:  # the j-th B is followed by a W from j = d on; the last B by the d held back too
+            trail = [0.0] * n
+            own_b = slots_of(d, B)
+            for j in range(min(d, m), m):
+                trail[own_b[j]] = tw
+            trail[own_b[-1]] += min(d, m) * tw
+            trails.append(trail)
+    for ds in chain_b.values():
+        ds.reverse()  # Bs chain up the devices: the last first
+    getters = [itemgetter(*slot) for slot in zip(*deps)]
+    return getters, list(zip(*durs)), (list(zip(*trails)) if zb else None), chain_f, chain_b
+
+
+def _run_slots(plan, p: int, p2p: float):
+    """Slot by slot: start = max(device free, input end + p2p), end = start + op time, for every device at once."""
+    getters, durs, trails, chain_f, chain_b = plan
+    ends = [-p2p] + [0.0] * (len(getters) * p)  # the dummy input is ready at 0 (its end + p2p)
+    free = [0.0] * p
+    starts = []
+    for k, (get, dur) in enumerate(zip(getters, durs)):
+        start = [x if (x := a + p2p) > f else f for a, f in zip(get(ends), free)]
+        for ds, step in ((chain_f.get(k), -1), (chain_b.get(k), 1)):
+            if ds:  # inputs from the same slot: the source (d - 1 for F, d + 1 for B) is already final
+                for d in ds:
+                    x = start[d + step] + dur[d + step] + p2p
+                    if x > start[d]:
+                        start[d] = x
+        end = list(map(add, start, dur))
+        ends[1 + k * p : 1 + (k + 1) * p] = end
+        free = list(map(add, end, trails[k])) if trails else end
+        starts.append(start)
+    return starts, free
+
+
+def _slot_result(schedule, p, m, v, times, main_starts, free) -> Simulation:
+    """The Simulation of a slot run. Start times stay per device in slot order (F and B ops); a zb-h1 W starts
+    when the op before it ends, which Simulation.timeline fills in when asked."""
+    zb = schedule == "zb-h1"
+    busy, peaks = [], []
+    for d in range(p):
+        tf, tb, tw = times[d]
+        if zb:
+            peaks.append(_peak_inflight(_zb_h1_kinds(p, m, d), W, v))
+            busy.append(m * (tf + tb + tw))
+        else:
+            w = warmup_forwards(schedule, p, m, v, d)
+            peak = w + 1 if w < m * v else w  # held from F to B: the warm-up, then one more before each B
+            peaks.append(peak if v == 1 else peak / v)
+            busy.append(m * v * (tf + tb))
+    per_device = [list(x) for x in zip(*main_starts)]
+    step = max(free) - min(s[0] for s in per_device)
+    return Simulation(schedule, p, m, v, step, busy, peaks, times, per_device, w_pending=zb)
+
+
 def interleaved_peak_inflight(stages: int, virtual: int, microbatches: int | None = None) -> float:
     """Interleaved 1F1B's first stage holds p(1 + (p-1)/(pv)) = p + (p-1)/v micro-batches of activations
     (Korthikanti et al. 2022, https://arxiv.org/abs/2205.05198, Section 4.2): more than 1F1B's p.
@@ -301,9 +505,8 @@ def draw_timeline(ax, sim: Simulation, *, numbers: bool = True) -> None:
     """The papers' schedule diagram: one row per stage, one box per op, micro-batch numbers inside."""
     for s, t in enumerate(sim.timeline):
         for kind in (F, B, W):
-            at = t["kind"] == kind
-            if at.any():
-                spans = list(zip(t["start"][at].tolist(), (t["end"][at] - t["start"][at]).tolist()))
+            spans = [(a, e - a) for k, a, e in zip(t["kind"], t["start"], t["end"]) if k == kind]
+            if spans:
                 ax.broken_barh(spans, (s - 0.4, 0.8), facecolors=COLORS[kind], edgecolor="white", linewidth=0.5)
         if numbers:
             for k, j, c, a, e in zip(t["kind"], t["microbatch"], t["chunk"], t["start"], t["end"]):
@@ -320,15 +523,17 @@ def draw_timeline(ax, sim: Simulation, *, numbers: bool = True) -> None:
 def ascii_timeline(sim: Simulation, max_cells: int = 160) -> str | None:
     """A text diagram (F, B, W, '.' idle; lower case for odd chunks) when every time is a whole
     number of the shortest op."""
-    durations = [float(x) for t in sim.timeline for x in (t["end"] - t["start"])[:3]]
+    if sim.stages > 32 or sum(len(s) for s in sim.starts) > 32 * max_cells:
+        return None
+    durations = [e - a for t in sim.timeline for a, e in zip(t["start"][:3], t["end"][:3])]
     cell = min(durations)
-    starts = [x / cell for t in sim.timeline for x in t["start"].tolist()]
-    if sim.step_time / cell > max_cells or sim.stages > 32 or any(abs(x - round(x)) > 1e-9 for x in starts):
+    starts = [x / cell for t in sim.timeline for x in t["start"]]
+    if sim.step_time / cell > max_cells or any(abs(x - round(x)) > 1e-9 for x in starts):
         return None
     rows = []
     for s, t in enumerate(sim.timeline):
         line = ["."] * int(round(sim.step_time / cell))
-        for k, c, a, e in zip(t["kind"].tolist(), t["chunk"].tolist(), t["start"].tolist(), t["end"].tolist()):
+        for k, c, a, e in zip(t["kind"], t["chunk"], t["start"], t["end"]):
             for i in range(int(round(a / cell)), int(round(e / cell))):
                 line[i] = KIND_NAMES[k] if c % 2 == 0 else KIND_NAMES[k].lower()
         rows.append(f"  stage {s:<3}|{''.join(line)}|")
@@ -336,7 +541,7 @@ def ascii_timeline(sim: Simulation, max_cells: int = 160) -> str | None:
 
 
 # ---------------------------------------------------------------- CLI
-MAX_CLI_CHUNK_PASSES = 2_000_000  # ~2-3 ops each, about 1-2 us per op: the CLI answers within seconds
+MAX_CLI_CHUNK_PASSES = 2_000_000  # ~2-3 ops each, well under a microsecond per op: the CLI answers within seconds
 
 
 @command("pipeline", "simulate a pipeline schedule: bubble fraction, step time, activations in flight")
@@ -372,6 +577,7 @@ def pipeline_command(argv: list[str]) -> int:
     start = time.perf_counter()
     sim = simulate(args.stages, args.microbatches, args.schedule, virtual=virtual, backward=args.backward, p2p=args.p2p)
     seconds = time.perf_counter() - start
+    ops = args.stages * args.microbatches * virtual * (3 if args.schedule == "zb-h1" else 2)
     out = sim.to_dict() | {"forward": 1.0, "backward": args.backward, "p2p": args.p2p}
     if args.schedule == "zb-h1":
         out["bubble_fraction_formula"] = zb_h1_bubble_fraction(
@@ -387,7 +593,7 @@ def pipeline_command(argv: list[str]) -> int:
         + (" (holds for m >= p, p2p = 0)" if args.schedule == "zb-h1" else " (p2p = 0)"),
         f"  peak in flight   stage 0: {sim.peak_inflight[0]:g} micro-batches of activations, "
         f"last stage: {sim.peak_inflight[-1]:g}",
-        f"  simulated {sum(len(t['kind']) for t in sim.timeline):,} ops in {seconds:.2f} s",
+        f"  simulated {ops:,} ops in {seconds:.2f} s",
     ]
     diagram = ascii_timeline(sim)
     if diagram:

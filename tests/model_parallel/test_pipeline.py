@@ -1,15 +1,16 @@
-"""The pipeline simulator against closed forms, a hand-worked timeline and a naive fixed-point reference.
+"""The pipeline simulator against closed forms, a hand-worked timeline, a naive fixed-point reference and the
+naive event loop.
 
 All times here are sums of small multiples of 1/v, so most results are exact in float64; interleaved
 sizes with v = 3 accumulate thirds and are compared with rel 1e-9.
 """
 
 import json
+import random
 import subprocess
 import sys
 import time
 
-import numpy as np
 import pytest
 
 from distlab.model_parallel.pipeline import (
@@ -21,6 +22,7 @@ from distlab.model_parallel.pipeline import (
     interleaved_peak_inflight,
     schedule_order,
     simulate,
+    simulate_event_loop,
     zb_h1_bubble_fraction,
 )
 
@@ -31,7 +33,7 @@ def reference_starts(schedule, p, m, v=1, forward=1.0, backward=2.0, p2p=0.0):
     orders = schedule_order(schedule, p, m, v)
     split = schedule == "zb-h1"
     dur = {F: forward / v, B: (backward / 2 if split else backward) / v, W: backward / 2 / v}
-    ops = [[(int(k), int(j), int(c)) for k, j, c in zip(*o)] for o in orders]
+    ops = [list(zip(*o)) for o in orders]
     where = {(k, j, c * p + d): (d, i) for d in range(p) for i, (k, j, c) in enumerate(ops[d])}
     start = [[0.0] * len(x) for x in ops]
     for _ in range(10 * sum(map(len, ops)) + 10):
@@ -77,23 +79,44 @@ CASES = [
 def test_start_times_match_naive_reference(schedule, p, m, v, p2p):
     """Would catch a wrong dependency (F waiting on the wrong stage, a missing p2p hop, a B on the
     last virtual stage not waiting for its F) or a parked device never woken up."""
-    sim = simulate(p, m, schedule, virtual=v, p2p=p2p)
     ref = reference_starts(schedule, p, m, v, p2p=p2p)
-    for d in range(p):
-        np.testing.assert_allclose(sim.timeline[d]["start"], ref[d], rtol=1e-12, atol=1e-12)
+    for sim in (simulate(p, m, schedule, virtual=v, p2p=p2p), simulate_event_loop(p, m, schedule, virtual=v, p2p=p2p)):
+        for d in range(p):
+            assert sim.timeline[d]["start"] == pytest.approx(ref[d], rel=1e-12, abs=1e-12)
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b", "interleaved", "zb-h1"])
+def test_slot_recurrence_equals_the_event_loop(schedule):
+    """The fast slot-by-slot recurrence against the naive event loop on 40 random cases per schedule: stage times
+    that differ per stage (a heavier last stage, an embedding on the first), p2p from 0 to twice a forward, awkward
+    sizes. Would catch an input taken from the wrong slot, a same-slot chain computed out of device order, or a
+    zb-h1 W left out of its device's time."""
+    rng = random.Random(14)
+    for _ in range(40):
+        p, v = rng.randint(2, 9), rng.choice((2, 3)) if schedule == "interleaved" else 1
+        m = p * rng.randint(1, 4) if schedule == "interleaved" else rng.randint(1, 23)
+        fwd = [rng.uniform(0.3, 2.0) for _ in range(p)]
+        bwd = [rng.uniform(0.5, 4.0) for _ in range(p)]
+        c = rng.choice((0.0, rng.uniform(0.0, 2.0)))
+        fast = simulate(p, m, schedule, virtual=v, forward=fwd, backward=bwd, p2p=c)
+        slow = simulate_event_loop(p, m, schedule, virtual=v, forward=fwd, backward=bwd, p2p=c)
+        assert fast.step_time == pytest.approx(slow.step_time, rel=1e-12)
+        assert fast.peak_inflight == slow.peak_inflight and fast.busy == pytest.approx(slow.busy, rel=1e-12)
+        for a, b in zip(fast.starts, slow.starts):
+            assert a == pytest.approx(b, rel=1e-12, abs=1e-12)
 
 
 def test_hand_worked_1f1b_two_stages():
     """p = 2, m = 2, F = 1, B = 2, worked by hand: stage 1 runs F0 [1,2] B0 [2,4] F1 [4,5] B1 [5,7];
     stage 0 runs F0 [0,1] F1 [1,2] B0 [4,6] B1 [7,9]. Would catch an off-by-one in the warm-up."""
     sim = simulate(2, 2, "1f1b")
-    assert sim.timeline[0]["start"].tolist() == [0, 1, 4, 7]
-    assert sim.timeline[0]["kind"].tolist() == [F, F, B, B]
-    assert sim.timeline[1]["start"].tolist() == [1, 2, 4, 5]
-    assert sim.timeline[1]["kind"].tolist() == [F, B, F, B]
+    assert sim.timeline[0]["start"] == [0, 1, 4, 7]
+    assert sim.timeline[0]["kind"] == [F, F, B, B]
+    assert sim.timeline[1]["start"] == [1, 2, 4, 5]
+    assert sim.timeline[1]["kind"] == [F, B, F, B]
     assert sim.step_time == 9 and sim.busy == [6, 6]
-    assert sim["bubble_fraction"] == sim.bubble_fraction == pytest.approx(1 / 3, rel=1e-15)
-    assert sim["peak_inflight"] == [2, 1]
+    assert sim.to_dict()["bubble_fraction"] == sim.bubble_fraction == pytest.approx(1 / 3, rel=1e-15)
+    assert sim.peak_inflight == [2, 1]
 
 
 @pytest.mark.parametrize(("p", "m"), [(2, 1), (3, 7), (4, 4), (6, 2), (7, 31), (16, 97)])
@@ -151,23 +174,41 @@ def test_timeline_invariants(schedule, v):
     p, m = 6, 18
     sim = simulate(p, m, schedule, virtual=v, p2p=0.1)
     for t in sim.timeline:
-        assert (t["start"][1:] >= t["end"][:-1] - 1e-12).all()
+        assert all(a >= e - 1e-12 for a, e in zip(t["start"][1:], t["end"][:-1]))
         for kind in (F, B):
-            at = t["kind"] == kind
-            pairs = sorted(zip(t["microbatch"][at].tolist(), t["chunk"][at].tolist()))
+            pairs = sorted((j, c) for k, j, c in zip(t["kind"], t["microbatch"], t["chunk"]) if k == kind)
             assert pairs == [(j, c) for j in range(m) for c in range(v)]
-        assert (t["end"] - t["start"]).sum() == pytest.approx(3.0 * m, rel=1e-12)
+        assert sum(e - a for a, e in zip(t["start"], t["end"])) == pytest.approx(3.0 * m, rel=1e-12)
 
 
-def test_large_pipeline_is_fast():
-    """p = 128, m = 4096 (a million ops) must simulate in about a second (measured 0.8-0.9 s on a quiet
-    2-core machine, 3 s at load 10); 20 s leaves room for a crowded one and still catches an
-    O(ops x stages) event loop, which takes minutes."""
-    start = time.perf_counter()
-    sim = simulate(128, 4096, "1f1b")
-    assert time.perf_counter() - start < 20.0
-    assert sim.bubble_fraction == pytest.approx(127 / (4096 + 127), rel=1e-12)
-    assert sim.peak_inflight[0] == 128 and sim.peak_inflight[-1] == 1
+@pytest.mark.parametrize(("schedule", "v"), [("gpipe", 1), ("1f1b", 1), ("interleaved", 2), ("zb-h1", 1)])
+def test_large_pipeline_is_fast(schedule, v):
+    """p = 128, m = 4096 (1-2 million ops): the README's benchmark measures 0.5-1.2 s per schedule on the 2-core
+    machine kind. Best of two runs under 6 s leaves room for a crowded machine and still catches a return to
+    the op-by-op event loop at this size (3-6 s quiet, 10-15 s at load 3) or anything O(ops x stages)."""
+    best = float("inf")
+    for _ in range(2):
+        start = time.perf_counter()
+        sim = simulate(128, 4096, schedule, virtual=v, p2p=0.05)
+        best = min(best, time.perf_counter() - start)
+        if best < 6.0:
+            break
+    assert best < 6.0
+    if schedule in ("gpipe", "1f1b"):
+        assert sim.peak_inflight[0] == (4096 if schedule == "gpipe" else 128)
+        assert sim.step_time >= (4096 + 127) * 3.0 + 2 * 127 * 0.05 - 1e-6
+
+
+def test_planner_path_needs_no_numpy():
+    """The planner runs in the browser under Pyodide, which has no numpy: the simulator must not import it.
+    Would catch an `import numpy` creeping back into the module."""
+    code = (
+        "import sys; import distlab.model_parallel.pipeline as p; p.simulate(4, 8, 'zb-h1'); "
+        "print('numpy' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
 
 
 @pytest.mark.parametrize(
