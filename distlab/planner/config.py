@@ -1,27 +1,33 @@
 """What the planner is asked about: a model, a cluster, the training settings, and one candidate plan.
 
-All four are frozen keyword-only dataclasses that validate themselves, so the cost model (plan_cost.py) and
-the search (planner.py) never see an inconsistent request. Models come from distlab.models.shapes (presets
-or a JSON file), accelerators from distlab.hardware.gpus, links from distlab/data/interconnect.toml.
+All four are frozen keyword-only dataclasses that validate themselves, so the cost model (distlab.planner.cost)
+and the search (distlab.planner.search) never see an inconsistent request. Models come from
+distlab.models.shapes (presets or a JSON file), accelerators from distlab.hardware.gpus, links from
+distlab/data/interconnect.toml, device capacities and the memory reserve from distlab/data/planner.toml.
+
+Pure Python: the planner runs where numpy and torch do not (the browser, under Pyodide).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
-from distlab.core.facts import value
+from distlab.core.facts import entries, value
 from distlab.hardware.gpus import GPU, gpu
 from distlab.hardware.links import Link, link
+from distlab.memory.model_states import BYTES_PER_PARAM, DEFAULT_PRECISION
 from distlab.models.shapes import ModelShape, from_json, preset
 
-PRECISIONS = ("mixed", "fp32")  # chapter 1's two conventions (bf16 compute with fp32 master weights, or fp32)
+PRECISIONS = tuple(BYTES_PER_PARAM)  # chapter 1's conventions: mixed (16 B/param), Megatron's fp32 main_grad (18), ...
+MATMUL_DTYPES = ("bf16", "fp8")  # what the weight matmuls run in (fp8: Transformer Engine's recipe, bf16 elsewhere)
 OPTIMIZERS = ("adamw", "sgd")  # sgd: with momentum, one fp32 moment instead of Adam's two
 TASKS = ("pretrain", "finetune")
 ATTENTION = ("flash", "standard")  # standard: the s x s scores go through HBM (Megatron-LM 2021)
 RECOMPUTE = ("none", "selective", "full")
-OFFLOAD = ("none", "optimizer", "optimizer+params")  # ZeRO-Offload (stage >= 1) and ZeRO-Infinity (stage 3)
-USABLE_FRACTION = 0.9  # share of HBM a plan may fill: CUDA context, NCCL buffers, allocator fragmentation
+OFFLOAD = ("none", "optimizer", "params")  # ZeRO-Offload (stage >= 1); ZeRO-Infinity's parameters too (stage 3)
+SCHEDULES = ("1f1b", "interleaved", "zb-h1")
 
 
 def model(spec: str | ModelShape) -> ModelShape:
@@ -33,10 +39,40 @@ def model(spec: str | ModelShape) -> ModelShape:
     return preset(spec)
 
 
+# ---------------------------------------------------------------- how much of a GPU a plan may fill
+@functools.cache
+def device_capacity_bytes(chip: GPU) -> float:
+    """What the driver reports as the device's memory (nvidia-smi's total, in MiB), which is more than the
+    datasheet's round figure (an "80 GB" H100 reports 81,559 MiB = 85.5e9 bytes); the datasheet's bytes where
+    no report is on file."""
+    row = entries("planner").get(f"capacity-{chip.name}")
+    return row["reported_mib"] * 2**20 if row else chip.hbm_bytes
+
+
+FRAGMENTATION_FRACTION = 0.05
+"""An assumption, not a measurement: the share of the device the caching allocator holds reserved but cannot
+hand out on a long run (no published figure; PYTORCH_CUDA_ALLOC_CONF=expandable_segments reduces it)."""
+
+
+def reserve_bytes(chip: GPU) -> float:
+    """What a training process cannot give to tensors, whatever the plan: the CUDA context the first CUDA call
+    creates (distlab/data/planner.toml) and the allocator's fragmentation (FRAGMENTATION_FRACTION). NCCL's
+    buffers depend on the plan's communicators: distlab.planner.cost counts them with its memory."""
+    context = value("planner.memory-reserve.cuda_context_mib") * 2**20
+    return context + FRAGMENTATION_FRACTION * device_capacity_bytes(chip)
+
+
+@functools.cache
+def usable_bytes(chip: GPU) -> float:
+    """Bytes a plan's model state, activations and buffers may fill on one GPU."""
+    return device_capacity_bytes(chip) - reserve_bytes(chip)
+
+
+# ---------------------------------------------------------------- the cluster
 @dataclass(frozen=True, kw_only=True)
 class Cluster:
-    """Identical nodes of identical GPUs; inside a node an NVLink-class link, between nodes a network link
-    per GPU (one NIC per GPU, rail-optimised, as DGX nodes are built)."""
+    """Identical nodes of identical GPUs; inside a node an NVLink-class link, between nodes NICs (one per GPU on a
+    DGX, rail-optimised: GPU i of every node on the same leaf switch)."""
 
     gpu: GPU
     """The accelerator (distlab.hardware.gpus.gpu)."""
@@ -45,7 +81,9 @@ class Cluster:
     intra: Link
     """Per GPU, per direction, inside a node."""
     inter: Link
-    """Per GPU, per direction, between nodes."""
+    """One NIC, per direction, between nodes."""
+    nics_per_node: int
+    """NICs a node's GPUs share (a DGX H100 has 8); the node's egress is this many times the NIC."""
     pcie: Link
     """GPU to host, for CPU offload."""
     host_bytes_per_s: float
@@ -54,7 +92,7 @@ class Cluster:
     """Host memory of one node (what CPU offload may fill)."""
 
     def __post_init__(self) -> None:
-        for name in ("gpus_per_node", "nodes"):
+        for name in ("gpus_per_node", "nodes", "nics_per_node"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"cluster: {name} must be a positive integer, got {v!r}")
@@ -65,17 +103,26 @@ class Cluster:
     def gpus(self) -> int:
         return self.gpus_per_node * self.nodes
 
+    @property
+    def nic_bytes_per_s_per_gpu(self) -> float:
+        """A node's network egress divided among its GPUs: what each GPU's traffic across nodes can use."""
+        return self.nics_per_node * self.inter.bandwidth_bytes_per_s / self.gpus_per_node
+
     def describe(self) -> str:
+        nics = (
+            "one NIC per GPU"
+            if self.nics_per_node == self.gpus_per_node
+            else f"{self.nics_per_node} NIC{'s' if self.nics_per_node > 1 else ''} per node"
+        )
         return (
             f"{self.nodes} x {self.gpus_per_node} {self.gpu.name} ({self.intra.bandwidth_bytes_per_s / 1e9:g} "
-            f"GB/s in a node, {self.inter.bandwidth_bytes_per_s / 1e9:g} GB/s between nodes, per GPU and "
-            "direction)"
+            f"GB/s in a node per GPU and direction; {nics} of {self.inter.bandwidth_bytes_per_s / 1e9:g} GB/s)"
         )
 
 
 def _link(spec: str | float, fallback_transport: str, name: str) -> Link:
     """A link from interconnect.toml by name, or a bandwidth in GB/s per direction (latency: NCCL's
-    per-step latency of `fallback_transport`, Simple protocol: planning is about large messages)."""
+    per-step latency of `fallback_transport`, Simple protocol)."""
     if isinstance(spec, str):
         try:
             spec = float(spec)
@@ -96,19 +143,17 @@ def cluster(
     nodes: int = 1,
     intra: str | float | None = None,
     inter: str | float = "InfiniBand-NDR",
+    nics_per_node: int | None = None,
     pcie: str | None = None,
     host: str = "DGX-H100-host",
 ) -> Cluster:
-    """A cluster from the data files. intra defaults to the GPU's own GPU-to-GPU links (gpus.toml), pcie to
-    PCIe 4 for A100s and PCIe 5 otherwise; host memory bandwidth from host_links.toml (distlab.sharding.offload)."""
+    """A cluster from the data files. intra defaults to the GPU's own GPU-to-GPU link (gpus.toml), one NIC per GPU
+    (a DGX), pcie to PCIe 4 for A100s and PCIe 5 otherwise; host memory bandwidth from host_links.toml."""
     from distlab.sharding.offload import node_memory_bytes_per_s
 
     chip = gpu(gpu_name)
     if intra is None:
-        alpha = value("interconnect.nccl-latency-nvlink.ring_simple_us") * 1e-6
-        intra_link = Link(
-            name=f"{chip.link_name}", bandwidth_bytes_per_s=chip.link_bytes_per_s, alpha_s=alpha, transport="nvlink"
-        )
+        intra_link = link(value(f"gpus.{chip.name}.link"), protocol="simple")
     else:
         intra_link = _link(intra, "nvlink", "intra-node")
     pcie = pcie or ("PCIe4-x16" if chip.name.startswith("A100") else "PCIe5-x16")
@@ -118,35 +163,46 @@ def cluster(
         nodes=nodes,
         intra=intra_link,
         inter=_link(inter, "net", "inter-node"),
+        nics_per_node=gpus_per_node if nics_per_node is None else nics_per_node,
         pcie=link(pcie, protocol="simple"),
         host_bytes_per_s=node_memory_bytes_per_s(host),
         host_bytes=value(f"host_links.{host}.host_memory_tb") * 1e12,
     )
 
 
+# ---------------------------------------------------------------- the training settings
 @dataclass(frozen=True, kw_only=True)
 class Training:
-    """How the model is trained: the global batch and what each step keeps."""
+    """How the model is trained: the global batch and the switches every plan shares."""
 
     global_batch_tokens: int
     """Tokens per optimizer step, all GPUs together (a multiple of seq)."""
     seq: int
     """Sequence length s."""
-    precision: str = "mixed"
-    """mixed: bf16 compute, fp32 master weights and moments (2 + 2 + 12 bytes/param); fp32: 4 + 4 + 8."""
+    precision: str = DEFAULT_PRECISION
+    """Bytes per parameter of model state (distlab.memory.model_states.BYTES_PER_PARAM): mixed = bf16 weights and
+    gradients, fp32 master weights and moments (16 B); mixed-fp32-grads = Megatron's fp32 main_grad (18 B);
+    mixed-fp32-accum (20 B); fp32 (16 B, and fp32 compute)."""
+    matmul_dtype: str = "bf16"
+    """What the weight matmuls run in: bf16, or fp8 (Transformer Engine: fp8 GEMMs, bf16 everything else)."""
     optimizer: str = "adamw"
     task: str = "pretrain"
     """pretrain or finetune (a full fine-tune: every weight trains, so the cost model is the same)."""
     attention: str = "flash"
-    usable_fraction: float = USABLE_FRACTION
     dropout: bool = False
     """Dropout masks and their kernels (GPT-3-era pretraining used them; Llama does not)."""
     sequence_parallel: bool = True
     """Megatron sequence parallelism with TP (splits norms, dropout and residuals t ways)."""
+    tp_overlap: bool = True
+    """Tensor-parallel collectives overlapped with the matmuls next to them (Megatron-Core's --tp-comm-overlap,
+    Transformer Engine's userbuffers, PyTorch's async-TP); off, they sit on the critical path."""
+    moe: object | None = None
+    """The experts of a mixture-of-experts model (distlab.planner.moe.MoESpec), None for a dense one."""
 
     def __post_init__(self) -> None:
         for name, allowed in (
             ("precision", PRECISIONS),
+            ("matmul_dtype", MATMUL_DTYPES),
             ("optimizer", OPTIMIZERS),
             ("task", TASKS),
             ("attention", ATTENTION),
@@ -160,54 +216,86 @@ class Training:
                 f"global batch of {self.global_batch_tokens:,} tokens is not a whole number of "
                 f"{self.seq:,}-token sequences"
             )
-        if not 0 < self.usable_fraction <= 1:
-            raise ValueError(f"usable fraction of HBM must be in (0, 1], got {self.usable_fraction}")
+        if self.matmul_dtype == "fp8" and self.precision == "fp32":
+            raise ValueError("fp8 matmuls need mixed precision (fp32 training runs its matmuls in tf32)")
 
     @property
     def sequences(self) -> int:
         return self.global_batch_tokens // self.seq
 
+    @property
+    def compute_dtype(self) -> str:
+        """The dtype of the peak the matmuls run against."""
+        return "tf32" if self.precision == "fp32" else self.matmul_dtype
 
+
+# ---------------------------------------------------------------- one plan
 @dataclass(frozen=True, kw_only=True)
 class Plan:
-    """One way to run the step: the parallel sizes, the ZeRO stage, the micro-batch and what is traded for
-    memory. tp x cp x pp x dp = GPUs; microbatches = sequences per step / (dp x micro_batch)."""
+    """One way to run the step: the parallel sizes, the ZeRO stage, the micro-batch, the pipeline schedule and
+    what is traded for memory. tp x cp x pp x dp = GPUs; ep splits the experts of an MoE model over ep of the
+    dp x cp ranks; microbatches = sequences per step / (dp x micro_batch)."""
 
     tp: int = 1
     pp: int = 1
     dp: int = 1
     cp: int = 1
+    ep: int = 1
     zero: int = 0
     micro_batch: int = 1
     microbatches: int = 1
     """Micro-batches per optimizer step per pipeline: gradient accumulation steps."""
     recompute: str = "none"
     offload: str = "none"
+    schedule: str = "1f1b"
+    virtual: int = 1
+    """Model chunks per pipeline stage (the interleaved schedule; 1 otherwise)."""
 
     def __post_init__(self) -> None:
-        for name in ("tp", "pp", "dp", "cp", "micro_batch", "microbatches"):
+        for name in ("tp", "pp", "dp", "cp", "ep", "micro_batch", "microbatches", "virtual"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"plan: {name} must be a positive integer, got {v!r}")
         if self.zero not in (0, 1, 2, 3):
             raise ValueError(f"plan: zero must be 0, 1, 2 or 3, not {self.zero!r}")
-        if self.recompute not in RECOMPUTE or self.offload not in OFFLOAD:
-            raise ValueError(f"plan: recompute in {RECOMPUTE}, offload in {OFFLOAD}")
-        if self.offload != "none" and self.zero < (3 if self.offload == "optimizer+params" else 1):
-            raise ValueError(f"plan: offloading the {self.offload} needs a higher ZeRO stage than {self.zero}")
-        if self.pp > 1 and self.zero > 1:
-            raise ValueError("plan: ZeRO-2/3 shard what pipeline stages need each micro-batch; use ZeRO-0/1 with PP")
+        if self.recompute not in RECOMPUTE:
+            raise ValueError(f"plan: recompute must be one of {', '.join(RECOMPUTE)}, not {self.recompute!r}")
+        if self.offload not in OFFLOAD:
+            raise ValueError(f"plan: offload must be one of {', '.join(OFFLOAD)}, not {self.offload!r}")
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"plan: schedule must be one of {', '.join(SCHEDULES)}, not {self.schedule!r}")
+        if self.offload != "none" and self.zero < (3 if self.offload == "params" else 1):
+            need = "ZeRO-3 (only it shards the parameters)" if self.offload == "params" else "ZeRO-1 or higher"
+            raise ValueError(f"plan: offloading the {self.offload} needs {need}, not ZeRO-{self.zero}")
+        if self.schedule == "interleaved":
+            if self.pp == 1 or self.virtual < 2:
+                raise ValueError("plan: the interleaved schedule needs pp > 1 and virtual >= 2 chunks per stage")
+            if self.microbatches % self.pp:
+                raise ValueError(
+                    f"plan: the interleaved schedule needs micro-batches divisible by pp "
+                    f"({self.microbatches} % {self.pp} = {self.microbatches % self.pp})"
+                )
+        elif self.virtual != 1:
+            raise ValueError(f"plan: virtual chunks apply only to the interleaved schedule, not {self.schedule}")
+        if self.pp == 1 and self.schedule != "1f1b":
+            raise ValueError(f"plan: the {self.schedule} schedule needs pipeline stages (pp > 1)")
+        if (self.dp * self.cp) % self.ep:
+            raise ValueError(f"plan: ep {self.ep} must divide the data x context-parallel ranks {self.dp * self.cp}")
 
     @property
     def gpus(self) -> int:
         return self.tp * self.pp * self.dp * self.cp
 
     def label(self) -> str:
-        parts = [f"TP {self.tp}", f"PP {self.pp}", f"DP {self.dp}"] + ([f"CP {self.cp}"] if self.cp > 1 else [])
+        parts = [f"TP {self.tp}", f"PP {self.pp}", f"DP {self.dp}"]
+        parts += [f"CP {self.cp}"] if self.cp > 1 else []
+        parts += [f"EP {self.ep}"] if self.ep > 1 else []
         zero = "DDP" if self.zero == 0 else f"ZeRO-{self.zero}"
-        extra = ([f"{self.recompute} recompute"] if self.recompute != "none" else []) + (
-            [f"offload {self.offload}"] if self.offload != "none" else []
-        )
+        extra = [f"{self.recompute} recompute"] if self.recompute != "none" else []
+        if self.offload != "none":
+            extra.append("offload optimizer" if self.offload == "optimizer" else "offload optimizer and params")
+        if self.pp > 1 and self.schedule != "1f1b":
+            extra.append(f"{self.schedule}" + (f" v={self.virtual}" if self.schedule == "interleaved" else ""))
         return (
             " x ".join(parts)
             + f", {zero}, micro-batch {self.micro_batch} x {self.microbatches}"

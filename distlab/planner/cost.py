@@ -1,359 +1,664 @@
 """The planner's cost model: memory per GPU by category, and step time by cause, for one plan.
 
-Memory (bytes, the most loaded pipeline stage):
-    weights, gradients, optimizer     distlab.sharding.zero.model_state_bytes_per_gpu on the stage's share
-                                      of the parameters (/ tp), sharded over dp x cp by the ZeRO stage
-    activations                       distlab.memory.activations.activation_bytes_per_layer (Korthikanti et al.
-                                      2022, Table 2) x layers per stage x micro-batches in flight (1F1B: p)
+Memory (bytes, the most loaded pipeline stage), `memory_per_gpu`:
+    weights, gradients, optimizer     distlab.sharding.zero.model_state_bytes_per_gpu on the stage's share of the
+                                      parameters (/ tp; experts / ep), sharded over dp x cp by the ZeRO stage, in the
+                                      precision's bytes per parameter (distlab.memory.model_states.BYTES_PER_PARAM)
+    activations                       distlab.memory.activations.model_activation_bytes_per_layer x the stage's
+                                      layers x the micro-batches it holds (1F1B: p - s on stage s; interleaved:
+                                      p + (p-1)/v on stage 0)
     logits                            fp32 logits of one micro-batch for the loss (last stage, / tp)
-    gather buffers                    ZeRO-3: two layers' gathered bf16 weights (current and prefetched)
+    gather buffers                    ZeRO-3: two layers' gathered bf16 weights (the one computing, the prefetched)
+    communication buffers             NCCL's buffers, per communicator the plan opens (distlab/data/planner.toml)
+It fits when the sum is at most the device's reported capacity less the CUDA context and a fragmentation margin
+(distlab.planner.config.usable_bytes).
 
-Step time (seconds) = the pipeline's step from distlab.model_parallel.pipeline.simulate (or its closed form while
-searching) over per-micro-batch stage times, plus what data-parallel communication leaves exposed, plus
-the optimizer step. A stage's time for one micro-batch is, layer by layer:
+Step time (seconds), `step`: each stage's time per micro-batch (distlab.planner.kernels: matmuls at the measured
+MAMF and their wave efficiency, FlashAttention at its published rate, memory-bound kernels at a share of HBM),
+plus what its tensor-, context- and expert-parallel collectives leave exposed (distlab.planner.comms), fed to the
+pipeline simulator (distlab.model_parallel.pipeline: 1F1B, interleaved or ZB-H1); then the data-parallel and
+ZeRO collectives that compute cannot hide, CPU offload's transfers, and the optimizer's pass over its shard.
 
-    matmul FLOPs / (peak x GEMM_EFFICIENCY)          forward 1x, backward 2x (FlashAttention's backward 2.5x)
-  + non-matmul bytes / (HBM bandwidth x MEMORY_EFFICIENCY)   norms, residuals, activations, softmax, dropout
-  + tensor-parallel all-reduces (alpha-beta, distlab.hardware.collectives), not overlapped
-  + the context-parallel ring, where it exceeds the attention it hides behind
-  + recomputation: full repeats the forward, selective the attention core
+Overlap, as the frameworks do it:
+- TP (with tp_overlap): each all-gather / reduce-scatter is split into t chunks that run under the t chunks of
+  the GEMM next to it (collective matmul); t - 1 chunks hide, so what shows is what the comm exceeds of
+  (t-1)/t of that GEMM. Without tp_overlap every TP collective is on the critical path.
+- ZeRO-3/FSDP: one all-gather per layer in forward, one in backward and one reduce-scatter per layer, every
+  micro-batch, each paying its own latency; a layer's gather hides behind the previous layer's compute, the
+  backward's gather and reduce-scatter behind that layer's backward, and the first layer's gather has nothing to
+  hide behind. With pipelines (torchtitan: no resharding after forward) the weights are gathered once per step.
+- DDP and ZeRO-1/2: the gradient reduction hides behind the last micro-batch's backward but its last bucket;
+  ZeRO-1/2 gather the updated parameters behind the next forward. ZeRO-2 reduce-scatters every micro-batch.
+- CP: ring attention's K/V exchange under the attention of the chunk before. EP: all-to-alls are exposed.
+- CPU offload: the gradient shard crosses PCIe every micro-step (under its backward), the update runs on the
+  host (a memory-bound pass over host DRAM), the parameters come back before the next forward.
 
-MFU follows the published convention (PaLM, Megatron): model FLOPs 6N + 12Lhs per token, the attention
-term over the full s x s scores. A causal FlashAttention kernel skips the masked half, so the step is timed on
-6Lhs; at long sequences, where 12Lhs rivals 6N, that MFU overstates the hardware's use and can pass 100 %.
-`mfu_causal` counts causal attention as half (6N + 6Lhs): the work the model needs, never above the kernels'
-share of the peak.
-
-Two numbers are assumptions, not derived: GEMM_EFFICIENCY and MEMORY_EFFICIENCY (what fraction of the
-datasheet peaks real kernels reach). A third is read from a published measurement: NCCL moves data over
-NVLink at about 370 of its 450 GB/s line rate (protocol overhead), so NVLink-class links are derated by
-that ratio. Everything else comes from the model's shape, the hardware data and the other chapters'
-models. The validation chapter shows how the predictions move when the assumptions change.
+MFU counts model FLOPs 6N + 12Lhs per token (attention over all s x s scores, the published convention);
+`mfu_causal` counts causal attention as half; `hfu` counts what the GPUs execute (recomputation included);
+`tflops_per_gpu` is the model FLOP/s per GPU. Pure Python: no numpy, no torch.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
+import inspect
 import math
+from dataclasses import dataclass, field
 
 from distlab.core.facts import value
-from distlab.gpu.flops import attention_flops_per_token, flops_per_token, preset_matmul_params
-from distlab.hardware.collectives import time_seconds
-from distlab.hardware.gpus import GPU
-from distlab.hardware.links import Link, per_direction_bytes_per_s
-from distlab.interconnect.topology import DDP_BUCKET_BYTES, flat_ring_link
-from distlab.memory.activations import activation_bytes_per_layer
+from distlab.gpu.flops import attention_flops_per_token, flops_per_token
+from distlab.memory.activations import model_activation_bytes_per_layer
 from distlab.model_parallel.pipeline import bubble_fraction, simulate
 from distlab.models.shapes import ModelShape
-from distlab.planner.config import Cluster, Plan, Training
+from distlab.planner import comms
+from distlab.planner.config import Cluster, Plan, Training, usable_bytes
+from distlab.planner.kernels import (
+    MEMORY_EFFICIENCY,
+    head_times,
+    layer_shape,
+    layer_times,
+    mamf_fraction,
+)
 from distlab.sharding.zero import bytes_per_param_by_state, model_state_bytes_per_gpu
 
-GEMM_FRACTION_OF_MAMF = 0.93  # training GEMM shapes against the best shape a matmul scan finds (see gemm_efficiency)
-MEMORY_EFFICIENCY = 0.8  # element-wise and reduction kernels reach ~80 % of the HBM datasheet bandwidth
 LOGIT_BYTES = 4  # fp32 logits for the loss
-LOSS_BYTES_PER_LOGIT = 12  # cross-entropy over fp32 logits: write them, read for the max and the sum (forward)
-FLASH_BACKWARD = 2.5  # FlashAttention's backward: 5 matmuls against the forward's 2 (it recomputes the scores)
+DDP_BUCKET_BYTES = 25 * 2**20  # DistributedDataParallel(bucket_cap_mb=25): the last bucket waits for backward
 
 
-@functools.cache
-def nvlink_efficiency() -> float:
-    """Effective over line-rate NVLink bandwidth that NCCL reaches (~0.82: protocol overhead)."""
-    entry = "interconnect.nccl-nvlink4"
-    return value(f"{entry}.effective_gbytes_per_s") * 1e9 / per_direction_bytes_per_s(value(f"{entry}.link"))
+# ---------------------------------------------------------------- typed results
+@dataclass(frozen=True)
+class MemoryBreakdown:
+    """Bytes per GPU by category (device), and host bytes per GPU (CPU offload)."""
+
+    weights: float
+    gradients: float
+    optimizer: float
+    activations: float
+    logits: float
+    gather_buffers: float
+    comm_buffers: float
+    host: float
+
+    @property
+    def model_states(self) -> float:
+        return self.weights + self.gradients + self.optimizer
+
+    @property
+    def device_bytes(self) -> float:
+        return (
+            self.weights
+            + self.gradients
+            + self.optimizer
+            + self.activations
+            + self.logits
+            + self.gather_buffers
+            + self.comm_buffers
+        )
+
+    def as_dict(self) -> dict[str, float]:
+        """By category, as `distlab plan --json` prints memory_by_category."""
+        return {
+            "weights": self.weights,
+            "gradients": self.gradients,
+            "optimizer": self.optimizer,
+            "activations": self.activations,
+            "logits": self.logits,
+            "gather buffers": self.gather_buffers,
+            "communication buffers": self.comm_buffers,
+        }
 
 
-def effective(lk: Link) -> Link:
-    """A link at the bandwidth collectives really get: NVLink-class links lose NCCL's protocol overhead."""
-    if lk.transport != "nvlink":
-        return lk
-    return dataclasses.replace(lk, bandwidth_bytes_per_s=lk.bandwidth_bytes_per_s * nvlink_efficiency())
+@dataclass(frozen=True)
+class StepBreakdown:
+    """Seconds of one optimizer step by cause (they add up to the step)."""
+
+    compute: float
+    """Matmuls, attention and memory-bound kernels of every micro-batch on the slowest stage."""
+    recompute: float
+    exposed_tp: float
+    exposed_dp: float
+    """Data-parallel and ZeRO collectives compute does not hide."""
+    exposed_cp_ep: float
+    bubble: float
+    """Pipeline idle time, point-to-point sends included."""
+    offload: float
+    optimizer: float
+
+    @property
+    def total(self) -> float:
+        return (
+            self.compute
+            + self.recompute
+            + self.exposed_tp
+            + self.exposed_dp
+            + self.exposed_cp_ep
+            + self.bubble
+            + self.offload
+            + self.optimizer
+        )
+
+    def as_dict(self) -> dict[str, float]:
+        """`distlab plan --json`'s step_breakdown."""
+        return {
+            "compute": self.compute,
+            "recompute": self.recompute,
+            "exposed_tp": self.exposed_tp,
+            "exposed_dp": self.exposed_dp,
+            "exposed_cp_ep": self.exposed_cp_ep,
+            "pipeline_bubble": self.bubble,
+            "offload": self.offload,
+            "optimizer": self.optimizer,
+        }
 
 
-# The measured best matmul (MAMF) of each chip family; chips without a measurement borrow the H100's ratio.
-MAMF_ENTRY = {"A100": "A100-SXM-80GB", "H100": "H100-SXM", "H200": "H100-SXM", "MI300X": "MI300X"}
+@dataclass(frozen=True)
+class StepEstimate:
+    """One plan's step: its time by cause, throughput and utilisation."""
+
+    seconds: float
+    breakdown: StepBreakdown
+    tokens: int
+    tokens_per_second: float
+    model_flops: float
+    """Model FLOPs of the step: (6N + 12Lhs) x tokens."""
+    hardware_flops: float
+    """What the GPUs execute, recomputation included."""
+    mfu: float
+    mfu_causal: float
+    hfu: float
+    tflops_per_gpu: float
+    """Model TFLOP/s per GPU (LLM Foundry's and NeMo's "model TFLOP/s")."""
+    forward_seconds: float
+    """One micro-batch's forward on the slowest stage, exposed collectives included."""
+    backward_seconds: float
+    p2p_seconds: float
+    traffic_seconds: dict[str, float] = field(default_factory=dict)
+    """Total collective time per kind (tp, dp, cp, ep), hidden or not."""
+
+    def time_by_component(self) -> dict[str, float]:
+        """The breakdown under the names `distlab plan --json` has always printed in time_by_component."""
+        b = self.breakdown
+        return {
+            "compute": b.compute,
+            "recompute": b.recompute,
+            "tensor-parallel (exposed)": b.exposed_tp,
+            "data-parallel (exposed)": b.exposed_dp,
+            "context/expert-parallel (exposed)": b.exposed_cp_ep,
+            "pipeline bubble": b.bubble,
+            "offload (exposed)": b.offload,
+            "optimizer": b.optimizer,
+        }
 
 
-def gemm_efficiency(chip: GPU) -> float:
-    """Fraction of the dense bf16 peak that a training step's matmuls reach: GEMM_FRACTION_OF_MAMF of the best
-    matmul measured on that chip family (A100 0.86, H100 0.80 of peak), ~0.80 on an A100. The best shape
-    fills every SM in whole waves; a layer's shapes do not, and their K is often smaller."""
-    family = next((k for k in MAMF_ENTRY if chip.name.startswith(k)), "H100")
-    entry = MAMF_ENTRY[family]
-    from distlab.hardware.gpus import gpu
-
-    return GEMM_FRACTION_OF_MAMF * value(f"gpus.{entry}.bf16_mamf_tflops") * 1e12 / gpu(entry).peak_flops("bf16")
+# ---------------------------------------------------------------- parameters per stage and GPU
+@functools.lru_cache(maxsize=4096)
+def stage_layers(m: ModelShape, pp: int) -> tuple[int, ...]:
+    """Layers of each pipeline stage: as even as the layer count allows, the first stages taking one more (126
+    layers on 8 stages: 16 x 6 and 15 x 2)."""
+    base, extra = divmod(m.layers, pp)
+    return tuple(base + (1 if s < extra else 0) for s in range(pp))
 
 
-def attention_efficiency(chip: GPU, gemm: float) -> float:
-    """FlashAttention's published share of the peak: FA2 reaches 50-73 % on an A100 (we take 50 %: the
-    backward is the slow half), FA3 75 % on an H100; elsewhere, and never above, the GEMMs' share."""
-    if chip.name.startswith("A100"):
-        return min(gemm, value("flash_attention.FA2.a100_peak_fraction_low"))
-    if chip.name.startswith(("H100", "H200")):
-        return min(gemm, value("flash_attention.FA3.fp16_peak_fraction"))
-    return gemm
+def _embedding_params(m: ModelShape) -> int:
+    return m.vocab * m.hidden + (m.seq * m.hidden if m.mlp == "gelu" else 0)
 
 
-def efficiencies(chip: GPU, gemm: float | None = None, memory: float | None = None) -> tuple[float, float]:
-    return (gemm_efficiency(chip) if gemm is None else gemm), (MEMORY_EFFICIENCY if memory is None else memory)
+def _head_params(m: ModelShape, pp: int) -> int:
+    """The output head (untied, or tied but on another stage than the embedding) and the final norm."""
+    norm = m.hidden if m.mlp == "swiglu" else 2 * m.hidden
+    return (m.vocab * m.hidden if (not m.tie_embeddings or pp > 1) else 0) + norm
 
 
-# ---------------------------------------------------------------- parameters per GPU
-def stage_params(m: ModelShape, pp: int) -> tuple[float, float]:
-    """Parameters of the first stage (its layers and the token embedding) and of the last (its layers, the
-    output head unless tied, the final norm). With pp = 1 both are the whole model."""
+@functools.lru_cache(maxsize=4096)
+def stage_params(m: ModelShape, pp: int) -> tuple[int, ...]:
+    """Parameters held by each stage: its layers, the embedding on the first, the head and final norm on the last.
+    With pp = 1 the whole model."""
     if pp == 1:
-        return float(m.params()), float(m.params())
-    layers = m.layers / pp * m.params_per_layer()
-    embed = m.vocab * m.hidden + (m.seq * m.hidden if m.mlp == "gelu" else 0)
-    head = (m.vocab * m.hidden if m.tie_embeddings or pp > 1 else 0) + m.hidden  # PP unties a tied head
-    return layers + embed, layers + head
+        return (m.params(),)
+    out = [n * m.params_per_layer() for n in stage_layers(m, pp)]
+    out[0] += _embedding_params(m)
+    out[-1] += _head_params(m, pp)
+    return tuple(out)
 
 
 def local_params(m: ModelShape, p: Plan) -> int:
-    """Parameters one GPU holds a slice of: its stage's (the larger of first and last) / tp."""
+    """Parameters one GPU holds a slice of: its stage's (the largest stage) / tp."""
     return math.ceil(max(stage_params(m, p.pp)) / p.tp)
+
+
+@functools.cache
+def _per_param(precision: str) -> dict[str, int]:
+    return bytes_per_param_by_state(precision)
+
+
+@functools.lru_cache(maxsize=65536)
+def _states(params: int, group: int, zero: int, precision: str, offload_optimizer: bool, offload_params: bool):
+    return model_state_bytes_per_gpu(
+        params,
+        group,
+        zero,
+        precision=precision,
+        offload_optimizer=offload_optimizer,
+        offload_params=offload_params,
+    )
+
+
+@functools.cache
+def _nccl_buffer_bytes() -> float:
+    return value("planner.memory-reserve.nccl_per_communicator_gb") * 1e9
 
 
 def optimizer_factor(t: Training) -> float:
     """SGD with momentum keeps one fp32 moment where AdamW keeps two (chapter 1's categories)."""
     if t.optimizer == "adamw":
         return 1.0
-    per = bytes_per_param_by_state(t.precision)
+    per = _per_param(t.precision)
     return (per["optimizer"] - 4) / per["optimizer"]
 
 
+def grad_reduce_bytes(t: Training) -> int:
+    """Bytes per gradient element the data-parallel reduction moves: the gradient's own dtype (fp32 with
+    Megatron's main_grad and fp32 accumulation, bf16 otherwise)."""
+    return 4 if t.precision in ("fp32", "mixed-fp32-grads", "mixed-fp32-accum") else 2
+
+
 # ---------------------------------------------------------------- memory
-def memory(m: ModelShape, c: Cluster, t: Training, p: Plan) -> dict[str, float]:
-    """Bytes per GPU by category on the most loaded stage, and host bytes per GPU (offload)."""
-    states = model_state_bytes_per_gpu(
-        local_params(m, p),
-        p.dp * p.cp,
-        p.zero,
-        precision=t.precision,
-        offload_optimizer=p.offload != "none",
-        offload_params=p.offload == "optimizer+params",
+@functools.cache
+def _activation_takes_dropout() -> bool:
+    return "dropout" in inspect.signature(model_activation_bytes_per_layer).parameters
+
+
+def activation_bytes(m: ModelShape, t: Training, p: Plan, recompute: str | None = None) -> float:
+    """One layer's activations kept for backward on one GPU, micro-batch of p.micro_batch sequences of s / cp."""
+    return _activations(
+        m,
+        t.seq // p.cp,
+        p.micro_batch,
+        p.tp,
+        t.sequence_parallel and p.tp > 1,
+        p.recompute if recompute is None else recompute,
+        "flash" if t.attention == "flash" else "eager",
+        t.dropout,
     )
-    sp = t.sequence_parallel and p.tp > 1
-    recompute = "selective" if (t.attention == "flash" and p.recompute == "none") else p.recompute
-    per_layer = activation_bytes_per_layer(
-        t.seq // p.cp, p.micro_batch, m.hidden, m.heads, tp=p.tp, sequence_parallel=sp, recompute=recompute
+
+
+@functools.lru_cache(maxsize=65536)
+def _activations(m, seq, batch, tp, sp, recompute, attention, dropout) -> float:
+    kw = {"dropout": dropout} if _activation_takes_dropout() else {}
+    return model_activation_bytes_per_layer(
+        m, seq, batch, tp=tp, sequence_parallel=sp, recompute=recompute, attention=attention, **kw
     )
-    layers = m.layers // p.pp
-    working = 0.0
-    if p.recompute == "full":  # backward recomputes one layer at a time: its activations live meanwhile
-        working = activation_bytes_per_layer(
-            t.seq // p.cp, p.micro_batch, m.hidden, m.heads, tp=p.tp, sequence_parallel=sp, recompute="selective"
+
+
+def in_flight(p: Plan, stage: int) -> float:
+    """Micro-batches whose activations stage `stage` holds at once: 1F1B's p - s (its warm-up plus one), the
+    interleaved schedule's p + (p-1)/v on stage 0 (Korthikanti et al. 2022, Section 4.2), never more than m."""
+    if p.pp == 1:
+        return 1.0
+    if p.schedule == "interleaved":
+        held = (
+            (p.pp - stage) + (p.pp - 1 - stage) / p.virtual if stage == 0 else (p.pp - stage) + (p.pp - 1) / p.virtual
         )
+        return min(held, p.microbatches)
+    return min(p.pp - stage, p.microbatches)
+
+
+def communicators(p: Plan) -> int:
+    """NCCL communicators a plan opens on each GPU: one per parallel dimension larger than 1."""
+    return sum(1 for n in (p.tp, p.pp, p.dp * p.cp, p.cp, p.ep) if n > 1)
+
+
+def memory_per_gpu(m: ModelShape, c: Cluster, t: Training, p: Plan) -> MemoryBreakdown:
+    """Bytes per GPU by category on the most loaded stage, and host bytes per GPU (offload)."""
+    group = p.dp * p.cp
+    params = stage_params(m, p.pp)
+    layers = stage_layers(m, p.pp)
+    per_layer = activation_bytes(m, t, p)
+    working = (
+        activation_bytes(m, t, p, "selective" if t.attention == "flash" else "none") if p.recompute == "full" else 0.0
+    )
     logits = t.seq // p.cp * p.micro_batch * m.vocab * LOGIT_BYTES / p.tp
-    first = per_layer * layers * min(p.pp, p.microbatches) + working  # 1F1B: stage 0 holds p micro-batches
-    last = per_layer * layers + working  # the last stage holds one, and the logits
-    if p.pp == 1 or last + logits <= first:  # report the heavier stage: the first, or the last with its logits
-        act, logits = first, (logits if p.pp == 1 else 0.0)
-    else:
-        act = last
-    out = {
-        "weights": states["params_bytes"],
-        "gradients": states["grads_bytes"],
-        "optimizer": states["optimizer_bytes"] * optimizer_factor(t),
-        "activations": act,
-        "logits": logits,
-        "gather buffers": 2 * 2 * m.params_per_layer() / p.tp if p.zero == 3 else 0.0,
-    }
-    out["host"] = states["host_bytes"]
-    return out
+    gather = 2 * 2 * m.params_per_layer() / p.tp if p.zero == 3 else 0.0
+    comm = _nccl_buffer_bytes() * communicators(p)
+    moe = t.moe
+    best = None
+    for s in sorted({0, p.pp - 1}):  # the first stage holds the most micro-batches and layers, the last the logits
+        zero = p.zero
+        states = _states(
+            math.ceil(params[s] / p.tp),
+            group,
+            zero if group > 1 or p.offload != "none" else 0,
+            t.precision,
+            p.offload != "none",
+            p.offload == "params",
+        )
+        weights, grads = states["params_bytes"], states["grads_bytes"]
+        if moe is not None:  # the routed experts beyond the dense path, sharded over the dp x cp / ep replicas
+            from distlab.planner.moe import expert_params_per_gpu
+
+            extra = expert_params_per_gpu(m, moe, layers[s], p.tp, p.ep)
+            replicas = max(1, group // p.ep)
+            if extra:
+                ex = _states(extra, replicas, zero if replicas > 1 else 0, t.precision, False, False)
+                weights += ex["params_bytes"]
+                grads += ex["grads_bytes"]
+                states = dict(states, optimizer_bytes=states["optimizer_bytes"] + ex["optimizer_bytes"])
+        if p.pp > 1 and zero == 3:  # gathered for the whole step (no resharding between micro-batches)
+            weights = 2 * math.ceil(params[s] / p.tp)
+        acts = per_layer * layers[s] * in_flight(p, s) + working
+        lg = logits if s == p.pp - 1 else 0.0
+        mb = MemoryBreakdown(
+            weights=weights,
+            gradients=grads,
+            optimizer=states["optimizer_bytes"] * optimizer_factor(t),
+            activations=acts,
+            logits=lg,
+            gather_buffers=gather,
+            comm_buffers=comm,
+            host=states["host_bytes"],
+        )
+        if best is None or mb.device_bytes > best.device_bytes:
+            best = mb
+    return best
 
 
-def device_bytes(mem: dict[str, float]) -> float:
-    return sum(v for k, v in mem.items() if k != "host")
+def fits(m: ModelShape, c: Cluster, t: Training, p: Plan, mem: MemoryBreakdown | None = None) -> bool:
+    mem = mem or memory_per_gpu(m, c, t, p)
+    host_budget = c.host_bytes / c.gpus_per_node * 0.9  # the host keeps a tenth for itself
+    return mem.device_bytes <= usable_bytes(c.gpu) and mem.host <= host_budget
 
 
-# ---------------------------------------------------------------- compute of one layer and one micro-batch
-def layer_work(m: ModelShape, t: Training, p: Plan) -> dict[str, float]:
-    """Forward FLOPs and HBM bytes of one layer on one GPU for one micro-batch: matmuls, the attention core
-    (its matmuls and, without FlashAttention, the s x s scores through memory), and element-wise bytes."""
-    h, f, b = m.hidden, m.ffn, p.micro_batch
-    s_q, s_kv = t.seq // p.cp, t.seq  # a context-parallel rank holds s/cp queries against all keys
-    tokens = b * s_q
-    kvw = m.kv * m.head_dim
-    split = p.tp if (t.sequence_parallel and p.tp > 1) else 1  # what tensor parallelism alone leaves whole
-    matmul = 2 * tokens * (preset_matmul_params(m) - m.vocab * h) / m.layers / p.tp
-    flash = t.attention == "flash"
-    core = 4 * b * s_q * s_kv * h / p.tp * (0.5 if flash else 1.0)  # QK^T and PV; FlashAttention skips masked tiles
-    drop = 1 if t.dropout else 0
-    # bytes per token: two norms (read + write), two residual adds (+ dropout mask), the MLP activation
-    per_token = (2 * 4 * h + 2 * (6 + drop) * h) / split
-    per_token += (6 * f if m.mlp == "swiglu" else 4 * f) / p.tp  # SwiGLU reads gate and up, writes one; GeLU r+w
-    if m.mlp == "swiglu":
-        per_token += 4 * (h + kvw) / p.tp  # rotary embeddings on q and k (read + write)
-    if flash:
-        per_token += 2 * (2 * h + 2 * kvw) / p.tp  # the kernel reads q, k, v and writes o, once
-        scores = 0.0
-    else:  # scores written, softmax read + written, (dropout r + w + mask), read by PV; all heads
-        scores = m.heads / p.tp * s_q * s_kv * b * (2 + 4 + 5 * drop + 2)
-    return {
-        "matmul_flops": matmul,
-        "core_flops": core,
-        "pointwise_bytes": per_token * tokens,
-        "scores_bytes": scores,
-        "tokens": tokens,
-    }
+# ---------------------------------------------------------------- one stage, one micro-batch
+_layer_times = functools.lru_cache(maxsize=65536)(layer_times)
 
 
-def head_work(m: ModelShape, t: Training, p: Plan) -> dict[str, float]:
-    """The output projection and the loss on the last stage, forward, one micro-batch."""
+@dataclass(frozen=True)
+class StageTime:
+    """Seconds of one micro-batch on one stage, by cause."""
+
+    forward: float
+    backward: float
+    compute: float
+    """Forward + backward kernels without recomputation."""
+    recompute: float
+    exposed_tp: float
+    exposed_cp_ep: float
+    traffic: dict[str, float]
+
+
+NCCL_CHANNELS = 32
+"""Thread blocks (one SM each) NCCL runs a collective on inside an H100 node: 32 channels per pair of GPUs
+(NVIDIA/nccl issue 1685's NCCL_DEBUG log of 8 x H100). While a collective hides under compute, those SMs are the
+compute's loss: the overlap tax."""
+
+
+def sm_share(c: Cluster) -> float:
+    """The share of the GPU's SMs an overlapped collective takes from the compute under it."""
+    return min(1.0, NCCL_CHANNELS / c.gpu.sms)
+
+
+def _tp_exposed(comm: float, gemm: float, tp: int, overlap: bool, tax: float) -> float:
+    """What a TP collective of `comm` seconds next to a GEMM of `gemm` seconds adds: all of it without overlap;
+    with overlap, what exceeds (t-1)/t of the GEMM plus the SMs its hidden part takes."""
+    if not overlap:
+        return comm
+    hidden = min(comm, gemm * (tp - 1) / tp)
+    return comm - hidden + tax * hidden
+
+
+def stage_time(
+    m: ModelShape, c: Cluster, t: Training, p: Plan, layers: int, *, first: bool, last: bool, hbm: float | None = None
+) -> StageTime:
+    """One micro-batch through `layers` layers (plus the embedding on the first stage and the head on the last)."""
     tokens = p.micro_batch * t.seq // p.cp
-    return {"flops": 2 * tokens * m.vocab * m.hidden / p.tp, "bytes": tokens * m.vocab / p.tp * LOSS_BYTES_PER_LOGIT}
+    ls = layer_shape(m, tokens=tokens, kv_tokens=t.seq, micro_batch=p.micro_batch, tp=p.tp, sp=t.sequence_parallel, t=t)
+    lt = _layer_times(m, c.gpu, ls, hbm)
+    # tensor-parallel collectives per layer: with SP an all-gather before QKV and MLP-up, a reduce-scatter after
+    # proj and MLP-down (forward; the same in backward); without SP an all-reduce after proj and after MLP-down
+    act = tokens * m.hidden * 2
+    g_tp = comms.group(c, p.tp, 1)
+    gemm = dict(lt.gemms)
+    if p.tp > 1:
+        if ls.sequence_parallel:
+            ag, rs = comms.seconds("all-gather", act, g_tp), comms.seconds("reduce-scatter", act, g_tp)
+            pairs = [(ag, gemm["qkv"]), (rs, gemm["proj"]), (ag, gemm["mlp_up"]), (rs, gemm["mlp_down"])]
+        else:
+            ar = comms.seconds("all-reduce", act, g_tp)
+            pairs = [(ar, gemm["proj"]), (ar, gemm["mlp_down"])]
+    else:
+        pairs = []
+    tp_comm = sum(x for x, _ in pairs)
+    tax = sm_share(c)
+    tp_fwd = sum(_tp_exposed(x, g, p.tp, t.tp_overlap, tax) for x, g in pairs)
+    tp_bwd = sum(_tp_exposed(x, 2 * g, p.tp, t.tp_overlap, tax) for x, g in pairs)  # backward GEMMs twice as long
+    # context parallelism: ring attention passes K and V (cp - 1) times forward, K, V, dK, dV backward
+    cp_f = cp_b = cp_comm = 0.0
+    if p.cp > 1:
+        g_cp = comms.group(c, 2, p.tp)  # neighbours of the ring
+        kv = 2 * tokens * m.kv * m.head_dim * 2 / p.tp
+        hop = comms.seconds("all-gather", 2 * kv, g_cp)  # one exchange of kv bytes each way on two ranks
+        ring = (p.cp - 1) * hop
+        cp_comm = 3 * ring
+        hide_f, hide_b = lt.attention_forward * (p.cp - 1) / p.cp, lt.attention_backward * (p.cp - 1) / p.cp
+        cp_f = max(0.0, ring - hide_f) + tax * min(ring, hide_f)
+        cp_b = max(0.0, 2 * ring - hide_b) + tax * min(2 * ring, hide_b)
+    # expert parallelism: dispatch and combine all-to-alls, forward and backward, every MoE layer
+    ep_f = ep_b = ep_comm = 0.0
+    moe = t.moe
+    if moe is not None and p.ep > 1:
+        g_ep = comms.group(c, p.ep, p.tp * p.cp)
+        sent = tokens * moe.top_k * m.hidden * 2 / (p.tp if ls.sequence_parallel else 1)
+        a2a = comms.alltoall_seconds(sent, g_ep)
+        share = moe.moe_layers(m.layers) / m.layers
+        ep_f, ep_b = 2 * a2a * share, 2 * a2a * share
+        ep_comm = 4 * a2a * share
+    # recomputation repeats the forward (full) or the attention core (selective; without FlashAttention also the
+    # scores' memory traffic, which selective recompute exists to avoid keeping)
+    if p.recompute == "full":
+        rec = lt.forward + tp_fwd + cp_f + ep_f
+    elif p.recompute == "selective":
+        rec = lt.attention_forward
+    else:
+        rec = 0.0
+    fwd = layers * (lt.forward + tp_fwd + cp_f + ep_f)
+    bwd = layers * (lt.backward + tp_bwd + cp_b + ep_b + rec)
+    compute = layers * (lt.forward + lt.backward)
+    if first:  # the embedding: a gather forward, a scatter-add of its gradient backward (memory-bound)
+        emb = tokens * m.hidden * 2 * 3 / (c.gpu.hbm_bytes_per_s * (hbm or MEMORY_EFFICIENCY))
+        fwd, bwd, compute = fwd + emb, bwd + 2 * emb, compute + 3 * emb
+    if last:
+        hf, hb = head_times(m, c.gpu, tokens, p.tp, t.compute_dtype, hbm)
+        fwd, bwd, compute = fwd + hf, bwd + hb, compute + hf + hb
+    return StageTime(
+        forward=fwd,
+        backward=bwd,
+        compute=compute,
+        recompute=layers * rec,
+        exposed_tp=layers * (tp_fwd + tp_bwd),
+        exposed_cp_ep=layers * (cp_f + cp_b + ep_f + ep_b),
+        traffic={"tp": layers * 2 * tp_comm, "cp": layers * cp_comm, "ep": layers * ep_comm},
+    )
 
 
-def _comm(op: str, message: float, ranks: int, lk: Link) -> float:
-    return time_seconds(op, message, ranks, alpha_s=lk.alpha_s, bandwidth_bytes_per_s=lk.bandwidth_bytes_per_s)
+# ---------------------------------------------------------------- data parallelism, the optimizer, offload
+def data_parallel_exposed(
+    m: ModelShape, c: Cluster, t: Training, p: Plan, first: StageTime, layers: int
+) -> tuple[float, float]:
+    """(exposed seconds, total seconds) of the data-parallel and ZeRO collectives over the dp x cp group, for the
+    stage with `layers` layers whose per-micro-batch time is `first`. A collective hidden under compute still costs
+    the SMs it runs on (sm_share)."""
+    group = p.dp * p.cp
+    if group == 1:
+        return 0.0, 0.0
+    g = comms.group(c, group, p.tp)
+    tax = sm_share(c)
+
+    def hide(comm: float, under: float) -> float:
+        hidden = min(comm, under)
+        return comm - hidden + tax * hidden
+
+    params = local_params(m, p)
+    gbytes = grad_reduce_bytes(t)
+    n = p.microbatches
+    fwd, bwd = first.forward, first.backward
+    if p.zero == 0:
+        total = comms.seconds("all-reduce", params * gbytes, g)
+        last = comms.seconds("all-reduce", min(DDP_BUCKET_BYTES, params * gbytes), g)
+        return hide(total, bwd) + last, total
+    rs = comms.seconds("reduce-scatter", params * gbytes, g)
+    ag = comms.seconds("all-gather", params * 2, g)
+    last = comms.seconds("reduce-scatter", min(DDP_BUCKET_BYTES, params * gbytes), g)
+    if p.zero == 1 or (p.zero == 3 and p.pp > 1):
+        extra = ag if p.zero == 3 else 0.0  # ZeRO-3 with pipelines: the step's gather before the first forward
+        return hide(rs, bwd) + last + hide(ag, fwd) + extra, rs + ag + extra
+    if p.zero == 2:
+        return n * (hide(rs, bwd) + last) + hide(ag, fwd), n * rs + ag
+    # ZeRO-3 / FSDP: per layer, per micro-batch, each collective with its own latency
+    per_layer = math.ceil(m.params_per_layer() / p.tp)
+    ag_l = comms.seconds("all-gather", per_layer * 2, g)
+    rs_l = comms.seconds("reduce-scatter", per_layer * gbytes, g)
+    f_l, b_l = fwd / max(layers, 1), bwd / max(layers, 1)
+    rest = params - layers * per_layer  # embedding and head: gathered once per micro-batch, outside the layers
+    ag_rest = comms.seconds("all-gather", max(rest, 0) * 2, g)
+    rs_rest = comms.seconds("reduce-scatter", max(rest, 0) * gbytes, g)
+    exposed = ag_l + ag_rest  # the first layer's gather has nothing to hide behind
+    exposed += layers * (hide(ag_l, f_l) + hide(ag_l + rs_l, b_l)) + rs_rest
+    total = layers * (2 * ag_l + rs_l) + 2 * ag_rest + rs_rest
+    return n * exposed, n * total
 
 
-def stage_times(
-    m: ModelShape, c: Cluster, t: Training, p: Plan, gemm: float | None = None, mem_eff: float | None = None
-) -> dict[str, float]:
-    """Seconds of one micro-batch on the slowest stage: forward and backward, split by cause."""
-    ge, me = efficiencies(c.gpu, gemm, mem_eff)
-    ae = attention_efficiency(c.gpu, ge) if t.attention == "flash" else ge
-    peak, hbm = c.gpu.peak_flops("bf16" if t.precision == "mixed" else "tf32"), c.gpu.hbm_bytes_per_s
-    w, hd = layer_work(m, t, p), head_work(m, t, p)
-    layers = m.layers // p.pp
-    flops_s = lambda x: x / (peak * ge)
-    core_s = lambda x: x / (peak * ae)
-    bytes_s = lambda x: x / (hbm * me)
-    tp_link = effective(c.intra if p.tp <= c.gpus_per_node else c.inter)
-    act_bytes = w["tokens"] * m.hidden * (2 if t.precision == "mixed" else 4)
-    tp_ar = 2 * _comm("all-reduce", act_bytes, p.tp, tp_link)  # two per layer per pass (attention, MLP)
-    core_bwd = FLASH_BACKWARD if t.attention == "flash" else 2.0
-    fwd = {
-        "matmul": flops_s(w["matmul_flops"]) + core_s(w["core_flops"]),
-        "memory-bound": bytes_s(w["pointwise_bytes"] + w["scores_bytes"]),
-        "tensor-parallel": tp_ar,
-    }
-    bwd = {
-        "matmul": flops_s(2 * w["matmul_flops"]) + core_s(core_bwd * w["core_flops"]),
-        "memory-bound": bytes_s(2 * (w["pointwise_bytes"] + w["scores_bytes"])),
-        "tensor-parallel": tp_ar,
-    }
-    if p.cp > 1:  # ring attention: K and V go round cp - 1 times forward; K, V, dK, dV backward
-        cp_link = effective(c.intra if p.tp * p.cp <= c.gpus_per_node else c.inter)
-        ring = (p.cp - 1) * _comm("broadcast", 2 * w["tokens"] * m.kv * m.head_dim * 2 / p.tp, 2, cp_link)
-        fwd["context-parallel"] = max(0.0, ring - core_s(w["core_flops"]))
-        bwd["context-parallel"] = max(0.0, 2 * ring - core_s(core_bwd * w["core_flops"]))
-    recompute = {"full": sum(fwd.values()), "selective": core_s(w["core_flops"]) + bytes_s(w["scores_bytes"])}
-    bwd["recompute"] = recompute.get(p.recompute, 0.0)
-    out = {f"forward {k}": v * layers for k, v in fwd.items()} | {f"backward {k}": v * layers for k, v in bwd.items()}
-    out["forward matmul"] += flops_s(hd["flops"])  # the head: on the last stage, which is the slowest
-    out["forward memory-bound"] += bytes_s(hd["bytes"])
-    out["backward matmul"] += flops_s(2 * hd["flops"])
-    out["backward memory-bound"] += bytes_s(hd["bytes"])
-    return out
+def optimizer_seconds(m: ModelShape, c: Cluster, t: Training, p: Plan, hbm: float | None = None) -> float:
+    """The update on the GPU: a memory-bound pass over the rank's shard (read gradients and optimizer state, write
+    the state and the weights). With offload it runs on the host (offload_seconds)."""
+    if p.offload != "none":
+        return 0.0
+    per = _per_param(t.precision)
+    params = local_params(m, p)
+    shard = params if p.zero == 0 else math.ceil(params / (p.dp * p.cp))
+    per_param = per["grads"] + 2 * per["optimizer"] * optimizer_factor(t) + per["params"]
+    return shard * per_param / (c.gpu.hbm_bytes_per_s * (hbm or MEMORY_EFFICIENCY))
+
+
+def offload_seconds(m: ModelShape, c: Cluster, t: Training, p: Plan, micro: StageTime) -> float:
+    """CPU offload's exposed time per step: the gradient shard goes down PCIe every micro-step (hidden behind that
+    micro-step's backward), the host updates its optimizer shard (a memory-bound pass over host DRAM, which the
+    node's GPUs share), the bf16 parameters come back up; offloaded parameters also come up for every micro-step's
+    forward and backward (hidden behind them)."""
+    from distlab.sharding.offload import cpu_adam_bytes_per_param
+
+    if p.offload == "none":
+        return 0.0
+    shard = math.ceil(local_params(m, p) / (p.dp * p.cp))
+    pcie = c.pcie.bandwidth_bytes_per_s
+    per_gpu_host = c.host_bytes_per_s / c.gpus_per_node
+    down = shard * 2 / pcie  # bf16 gradient shard, every micro-step
+    exposed = p.microbatches * max(0.0, down - micro.backward)
+    exposed += shard * cpu_adam_bytes_per_param() / per_gpu_host  # the update, on the host
+    exposed += shard * 2 / pcie  # the updated bf16 parameters come back
+    if p.offload == "params":
+        fetch = 2 * shard * 2 / pcie  # forward and backward each fetch the parameter shard
+        exposed += p.microbatches * max(0.0, fetch - micro.forward - micro.backward)
+    return exposed
 
 
 # ---------------------------------------------------------------- the step
-def data_parallel_exposed(
-    m: ModelShape, c: Cluster, t: Training, p: Plan, forward_s: float, backward_s: float
-) -> dict[str, float]:
-    """Gradient (and ZeRO-3 parameter) collectives over the dp x cp group, and what compute cannot hide:
-    DDP and ZeRO-1 reduce once per step behind the last micro-batch's backward (the last bucket is always
-    exposed); ZeRO-1/2 gather the updated parameters behind the next forward; ZeRO-2 reduce-scatters and
-    ZeRO-3 gathers and reduce-scatters every micro-batch, behind that micro-batch's compute."""
-    group = p.dp * p.cp
-    if group == 1:
-        return {"seconds": 0.0, "total": 0.0}
-    per_node = min(group, max(1, c.gpus_per_node // p.tp))
-    lk = flat_ring_link(per_node, effective(c.intra), c.inter, nodes=math.ceil(group / per_node))
-    grads = local_params(m, p) * (2 if t.precision == "mixed" else 4)
-    ar, rs, ag = (_comm(op, grads, group, lk) for op in ("all-reduce", "reduce-scatter", "all-gather"))
-    bucket = _comm("all-reduce", min(DDP_BUCKET_BYTES, grads), group, lk)
-    n = p.microbatches
-    if p.zero == 0:
-        total, exposed = ar, max(0.0, ar - backward_s) + bucket
-    elif p.zero == 1:
-        total, exposed = rs + ag, max(0.0, rs - backward_s) + bucket + max(0.0, ag - forward_s)
-    elif p.zero == 2:
-        total, exposed = n * rs + ag, n * max(0.0, rs - backward_s) + bucket + max(0.0, ag - forward_s)
-    else:
-        first_layer = ag / m.layers  # the first gather has nothing to hide behind
-        total = n * (2 * ag + rs)
-        exposed = n * (max(0.0, ag - forward_s) + max(0.0, ag + rs - backward_s) + first_layer)
-    return {"seconds": exposed, "total": total}
-
-
-def optimizer_seconds(m: ModelShape, c: Cluster, t: Training, p: Plan, mem_eff: float | None = None) -> float:
-    """The update: a memory-bound pass over the rank's shard (read gradients and optimizer state, write the
-    state and the weights), on the GPU, or ZeRO-Offload's transfers and CPU update (distlab.sharding.offload)."""
-    from distlab.sharding.offload import offload_seconds
-
-    _, me = efficiencies(c.gpu, None, mem_eff)
-    params = local_params(m, p)
-    if p.offload != "none":
-        return offload_seconds(
-            params,
-            p.dp * p.cp,
-            gpus_per_node=c.gpus_per_node,
-            pcie_bytes_per_s=c.pcie.bandwidth_bytes_per_s,
-            host_bytes_per_s=c.host_bytes_per_s,
-        )["zero_offload_s"]
-    per = bytes_per_param_by_state(t.precision)
-    shard = params if p.zero == 0 else math.ceil(params / (p.dp * p.cp))
-    per_param = per["grads"] + 2 * per["optimizer"] * optimizer_factor(t) + per["params"]
-    return shard * per_param / (c.gpu.hbm_bytes_per_s * me)
+def _p2p(m: ModelShape, c: Cluster, t: Training, p: Plan) -> float:
+    if p.pp == 1:
+        return 0.0
+    across = p.tp * p.cp * p.dp >= c.gpus_per_node  # consecutive stages sit in different nodes
+    act = t.seq // p.cp * p.micro_batch * m.hidden * 2 / (p.tp if t.sequence_parallel and p.tp > 1 else 1)
+    return comms.p2p_seconds(c, act, across)
 
 
 def step(
-    m: ModelShape,
-    c: Cluster,
-    t: Training,
-    p: Plan,
-    *,
-    exact_pipeline: bool = True,
-    gemm: float | None = None,
-    mem_eff: float | None = None,
-) -> dict:
-    """Step time by cause, tokens/s and MFU for one plan (exact_pipeline: simulate the schedule op by op;
+    m: ModelShape, c: Cluster, t: Training, p: Plan, *, exact_pipeline: bool = True, hbm: float | None = None
+) -> StepEstimate:
+    """Step time by cause, tokens/s and utilisation for one plan (exact_pipeline: simulate the schedule op by op;
     otherwise its closed form, for searching)."""
-    st = stage_times(m, c, t, p, gemm, mem_eff)
-    fwd = sum(v for k, v in st.items() if k.startswith("forward"))
-    bwd = sum(v for k, v in st.items() if k.startswith("backward"))
-    busy = p.microbatches * (fwd + bwd)
-    p2p = 0.0
-    if p.pp > 1:
-        cross = p.tp * p.cp * p.dp >= c.gpus_per_node  # consecutive stages sit in different nodes
-        lk = c.inter if cross else effective(c.intra)
-        p2p = lk.alpha_s + t.seq // p.cp * p.micro_batch * m.hidden * 2 / p.tp / lk.bandwidth_bytes_per_s
-        if exact_pipeline:
-            pipeline = simulate(p.pp, p.microbatches, "1f1b", forward=fwd, backward=bwd, p2p=p2p).step_time
-        else:
-            bub = bubble_fraction(p.pp, p.microbatches)
-            pipeline = busy / (1 - bub) + 2 * (p.pp - 1) * p2p
-    else:
+    layers = stage_layers(m, p.pp)
+    cache: dict[tuple[int, bool, bool], StageTime] = {}  # stages alike in layers and role are timed once
+    per_stage = []
+    for s, n in enumerate(layers):
+        key = (n, s == 0, s == p.pp - 1)
+        if key not in cache:
+            cache[key] = stage_time(m, c, t, p, n, first=key[1], last=key[2], hbm=hbm)
+        per_stage.append(cache[key])
+    slowest = max(range(p.pp), key=lambda s: per_stage[s].forward + per_stage[s].backward)
+    worst = per_stage[slowest]
+    n = p.microbatches
+    busy = n * (worst.forward + worst.backward)
+    p2p = _p2p(m, c, t, p)
+    if p.pp == 1:
         pipeline = busy
-    dpx = data_parallel_exposed(m, c, t, p, fwd - st["forward tensor-parallel"], bwd)
-    parts = {k: p.microbatches * v for k, v in st.items() if v}
-    parts["pipeline bubble"] = pipeline - busy
-    parts["data-parallel (exposed)"] = dpx["seconds"]
-    parts["optimizer"] = optimizer_seconds(m, c, t, p, mem_eff)
-    if p.offload == "optimizer+params":  # the parameter shard comes over PCIe for forward and for backward
-        pcie = 2 * 2 * math.ceil(local_params(m, p) / (p.dp * p.cp)) / c.pcie.bandwidth_bytes_per_s
-        parts["parameter offload (exposed)"] = p.microbatches * max(0.0, pcie - fwd - bwd)
-    seconds = sum(parts.values())
-    tokens = p.microbatches * p.micro_batch * t.seq * p.dp
-    model_flops = flops_per_token(m.params(), m.layers, m.hidden, t.seq) * tokens
-    causal_flops = model_flops - 0.5 * attention_flops_per_token(m.layers, m.hidden, t.seq) * tokens
+    elif exact_pipeline:
+        sim = simulate(
+            p.pp,
+            n,
+            p.schedule,
+            virtual=p.virtual,
+            forward=[st.forward for st in per_stage],
+            backward=[st.backward for st in per_stage],
+            p2p=p2p,
+        )
+        pipeline = sim.step_time
+    else:
+        if p.schedule == "zb-h1":  # idle (p-1)(F + B - W) with B = W = half the backward
+            idle = (p.pp - 1) * worst.forward
+        else:
+            idle = busy * bubble_fraction(p.pp, n, p.virtual) / (1 - bubble_fraction(p.pp, n, p.virtual))
+        pipeline = busy + idle + 2 * (p.pp - 1) * p2p
+    first = per_stage[0]
+    dp_exposed, dp_total = data_parallel_exposed(m, c, t, p, first, layers[0])
+    breakdown = StepBreakdown(
+        compute=n * worst.compute,
+        recompute=n * worst.recompute,
+        exposed_tp=n * worst.exposed_tp,
+        exposed_dp=dp_exposed,
+        exposed_cp_ep=n * worst.exposed_cp_ep,
+        bubble=pipeline - busy,
+        offload=offload_seconds(m, c, t, p, worst),
+        optimizer=optimizer_seconds(m, c, t, p, hbm),
+    )
+    seconds = breakdown.total
+    tokens = n * p.micro_batch * t.seq * p.dp
+    per_token = flops_per_token(m.params(), m.layers, m.hidden, t.seq)
+    model_flops = per_token * tokens
+    causal = model_flops - 0.5 * attention_flops_per_token(m.layers, m.hidden, t.seq) * tokens
+    hardware = model_flops + _recompute_flops(m, t, p) * tokens
     peak = seconds * p.gpus * c.gpu.peak_flops("bf16")
-    return {
-        "step_seconds": seconds,
-        "parts": parts,
-        "tokens": tokens,
-        "tokens_per_second": tokens / seconds,
-        "mfu": model_flops / peak,
-        "mfu_causal": causal_flops / peak,
-        "model_flops": model_flops,
-        "forward_seconds": fwd,
-        "backward_seconds": bwd,
-        "p2p_seconds": p2p,
-        "dp_traffic_seconds": dpx["total"],
-    }
+    return StepEstimate(
+        seconds=seconds,
+        breakdown=breakdown,
+        tokens=tokens,
+        tokens_per_second=tokens / seconds,
+        model_flops=model_flops,
+        hardware_flops=hardware,
+        mfu=model_flops / peak,
+        mfu_causal=causal / peak,
+        hfu=hardware / peak,
+        tflops_per_gpu=model_flops / (seconds * p.gpus) / 1e12,
+        forward_seconds=worst.forward,
+        backward_seconds=worst.backward,
+        p2p_seconds=p2p,
+        traffic_seconds={
+            "tp": n * worst.traffic["tp"],
+            "dp": dp_total,
+            "cp": n * worst.traffic["cp"],
+            "ep": n * worst.traffic["ep"],
+        },
+    )
+
+
+def _recompute_flops(m: ModelShape, t: Training, p: Plan) -> float:
+    """FLOPs per token recomputation adds: a second forward (2N + 4Lhs per token) or the attention core's."""
+    if p.recompute == "none":
+        return 0.0
+    attention = attention_flops_per_token(m.layers, m.hidden, t.seq) / 3  # the forward's share of 12Lhs
+    if p.recompute == "full":
+        return flops_per_token(m.params()) / 3 + attention
+    return attention
+
+
+def gemm_efficiency(chip) -> float:
+    """The largest share of the dense bf16 peak a matmul reaches: the measured MAMF's (chapter 2)."""
+    return mamf_fraction(chip)

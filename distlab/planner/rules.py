@@ -32,8 +32,8 @@ import dataclasses
 from typing import Any, NamedTuple
 
 from distlab.models.shapes import ModelShape
-from distlab.planner.config import Cluster, Plan, Training
-from distlab.planner.cost import device_bytes, memory
+from distlab.planner.config import Cluster, Plan, Training, usable_bytes
+from distlab.planner.cost import memory_per_gpu
 
 LONG_SEQ = 16384  # context parallelism is considered from this sequence length on
 
@@ -54,8 +54,9 @@ def powers_of_two(limit: int) -> list[int]:
 
 
 def budget_bytes(c: Cluster, t: Training) -> float:
-    """HBM a plan may fill: the usable fraction of one GPU's memory."""
-    return c.gpu.hbm_bytes * t.usable_fraction
+    """Bytes a plan may fill on one GPU: the device's reported capacity less the CUDA context and a fragmentation
+    margin (distlab.planner.config.usable_bytes)."""
+    return usable_bytes(c.gpu)
 
 
 # ---------------------------------------------------------------- the rules
@@ -86,17 +87,18 @@ def fits_without_pipeline(m: ModelShape, c: Cluster, t: Training, tp: int, cp: i
     one sequence per micro-batch and no recomputation? Returns (fits, bytes per GPU)."""
     dp = c.gpus // (tp * cp)
     plan = Plan(tp=tp, pp=1, dp=dp, cp=cp, zero=1 if dp * cp > 1 else 0, micro_batch=1, microbatches=1)
-    need = device_bytes(memory(m, c, t, plan))
+    need = memory_per_gpu(m, c, t, plan).device_bytes
     return need <= budget_bytes(c, t), need
 
 
 def pipeline_sizes(
     m: ModelShape, c: Cluster, t: Training, tp: int, cp: int, *, only_when_needed: bool = True
 ) -> Choice:
-    """PP sizes allowed at this TP and CP: the divisors of the layer count that tile the GPUs, or only 1
-    when a pipeline-free ZeRO-1 plan without recomputation already fits (a pipeline would only add its
-    bubble: it does not shrink the first stage's activations, and ZeRO-1 already shards the optimizer)."""
-    sizes = [pp for pp in range(1, m.layers + 1) if m.layers % pp == 0 and c.gpus % (tp * cp * pp) == 0]
+    """PP sizes allowed at this TP and CP: the stage counts (up to the layer count; stages may hold unequal numbers
+    of layers, as torchtitan's 126 layers on 8 stages do) that tile the GPUs, or only 1 when a pipeline-free
+    ZeRO-1 plan without recomputation already fits (a pipeline would only add its bubble: it does not shrink the
+    first stage's activations, and ZeRO-1 already shards the optimizer)."""
+    sizes = [pp for pp in range(1, m.layers + 1) if c.gpus % (tp * cp * pp) == 0]
     if only_when_needed:
         fits, need = fits_without_pipeline(m, c, t, tp, cp)
         if fits:
@@ -108,24 +110,36 @@ def pipeline_sizes(
             sizes,
             f"PP allowed: at TP {tp} ZeRO-1 without one needs {need / 1e9:.0f} GB of {budget_bytes(c, t) / 1e9:.0f}",
         )
-    return Choice(sizes, f"PP in any of the {len(sizes)} divisors of {m.layers} layers that tile the GPUs")
+    return Choice(sizes, f"PP in any of the {len(sizes)} stage counts up to {m.layers} layers that tile the GPUs")
 
 
 def zero_stages(pp: int, group: int) -> Choice:
-    """ZeRO stages to try: 0-1 with a pipeline (2 and 3 would re-gather what every micro-batch needs), 0-3
-    without; only 0 (and offload's stages) when the data-parallel group is one GPU."""
-    stages = (0, 1) if pp > 1 else (0, 1, 2, 3)
-    why = "with a pipeline only ZeRO-0/1" if pp > 1 else "ZeRO-0 to 3"
+    """ZeRO stages to try: 0-3, with a pipeline too (ZeRO-1 is Megatron's distributed optimizer; ZeRO-2
+    reduce-scatters each micro-batch's gradients; ZeRO-3 with a pipeline gathers each stage's weights once per step
+    and keeps them, as torchtitan's FSDP + PP does); only 0 (and offload's stages) when the group is one GPU."""
+    stages = (0, 1, 2, 3)
+    why = "ZeRO-0 to 3 (with a pipeline, ZeRO-3 gathers once per step)" if pp > 1 else "ZeRO-0 to 3"
     if group == 1:
         why += "; one GPU per group: sharding only with CPU offload"
     return Choice(stages, why)
+
+
+def expert_sizes(moe, group: int) -> Choice:
+    """EP sizes to try for a mixture-of-experts model: the powers of two that divide both its experts and the
+    data x context-parallel ranks they are spread over; 1 for a dense model."""
+    if moe is None:
+        return Choice([1], "dense model: no EP")
+    sizes = [e for e in powers_of_two(min(moe.experts, group)) if moe.experts % e == 0 and group % e == 0]
+    return Choice(
+        sizes, f"EP in {{{', '.join(map(str, sizes))}}}: divides the {moe.experts} experts and the {group} ranks"
+    )
 
 
 def zero_stage(m: ModelShape, c: Cluster, t: Training, p: Plan) -> Choice:
     """The lowest ZeRO stage (no offload) at which plan p's memory fits, everything else unchanged."""
     budget = budget_bytes(c, t)
     for z in zero_stages(p.pp, p.dp * p.cp).value:
-        need = device_bytes(memory(m, c, t, dataclasses.replace(p, zero=z, offload="none")))
+        need = memory_per_gpu(m, c, t, dataclasses.replace(p, zero=z, offload="none")).device_bytes
         if need <= budget:
             name = "DDP" if z == 0 else f"ZeRO-{z}"
             return Choice(z, f"{name} is the lowest stage that fits ({need / 1e9:.1f} of {budget / 1e9:.0f} GB)")
@@ -142,7 +156,7 @@ def expert_parallel(m: ModelShape, c: Cluster, t: Training, p: Plan, *, experts:
     if experts < 1 or top_k < 1 or top_k > experts:
         raise ValueError(f"experts must be >= top_k >= 1, got {experts} experts, top-{top_k}")
     mlp = (3 if m.mlp == "swiglu" else 2) * m.hidden * m.ffn  # one expert of one layer
-    base = device_bytes(memory(m, c, t, p))
+    base = memory_per_gpu(m, c, t, p).device_bytes
     budget = budget_bytes(c, t)
     for ep in (e for e in range(1, experts + 1) if experts % e == 0 and p.dp % e == 0):
         extra_params = (m.layers // p.pp) * mlp * (experts // ep - 1) // p.tp  # beyond the dense MLP, this GPU

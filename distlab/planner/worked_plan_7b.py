@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from distlab.core.experiments import experiment
 from distlab.core.results import Result
-from distlab.planner.config import Plan, Training, cluster
-from distlab.planner.planner_validation import h100_optimism
+from distlab.planner.config import Plan, Training, cluster, usable_bytes
 from distlab.planner.search import search
 
 STRATEGIES = {  # name -> which plans belong to it
@@ -51,23 +50,23 @@ def finetune(name: str, gpu: str = "A100-SXM-80GB", nodes: int = 1, gpus_per_nod
 
 def leanest(m, c, t, where):
     """The plan of a family that needs the least GPU memory, with its memory by category."""
-    from distlab.planner.cost import device_bytes, memory
-    from distlab.planner.search import candidates
+    from distlab.planner.cost import memory_per_gpu
+    from distlab.planner.search import RULES, candidates
 
-    plans = [p for p in candidates(m, c, t) if where(p)]
+    rules = tuple(x for x in RULES if x != "pp-when-needed")
+    plans = [p for p in candidates(m, c, t, rules) if where(p)]
     if not plans:
         return None, None
-    p = min(plans, key=lambda q: device_bytes(memory(m, c, t, q)))
-    return p, memory(m, c, t, p)
+    p = min(plans, key=lambda q: memory_per_gpu(m, c, t, q).device_bytes)
+    return p, memory_per_gpu(m, c, t, p)
 
 
 def strategy_table(r: Result, key: str, m, c, t, names=tuple(STRATEGIES)) -> dict:
     """Each strategy's best plan (or its leanest, when none fits): memory by category, fits, step, MFU."""
     from distlab.core.results import Quantity
-    from distlab.planner.cost import device_bytes
     from distlab.planner.search import NothingFits
 
-    budget = c.gpu.hbm_bytes * t.usable_fraction
+    budget = usable_bytes(c.gpu)
     out, table = {}, []
     for name in names:
         try:
@@ -77,25 +76,26 @@ def strategy_table(r: Result, key: str, m, c, t, names=tuple(STRATEGIES)) -> dic
             e, (plan, mem), fits = None, leanest(m, c, t, STRATEGIES[name]), False
         if plan is None:
             continue
-        total = device_bytes(mem)
+        total = mem.device_bytes
         out[name] = (plan, mem, e)
-        biggest = max((k for k in mem if k != "host"), key=mem.get)
+        cats = mem.as_dict()
+        biggest = max(cats, key=cats.get)
         table.append(
             [
                 name,
                 f"{plan.micro_batch} x {plan.microbatches}",
                 plan.recompute,
-                *(Quantity(mem[k], "B") for k in ("weights", "gradients", "optimizer", "activations")),
+                *(Quantity(getattr(mem, k), "B") for k in ("weights", "gradients", "optimizer", "activations")),
                 Quantity(total, "B"),
                 "yes" if fits else f"no: {biggest}",
                 Quantity(e.step_seconds, "s") if e else "—",
-                f"{e.time['mfu']:.1%}" if e else "—",
+                f"{e.time.mfu:.1%}" if e else "—",
             ]
         )
         slug = SLUGS[name]
         r.add(f"{key}_{slug}_bytes", total, "B", f"{name}: memory per GPU ({'best' if fits else 'leanest'} plan)")
         if e:
-            r.add(f"{key}_{slug}_mfu", e.time["mfu"], "fraction", f"{name}: MFU of its best plan")
+            r.add(f"{key}_{slug}_mfu", e.time.mfu, "fraction", f"{name}: MFU of its best plan")
     r.table(
         key,
         [
@@ -107,13 +107,13 @@ def strategy_table(r: Result, key: str, m, c, t, names=tuple(STRATEGIES)) -> dic
             "optimizer",
             "activations",
             "total per GPU",
-            f"fits {budget / 1e9:.0f} GB?",
+            f"fits {budget / 1e9:.1f} GB?",
             "step",
             "MFU",
         ],
         table,
         caption=f"{m.name}, {t.task}, {t.global_batch_tokens:,} tokens per step, on {c.gpus} x {c.gpu.name}: the "
-        "best plan of each strategy, or, where none fits, the one that needs least memory",
+        "best plan of each strategy, or, where none fits, the one that needs least memory (computed)",
     )
     return out
 
@@ -125,14 +125,15 @@ def strategy_table(r: Result, key: str, m, c, t, names=tuple(STRATEGIES)) -> dic
 )
 def worked_plan_7b(device: str) -> Result:
     from distlab.core.results import Quantity
-    from distlab.planner.cost import device_bytes, memory, step
+    from distlab.planner.calibration import mfu_band
+    from distlab.planner.cost import memory_per_gpu, step
     from distlab.planner.search import explain
     from distlab.scaling_laws import sft_tokens
 
     r = Result("worked-plan-7b", kind="computed")
     m, c, t = finetune("7B")
     n = m.params()
-    budget = c.gpu.hbm_bytes * t.usable_fraction
+    budget = usable_bytes(c.gpu)
     r.add("params", n / 1e9, "billion", "Llama 2 7B parameters")
     r.add("states_bytes", 16 * n, "B", "16 bytes per parameter of model state")
     r.add("budget", budget, "B", "usable memory per GPU")
@@ -146,7 +147,7 @@ def worked_plan_7b(device: str) -> Result:
         unit="B",
         formula="16Ψ",
     )
-    strat = strategy_table(r, "strategies", m, c, t)
+    strategy_table(r, "strategies", m, c, t)
     ranked = search(m, c, t)
     best = ranked[0]
     p = best.plan
@@ -156,14 +157,18 @@ def worked_plan_7b(device: str) -> Result:
         [[line] for line in explain(m, c, t, ranked)],
         caption="distlab plan --model 7B --task finetune --gpu A100-SXM-80GB",
     )
+    lo, hi = mfu_band(best.time.mfu)
     r.add("best_label_zero", p.zero, "", "the best plan's ZeRO stage")
     r.add("best_micro_batch", p.micro_batch, "sequences", "the best plan's micro-batch")
     r.add("best_accumulation", p.microbatches, "", "the best plan's gradient-accumulation steps")
+    r.add("best_recompute", {"none": 0, "selective": 1, "full": 2}[p.recompute], "", "0 none, 1 selective, 2 full")
     r.add("best_memory", best.memory_bytes, "B", "the best plan's memory per GPU")
-    r.add("best_activations", best.memory["activations"], "B", "its activations")
+    r.add("best_activations", best.memory.activations, "B", "its activations")
     r.add("best_step", best.step_seconds, "s", "its step time")
-    r.add("best_mfu", best.time["mfu"], "fraction", "its MFU")
-    r.add("best_tokens_per_s", best.time["tokens_per_second"], "tokens/s", "its throughput")
+    r.add("best_mfu", best.time.mfu, "fraction", "its MFU by the model")
+    r.add("best_mfu_low", lo, "fraction", "the low end of its band (chapter 13)")
+    r.add("best_mfu_high", hi, "fraction", "the high end of its band")
+    r.add("best_tokens_per_s", best.time.tokens_per_second, "tokens/s", "its throughput")
     r.claim("the chosen plan fits", best.memory_bytes, budget, relation="<=", unit="B")
     r.claim(
         "global batch = dp x micro-batch x accumulation x sequence",
@@ -171,13 +176,13 @@ def worked_plan_7b(device: str) -> Result:
         t.global_batch_tokens,
         unit="tokens",
     )
-    parts = best.time["parts"]
+    parts = best.time.breakdown.as_dict()
     ordered = sorted(((k, v) for k, v in parts.items() if v > 0), key=lambda x: -x[1])
     r.table(
         "time",
         ["component", "seconds per step", "share"],
-        [[k, Quantity(v, "s"), f"{v / best.step_seconds:.1%}"] for k, v in ordered],
-        caption="Where the chosen plan's step goes (distlab.planner.cost)",
+        [[k.replace("_", " "), Quantity(v, "s"), f"{v / best.step_seconds:.1%}"] for k, v in ordered],
+        caption="Where the chosen plan's step goes (distlab.planner.cost, computed)",
     )
     # micro-batch and recomputation for the chosen layout
     rows = []
@@ -193,7 +198,7 @@ def worked_plan_7b(device: str) -> Result:
                 microbatches=t.sequences // (p.dp * b),
                 recompute=rc,
             )
-            mem = device_bytes(memory(m, c, t, q))
+            mem = memory_per_gpu(m, c, t, q).device_bytes
             s = step(m, c, t, q)
             rows.append(
                 [
@@ -202,35 +207,37 @@ def worked_plan_7b(device: str) -> Result:
                     rc,
                     Quantity(mem, "B"),
                     "yes" if mem <= budget else "no",
-                    Quantity(s["step_seconds"], "s"),
-                    f"{s['mfu']:.1%}",
+                    Quantity(s.seconds, "s"),
+                    f"{s.mfu:.1%}",
                 ]
             )
             if b == 1 and rc == "full":
-                r.add("full_recompute_mfu", s["mfu"], "fraction", "the same layout with full recomputation")
+                r.add("full_recompute_mfu", s.mfu, "fraction", "the same layout with full recomputation")
     r.table(
         "micro_batches",
         ["micro-batch", "accumulation", "recompute", "memory per GPU", "fits?", "step", "MFU"],
         rows,
-        caption=f"The chosen layout ({p.label().split(', micro')[0]}) with other micro-batches",
+        caption=f"The chosen layout ({p.label().split(', micro')[0]}) with other micro-batches (computed)",
     )
-    a1 = memory(m, c, t, Plan(dp=p.dp, zero=p.zero, micro_batch=1, microbatches=8))["activations"]
-    a2 = memory(m, c, t, Plan(dp=p.dp, zero=p.zero, micro_batch=2, microbatches=4))["activations"]
+    a1 = memory_per_gpu(m, c, t, Plan(dp=p.dp, zero=p.zero, micro_batch=1, microbatches=8)).activations
+    a2 = memory_per_gpu(m, c, t, Plan(dp=p.dp, zero=p.zero, micro_batch=2, microbatches=4)).activations
     r.claim("activations double with the micro-batch (no recompute)", a2, 2 * a1, rel_tol=1e-12, unit="B")
     steps = sft_tokens() / t.global_batch_tokens
     r.add("sft_steps", steps, "steps", "Llama 2-Chat's SFT in steps of this batch")
     r.add("sft_hours", steps * best.step_seconds / 3600, "h", "... on these 8 GPUs")
-    _h100_variant(r, strat)
+    _h100_variant(r)
     return r
 
 
-def _h100_variant(r: Result, strat) -> None:
+def _h100_variant(r: Result) -> None:
+    from distlab.planner.calibration import mfu_band
+
     m, c, t = finetune("7B", gpu="H100-SXM")
     best = search(m, c, t)[0]
-    ratio = h100_optimism()
+    lo, hi = mfu_band(best.time.mfu)
     r.add("h100_label_zero", best.plan.zero, "", "H100: the best plan's ZeRO stage")
-    r.add("h100_step", best.step_seconds, "s", "H100: step")
-    r.add("h100_mfu", best.time["mfu"], "fraction", "H100: the model's MFU")
-    r.add("h100_ratio", ratio, "", "the model's optimism on H100 (chapter 13)")
-    r.add("h100_expected_mfu", best.time["mfu"] / ratio, "fraction", "H100: MFU divided by that optimism")
-    r.add("h100_expected_step", best.step_seconds * ratio, "s", "H100: step times that optimism")
+    r.add("h100_step", best.step_seconds, "s", "H100: step by the model")
+    r.add("h100_mfu", best.time.mfu, "fraction", "H100: MFU by the model")
+    r.add("h100_mfu_low", lo, "fraction", "H100: the low end of its band")
+    r.add("h100_mfu_high", hi, "fraction", "H100: the high end of its band")
+    r.add("h100_step_high", best.step_seconds * best.time.mfu / lo, "s", "H100: the step at the band's low MFU")

@@ -47,14 +47,14 @@ def practice_checkpoint(device: str) -> Result:
     r.add("flops", training_flops(m.params(), tokens), "FLOP", "6ND")
     r.add("step_model", best.step_seconds, "s", "the planner's step")
     r.add("step", step_s, "s", "the step divided by the H100 optimism")
-    r.add("mfu", best.time["mfu"] / ratio, "fraction", "expected MFU")
+    r.add("mfu", best.time.mfu / ratio, "fraction", "expected MFU")
     r.add("work_days", work / 86400, "days", "compute time without failures")
     r.add("gpu_hours", work * c.gpus / 3600, "GPU-hours", "GPU-hours")
     per_token = flops_per_token(m.params(), m.layers, m.hidden, t.seq)
     r.claim(
         "GPU-hours = tokens x FLOPs per token / (peak x MFU)",
         work * c.gpus / 3600,
-        tokens * per_token / (c.gpu.peak_flops("bf16") * best.time["mfu"] / ratio) / 3600,
+        tokens * per_token / (c.gpu.peak_flops("bf16") * best.time.mfu / ratio) / 3600,
         rel_tol=1e-9,
     )
     state = 14 * m.params()

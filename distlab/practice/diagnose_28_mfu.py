@@ -29,8 +29,8 @@ RESTART_S = 600.0  # rescheduling, loading the checkpoint, warming up
     kind="computed",
 )
 def practice_mfu_budget(device: str) -> Result:
-    from distlab.planner.config import model
-    from distlab.planner.cost import device_bytes, memory, step
+    from distlab.planner.config import model, usable_bytes
+    from distlab.planner.cost import memory_per_gpu, step
     from distlab.throughput.dataloader_starvation import predicted_step_s
     from distlab.throughput.stragglers import JITTER, expected_step_jitter
     from distlab.throughput.young_daly import daly_seconds, llama3_mtbf_seconds, lost_fraction
@@ -46,11 +46,11 @@ def practice_mfu_budget(device: str) -> Result:
     mtbf = llama3_mtbf_seconds() * value("interconnect.Llama3-405B-pretraining.gpus") / c.gpus
     state = 14 * m.params()  # bf16 weights + fp32 master, m, v: what a checkpoint holds
     save_s = state / SAVE_BYTES_PER_S
-    step_kernels = s_team["step_seconds"] * ratio  # what H100 kernels really sustain (chapter 13)
+    step_kernels = s_team.seconds * ratio  # what H100 kernels really sustain (chapter 13)
     step_loader = predicted_step_s(LOADER_WORKERS, LOADER_SECONDS, step_kernels)
     step_slow = step_loader * expected_step_jitter(c.gpus)  # the step waits for the slowest of the GPUs
     ckpt = 1 - lost_fraction(SAVE_EVERY_S, save_s, mtbf, RESTART_S)
-    parts = s_team["parts"]
+    parts = s_team.time_by_component()
     layout = [
         ("pipeline bubble", "bubble", "one stage: ZeRO shards the model instead"),
         ("tensor-parallel all-reduces", "tensor-parallel", "TP 1: ZeRO-2 fits without it"),
@@ -58,8 +58,8 @@ def practice_mfu_budget(device: str) -> Result:
         ("exposed data-parallel traffic", "data-parallel", "overlap with backward (buckets)"),
     ]
     spent = {name: sum(v for k, v in parts.items() if key in k) for name, key, _ in layout}
-    clean = s_team["step_seconds"] - sum(spent.values())  # the team's layout with those four costs removed
-    mfu = s_team["mfu"] * s_team["step_seconds"] / clean
+    clean = s_team.seconds - sum(spent.values())  # the team's layout with those four costs removed
+    mfu = s_team.mfu * s_team.seconds / clean
     losses, cur = [], clean
     for name, _, fix in layout:
         losses.append((name, cur / (cur + spent[name]), fix))
@@ -76,7 +76,7 @@ def practice_mfu_budget(device: str) -> Result:
     ]
     rows = []
     r.add("ideal_mfu", mfu, "fraction", "the team's layout without its bubble, TP, recompute and DP costs")
-    r.add("best_mfu", best.time["mfu"], "fraction", "the planner's best plan, by the model")
+    r.add("best_mfu", best.time.mfu, "fraction", "the planner's best plan, by the model")
     r.data["best_plan"] = best.plan.label()
     keys = ("bubble", "tp", "recompute", "dp", "kernels", "input", "stragglers", "checkpoints")
     for i, (name, factor, fix) in enumerate(losses):
@@ -88,15 +88,15 @@ def practice_mfu_budget(device: str) -> Result:
             r.claim(
                 "the layout's four losses take its clean MFU down to the team plan's",
                 mfu,
-                s_team["mfu"],
+                s_team.mfu,
                 rel_tol=1e-9,
                 unit="fraction",
             )
     no_recompute = Plan(**(TEAM_PLAN | {"recompute": "none"}))
     r.claim(
         "the team's layout fits without recomputation",
-        device_bytes(memory(m, c, t, no_recompute)),
-        c.gpu.hbm_bytes * t.usable_fraction,
+        memory_per_gpu(m, c, t, no_recompute).device_bytes,
+        usable_bytes(c.gpu),
         relation="<=",
         unit="B",
     )
@@ -123,7 +123,7 @@ def practice_mfu_budget(device: str) -> Result:
         caption="Largest gain first",
     )
     for key, v, unit in (
-        ("team_mfu_model", s_team["mfu"], "fraction"),
+        ("team_mfu_model", s_team.mfu, "fraction"),
         ("ratio", ratio, ""),
         ("save_s", save_s, "s"),
         ("mtbf_h", mtbf / 3600, "h"),

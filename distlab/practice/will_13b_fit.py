@@ -24,11 +24,13 @@ def practice_13b(device: str) -> Result:
     n = m.params()
     r.add("params", n / 1e9, "billion", "Llama 2 13B parameters")
     r.add("states_bytes", 16 * n, "B", "16 bytes per parameter")
-    r.add("states_over_hbm", 16 * n / c.gpu.hbm_bytes, "", "model state / one GPU's memory")
+    from distlab.planner.config import usable_bytes
+
+    r.add("states_over_hbm", 16 * n / usable_bytes(c.gpu), "", "model state / one GPU's usable memory")
     r.claim(
         "13B: model state alone exceeds two 80 GB GPUs",
         16 * n,
-        2 * c.gpu.hbm_bytes,
+        2 * usable_bytes(c.gpu),
         relation=">=",
         unit="B",
         formula="16Ψ",
@@ -56,16 +58,16 @@ def practice_13b(device: str) -> Result:
                 gpus,
                 e.plan.label(),
                 Quantity(e.memory_bytes, "B"),
-                Quantity(e.memory["host"], "B"),
+                Quantity(e.memory.host, "B"),
                 Quantity(e.step_seconds, "s"),
-                f"{e.time['mfu']:.1%}",
+                f"{e.time.mfu:.1%}",
                 f"{hours:.1f}",
             ]
         )
         r.add(f"gpus{gpus}_fits", 1, "", f"{gpus} GPUs: fits?")
         r.add(f"gpus{gpus}_hours", hours, "h", f"{gpus} GPUs: Llama 2-Chat's SFT tokens")
-        r.add(f"gpus{gpus}_host", e.memory["host"], "B", f"{gpus} GPUs: host memory per GPU")
-        r.add(f"gpus{gpus}_mfu", e.time["mfu"], "fraction", f"{gpus} GPUs: MFU")
+        r.add(f"gpus{gpus}_host", e.memory.host, "B", f"{gpus} GPUs: host memory per GPU")
+        r.add(f"gpus{gpus}_mfu", e.time.mfu, "fraction", f"{gpus} GPUs: MFU")
     r.table(
         "gpus",
         [
@@ -78,6 +80,6 @@ def practice_13b(device: str) -> Result:
             "hours for Llama 2-Chat's SFT",
         ],
         rows,
-        caption="The same fine-tune on fewer GPUs of one node: offloading to host memory makes few GPUs fit",
+        caption="The same fine-tune on fewer GPUs of one node: offloading to host memory makes few GPUs fit (computed)",
     )
     return r

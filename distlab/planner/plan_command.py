@@ -1,0 +1,193 @@
+"""`distlab plan`: the planner on the command line (chapter 12). Every layout dimension may be fixed by a flag;
+the others are searched. With all of them fixed it prices that one layout, or says in one line why it cannot run.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from distlab.core.cli import MAX_GPUS, MAX_TOKENS, UsageError, command, emit, parser, positive
+from distlab.models.shapes import ModelShape
+from distlab.planner.config import (
+    ATTENTION,
+    MATMUL_DTYPES,
+    OFFLOAD,
+    OPTIMIZERS,
+    PRECISIONS,
+    RECOMPUTE,
+    SCHEDULES,
+    TASKS,
+    Cluster,
+    Training,
+    cluster,
+    model,
+)
+from distlab.planner.search import (
+    FIXABLE,
+    PRETRAIN_BATCH_TOKENS,
+    NothingFits,
+    explain,
+    finetune_batch_sequences,
+    search,
+)
+
+MAX_PARALLEL = 2**20  # a parallel size beyond a million GPUs is no request
+
+
+def resolve_model(spec: str):
+    """(the dense shape, the MoE experts or None): a preset, a JSON file, or an MoE model of moe_models.toml."""
+    from distlab.planner.moe import moe_model, moe_names
+
+    if not spec.endswith(".json") and spec in moe_names():
+        return moe_model(spec)
+    return model(spec), None
+
+
+def request(args) -> tuple[ModelShape, Cluster, Training]:
+    m, moe = resolve_model(args.model)
+    c = cluster(
+        args.gpu,
+        gpus_per_node=args.gpus_per_node,
+        nodes=args.nodes,
+        intra=args.intra_bw,
+        inter=args.inter_bw,
+        nics_per_node=args.nics_per_node,
+    )
+    seq = args.seq or m.seq
+    default = PRETRAIN_BATCH_TOKENS if args.task == "pretrain" else finetune_batch_sequences() * seq
+    t = Training(
+        global_batch_tokens=args.global_batch_tokens or default,
+        seq=seq,
+        precision=args.precision,
+        matmul_dtype=args.matmul_dtype,
+        optimizer=args.optimizer,
+        task=args.task,
+        attention=args.attention,
+        dropout=args.dropout,
+        sequence_parallel=args.sequence_parallel,
+        tp_overlap=args.tp_overlap,
+        moe=moe,
+    )
+    return m, c, t
+
+
+def fixed_dims(args) -> dict:
+    """The layout dimensions the user fixed, by the planner's names."""
+    out = {k: getattr(args, k) for k in FIXABLE if getattr(args, k, None) is not None}
+    if out.get("virtual", 1) > 1 and "schedule" not in out:
+        out["schedule"] = "interleaved"
+    if "schedule" in out and out["schedule"] != "interleaved" and out.get("virtual", 1) > 1:
+        raise UsageError(f"distlab plan: --virtual applies only to --schedule interleaved, not {out['schedule']}")
+    return out
+
+
+@command("plan", "parallelism plans that fit a model on a cluster: memory, step time and MFU, best first")
+def plan_command(argv: list[str]) -> int:
+    p = parser(
+        "plan",
+        "Enumerate the plans (DP, TP, PP, CP, EP, ZeRO stage, micro-batch, schedule, recompute, offload) that\n"
+        "fit a model on a cluster, time each with distlab's cost model, and rank them by step time. Fix any\n"
+        "dimension with its flag (the rest are searched); fix all of them to price one layout.\n"
+        "Memory per GPU by category; step time by cause; MFU against the GPU's dense bf16 peak, with the band\n"
+        "the model's errors on published runs put around it (chapter 13).",
+    )
+    p.add_argument(
+        "--model",
+        required=True,
+        help="preset (1B, 7B, 13B, 70B, 175B), an MoE model (Mixtral-8x7B, DeepSeek-V3) or a JSON file",
+    )
+    p.add_argument("--gpu", default="H100-SXM", help="accelerator (see `distlab gpus`; default H100-SXM)")
+    p.add_argument("--gpus-per-node", type=positive(int, 1024), default=8, help="GPUs per node (default 8)")
+    p.add_argument("--nodes", type=positive(int, MAX_GPUS), default=1, help="nodes (default 1)")
+    p.add_argument(
+        "--intra-bw",
+        default=None,
+        help="link inside a node: a name from interconnect.toml or GB/s per direction (default: the GPU's NVLink)",
+    )
+    p.add_argument(
+        "--inter-bw",
+        default="InfiniBand-NDR",
+        help="one NIC between nodes: a name or GB/s per direction (default InfiniBand-NDR, 50 GB/s)",
+    )
+    p.add_argument(
+        "--nics-per-node",
+        type=positive(int, 1024),
+        default=None,
+        help="NICs per node (default: one per GPU, as a DGX); node egress = NICs x NIC bandwidth",
+    )
+    p.add_argument(
+        "--global-batch-tokens",
+        type=positive(int),
+        default=None,
+        help="tokens per optimizer step (default: 4M for pretrain, 64 sequences for finetune)",
+    )
+    p.add_argument("--seq", type=positive(int, MAX_TOKENS), default=None, help="sequence length (default: the model's)")
+    p.add_argument(
+        "--precision",
+        choices=PRECISIONS,
+        default="mixed",
+        help="model-state bytes per parameter: mixed (bf16 + fp32 master and moments, 16 B; the default), "
+        "mixed-fp32-grads (Megatron's fp32 main_grad, 18 B), mixed-fp32-accum (20 B) or fp32",
+    )
+    p.add_argument("--matmul-dtype", choices=MATMUL_DTYPES, default="bf16", help="weight matmuls in bf16 or fp8")
+    p.add_argument("--optimizer", choices=OPTIMIZERS, default="adamw")
+    p.add_argument("--task", choices=TASKS, default="pretrain", help="pretrain or finetune (a full fine-tune)")
+    p.add_argument("--attention", choices=ATTENTION, default="flash")
+    layout = p.add_argument_group("layout (each fixes one dimension; the others are searched)")
+    for name in ("tp", "pp", "dp", "cp", "ep"):
+        layout.add_argument(f"--{name}", type=positive(int, MAX_PARALLEL), default=None, help=f"{name.upper()} size")
+    layout.add_argument("--zero", type=int, choices=(0, 1, 2, 3), default=None, help="ZeRO stage (0 = DDP, 3 = FSDP)")
+    layout.add_argument("--micro-batch", type=positive(int, MAX_TOKENS), default=None, help="sequences per micro-batch")
+    layout.add_argument("--recompute", choices=RECOMPUTE, default=None, help="activation recomputation")
+    layout.add_argument("--schedule", choices=SCHEDULES, default=None, help="pipeline schedule")
+    layout.add_argument(
+        "--virtual", type=positive(int, 1024), default=None, help="model chunks per stage (interleaved schedule)"
+    )
+    layout.add_argument("--offload", choices=OFFLOAD, default=None, help="CPU offload: none, optimizer, or params too")
+    switches = p.add_argument_group("switches")
+    switches.add_argument(
+        "--dropout", action=argparse.BooleanOptionalAction, default=False, help="dropout (default off)"
+    )
+    switches.add_argument(
+        "--sequence-parallel",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="Megatron sequence parallelism with TP (default on)",
+    )
+    switches.add_argument(
+        "--tp-overlap",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="overlap TP collectives with the GEMMs next to them (default on)",
+    )
+    p.add_argument("--top", type=positive(int, 10_000), default=5, help="how many plans to print (default 5)")
+    p.add_argument("--json", action="store_true", help="machine-readable: a list of plans, best first")
+    args = p.parse_args(argv)
+    if args.ep and args.ep > 1 and not resolve_model(args.model)[1]:
+        raise UsageError(f"distlab plan: --ep applies to mixture-of-experts models, and {args.model} is dense")
+    fixed = fixed_dims(args)
+    m, c, t = request(args)
+    try:
+        ranked = search(m, c, t, fixed=fixed)
+    except NothingFits as exc:
+        raise UsageError(f"distlab plan: {exc}") from None
+    reasons = explain(m, c, t, ranked)
+    plans = [e.to_dict() for e in ranked[: args.top]]
+    plans[0]["reasons"] = reasons
+    lines = [
+        f"{m.name} ({m.params() / 1e9:.2f}B parameters{', MoE' if t.moe else ''}), {t.task}, "
+        f"{t.global_batch_tokens:,} tokens per step of {t.seq:,}-token sequences, on {c.describe()}",
+        f"{len(ranked)} plan{'s' if len(ranked) != 1 else ''} fit"
+        + (f" with {', '.join(f'{k} {v}' for k, v in fixed.items())} fixed" if fixed else "")
+        + f"; the best {len(plans)}:",
+        "",
+    ]
+    for i, e in enumerate(ranked[: args.top], 1):
+        lo, hi = plans[i - 1]["mfu_band"]
+        lines.append(
+            f"{i}. {e.plan.label()}\n   {e.memory_bytes / 1e9:.1f} GB/GPU, step {e.step_seconds:.3g} s, MFU "
+            f"{e.time.mfu:.1%} (band {lo:.0%}-{hi:.0%}), {e.time.tokens_per_second:,.0f} tokens/s"
+        )
+    lines += ["", "Why the first:"] + [f"  - {r}" for r in reasons]
+    emit(plans, args.json, "\n".join(lines))
+    return 0
