@@ -267,6 +267,10 @@ class Plan:
         if self.offload != "none" and self.zero < (3 if self.offload == "params" else 1):
             need = "ZeRO-3 (only it shards the parameters)" if self.offload == "params" else "ZeRO-1 or higher"
             raise ValueError(f"plan: offloading the {self.offload} needs {need}, not ZeRO-{self.zero}")
+        if self.offload == "params" and self.pp > 1:
+            raise ValueError(
+                "plan: offloading the params needs no pipeline (with one, ZeRO-3 keeps each stage's weights)"
+            )
         if self.schedule == "interleaved":
             if self.pp == 1 or self.virtual < 2:
                 raise ValueError("plan: the interleaved schedule needs pp > 1 and virtual >= 2 chunks per stage")

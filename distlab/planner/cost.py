@@ -323,7 +323,9 @@ def memory_per_gpu(m: ModelShape, c: Cluster, t: Training, p: Plan) -> MemoryBre
     moe = t.moe
     best = None
     for s in sorted({0, p.pp - 1}):  # the first stage holds the most micro-batches and layers, the last the logits
-        zero = p.zero
+        # ZeRO-3 with a pipeline (torchtitan's FSDP + PP): each stage's weights are gathered once per step and
+        # kept, its gradients accumulate unsharded and reduce-scatter once at the end: ZeRO-1's memory
+        zero = 1 if (p.pp > 1 and p.zero == 3) else p.zero
         states = _states(
             math.ceil(params[s] / p.tp),
             group,
@@ -343,8 +345,6 @@ def memory_per_gpu(m: ModelShape, c: Cluster, t: Training, p: Plan) -> MemoryBre
                 weights += ex["params_bytes"]
                 grads += ex["grads_bytes"]
                 states = dict(states, optimizer_bytes=states["optimizer_bytes"] + ex["optimizer_bytes"])
-        if p.pp > 1 and zero == 3:  # gathered for the whole step (no resharding between micro-batches)
-            weights = 2 * math.ceil(params[s] / p.tp)
         acts = per_layer * layers[s] * in_flight(p, s) + working
         lg = logits if s == p.pp - 1 else 0.0
         mb = MemoryBreakdown(

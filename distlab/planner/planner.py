@@ -47,6 +47,16 @@ def planner(device: str) -> Result:
         r.add(f"capacity_{key}", device_capacity_bytes(g), "B", f"{chip}: memory the driver reports")
         r.add(f"usable_{key}", usable_bytes(g), "B", f"{chip}: what a plan may fill")
         r.add(f"nvlink_bus_{key}", fitted_bus_bandwidth(cluster(chip).intra), "B/s", f"{chip}: NVLink bus bandwidth")
+    h100 = cluster("H100-SXM").gpu
+    by_hand = (1 - FRAGMENTATION_FRACTION) * value("planner.capacity-H100-SXM.reported_mib") * 2**20
+    by_hand -= value("planner.memory-reserve.cuda_context_mib") * 2**20
+    r.claim(
+        "H100: usable = 95 % of the reported 81,559 MiB less the CUDA context",
+        usable_bytes(h100),
+        by_hand,
+        rel_tol=1e-9,
+        unit="B",
+    )
     r.add("memory_efficiency", MEMORY_EFFICIENCY, "fraction", "assumed: memory-bound kernels' share of HBM bandwidth")
     r.add("fragmentation", FRAGMENTATION_FRACTION, "fraction", "assumed: the allocator's fragmentation margin")
     r.add("context_mib", value("planner.memory-reserve.cuda_context_mib"), "MiB", "CUDA context")
@@ -100,6 +110,7 @@ def planner(device: str) -> Result:
             )
             r.data["rules_label"] = free.plan.label()
             _fixed(r, m, c, t)
+            _zero3(r, m, c, t, best)
     r.table(
         "examples",
         [
@@ -117,7 +128,36 @@ def planner(device: str) -> Result:
         f"sequences per step, pretraining at {PRETRAIN_BATCH_TOKENS / 2**20:g}M tokens (computed)",
     )
     _consistency(r)
+    _tp_overlap(r)
     return r
+
+
+ASYNC_TP_RUNS = {"70b": "tt-llama31-70b-h100-256-fsdp32-tp8-bf16", "8b": "tt-llama31-8b-h100-64-fsdp8-tp8-bf16"}
+
+
+def _tp_overlap(r: Result) -> None:
+    """TP overlap against PyTorch's async-TP measurements: torchtitan's Llama 3 TP 8 runs timed with overlap off
+    and on, the forward's speedup compared with the published one (planner.toml, async-tp-*)."""
+    from dataclasses import replace
+
+    from distlab.core.facts import value
+    from distlab.planner.corpus import request, runs
+
+    for key, row in ASYNC_TP_RUNS.items():
+        m, c, t, fixed = request(runs()[row])
+        off, on = (search(m, c, replace(t, tp_overlap=ov), fixed=fixed)[0] for ov in (False, True))
+        fwd = off.time.forward_seconds / on.time.forward_seconds - 1
+        e2e = off.step_seconds / on.step_seconds - 1
+        r.add(f"async_tp_{key}_forward", fwd, "fraction", f"Llama 3 {key.upper()}, TP 8: forward speedup of overlap")
+        r.add(f"async_tp_{key}_e2e", e2e, "fraction", f"Llama 3 {key.upper()}, TP 8: step speedup of overlap")
+        r.claim(
+            f"Llama 3 {key.upper()} at TP 8: the forward speedup TP overlap gives = PyTorch's async-TP measurement",
+            fwd,
+            value(f"planner.async-tp-llama3-{key}.forward_speedup"),
+            rel_tol=0.35,
+            unit="fraction",
+            formula="(t-1)/t of each GEMM hides its collective, less the SMs NCCL takes",
+        )
 
 
 def _seventy(r: Result, m: ModelShape, c: Cluster, t: Training, ranked: list[Estimate]) -> None:
@@ -167,6 +207,34 @@ def _seventy(r: Result, m: ModelShape, c: Cluster, t: Training, ranked: list[Est
     r.figure("seventy", fig, "Step time by cause for the six best plans (distlab.planner.cost, computed)")
 
 
+def _zero3(r: Result, m: ModelShape, c: Cluster, t: Training, best: Estimate) -> None:
+    """70B on 64 GPUs with ZeRO-3 and no pipeline: the best such plan, and one layer's gather against one layer's
+    forward on one micro-batch (the condition under which ZeRO-3 hides)."""
+    from distlab.planner import comms
+    from distlab.planner.cost import stage_time
+
+    e = search(m, c, t, fixed={"pp": 1, "zero": 3})[0]
+    p = e.plan
+    g = comms.group(c, p.dp * p.cp, p.tp)
+    gather = comms.seconds("all-gather", 2 * m.params_per_layer() // p.tp, g)
+    fwd = stage_time(m, c, t, p, m.layers, first=False, last=False).forward / m.layers
+    r.add("zero3_tp", p.tp, "", "70B, ZeRO-3 without a pipeline: the best such plan's TP")
+    r.add("zero3_micro_batch", p.micro_batch, "sequences", "its micro-batch")
+    r.add("zero3_step", e.step_seconds, "s", "its step")
+    r.add("zero3_slower", e.step_seconds / best.step_seconds - 1, "fraction", "how much slower than the best plan")
+    r.add("zero3_exposed_dp", e.time.breakdown.exposed_dp / e.step_seconds, "fraction", "its exposed ZeRO share")
+    r.add("zero3_gather_ms", gather * 1e3, "ms", "one layer's all-gather over the data-parallel group")
+    r.add("zero3_forward_ms", fwd * 1e3, "ms", "one layer's forward on one micro-batch")
+    r.claim(
+        "70B, ZeRO-3 across 64 GPUs: the planner ranks it below the best plan (TP x PP with ZeRO-1)",
+        e.step_seconds,
+        best.step_seconds,
+        relation=">=",
+        unit="s",
+        formula="per-layer gathers and reduce-scatters per micro-batch, each with its latency and SM share",
+    )
+
+
 def _fixed(r: Result, m: ModelShape, c: Cluster, t: Training) -> None:
     """`distlab plan --model 70B --gpu H100-SXM --nodes 8 --tp 8 --pp 1 --zero 1 --micro-batch 1`: one plan."""
     only = search(m, c, t, fixed=FIXED_70B)
@@ -174,9 +242,44 @@ def _fixed(r: Result, m: ModelShape, c: Cluster, t: Training) -> None:
     b = e.time.breakdown
     r.add("fixed_plans", len(only), "", "plans with TP 8, PP 1, ZeRO-1, micro-batch 1 fixed")
     r.add("fixed_mfu", e.time.mfu, "fraction", "that plan's MFU by the model")
+    from distlab.planner.calibration import mfu_band
+
+    lo, hi = mfu_band(e.time.mfu)
+    r.add("fixed_mfu_low", lo, "fraction", "the low end of its band")
+    r.add("fixed_mfu_high", hi, "fraction", "the high end of its band")
+    r.add("fixed_tokens_per_second", e.time.tokens_per_second, "tokens/s", "that plan's throughput")
     r.add("fixed_step", e.step_seconds, "s", "that plan's step")
     r.add("fixed_tp_share", b.exposed_tp / e.step_seconds, "fraction", "its exposed TP share of the step")
     r.data["fixed_label"] = e.plan.label()
+    # a hand derivation of the compute: 6N + 6Lhs FLOPs per token (causal attention, the half FlashAttention
+    # computes) at the sustained matmul rate; the planner's is larger by the memory-bound kernels and the
+    # smaller GEMMs' waves, which at this size are a few per cent
+    from distlab.planner.kernels import matmul_fraction
+
+    n = m.params()
+    flops = (6 * n + 6 * m.layers * m.hidden * t.seq) * t.global_batch_tokens / c.gpus
+    by_hand = flops / (matmul_fraction(c.gpu) * c.gpu.peak_flops("bf16"))
+    r.add("fixed_compute", b.compute, "s", "that plan's compute time per step")
+    r.add("fixed_compute_by_hand", by_hand, "s", "6N + 6Lhs FLOPs per token at the sustained matmul rate")
+    r.claim(
+        "70B fixed plan: compute >= 6N + 6Lhs FLOPs per token at the sustained matmul rate (its ideal)",
+        b.compute,
+        by_hand,
+        relation=">=",
+        unit="s",
+        formula="(6N + 6 L h s) x tokens / (GPUs x sustained FLOP/s)",
+    )
+    r.claim(
+        "70B fixed plan: compute <= 1.3 x that ideal (partial waves, FlashAttention's lower rate, memory-bound work)",
+        b.compute,
+        1.3 * by_hand,
+        relation="<=",
+        unit="s",
+    )
+    weights = 2 * n / 8
+    r.claim(
+        "70B fixed plan: bf16 weights per GPU = 2 bytes x N / TP 8", e.memory.weights, weights, rel_tol=0.02, unit="B"
+    )
     r.claim(
         "70B, TP 8 x ZeRO-1 x micro-batch 1 fixed: the step's causes add up to the step",
         sum(b.as_dict().values()),
@@ -223,6 +326,11 @@ def _long_context(r: Result, m: ModelShape) -> None:
     r.add("long_seq_tokens", t.seq, "", "the long-context example's sequence length, tokens")
     r.add("long_mfu", e.mfu, "fraction", "7B, 131k-token sequences on 32 H100s: MFU by 6N + 12Lhs")
     r.add("long_mfu_causal", e.mfu_causal, "fraction", "the same plan counting causal attention as half")
+    from distlab.planner.calibration import mfu_band
+
+    lo, hi = mfu_band(e.mfu_causal)
+    r.add("long_mfu_causal_low", lo, "fraction", "the low end of its band")
+    r.add("long_mfu_causal_high", hi, "fraction", "the high end of its band")
     r.claim(
         "131k-token 7B plan: MFU counting causal attention as half <= the matmuls' sustained share of the peak",
         e.mfu_causal,

@@ -28,6 +28,9 @@ from distlab.planner.search import NothingFits, search
 
 MEDIAN_TARGET = 0.10  # the issue's aim: median |error| at most 10 %
 ROW_TARGET = 0.20  # and every row within 20 %
+ROWS_TARGET = 25  # on at least 25 runs
+SMALL_BILLION = 8  # below 8B parameters a layer's kernels run for microseconds on an H100
+EXAMPLE_MFU = 0.60  # the worked problem's MFU
 TIE = 0.02  # published throughputs closer than 2 % are a tie: either order ranks them right
 FRAMEWORK_SCHEDULES = ("1f1b", "interleaved")  # no framework of the corpus ran ZB-H1
 
@@ -158,6 +161,7 @@ def planner_validation(device: str) -> Result:
     r.add("row_target", ROW_TARGET, "fraction", "the target for every row")
     every = list(errors.values())
     r.add("all_median_abs_error", statistics.median(abs(e) for e in every), "fraction", "median |error|, every run")
+    _blind_spots(r, corpus, errors, cov)
     _check_published_relations(r, corpus)
     _groups(r, cov, corpus)
     _rankings(r, corpus)
@@ -166,6 +170,41 @@ def planner_validation(device: str) -> Result:
     _figure(r, corpus, errors)
     _h100(r)
     return r
+
+
+def _blind_spots(r: Result, corpus: dict[str, Run], errors: dict[str, float], cov: dict[str, float]) -> None:
+    """The errors where the model is known to be weakest, so the page can say how much each costs."""
+
+    def median_of(keys: list[str]) -> float:
+        return statistics.median(abs(errors[k]) for k in keys) if keys else 0.0
+
+    for rc in ("none", "full"):
+        keys = [k for k in cov if corpus[k].get("recompute") == rc]
+        r.add(f"rc_{rc}_runs", len(keys), "", f"covered runs that print recomputation {rc}")
+        r.add(f"rc_{rc}_median_error", median_of(keys), "fraction", f"their median |error| (recompute {rc})")
+    fp8 = [k for k in errors if corpus[k].get("dtype") == "fp8"]
+    variant = [k for k in errors if "gpu_variant" in corpus[k].row and corpus[k].get("dtype") != "fp8"]
+    r.add("fp8_runs", len(fp8), "", "fp8 runs the planner prices (outside the claims)")
+    r.add("fp8_median_error", median_of(fp8), "fraction", "their median |error|")
+    r.add("variant_runs", len(variant), "", "bf16 runs on torchtitan's 96 GB H100 variant the planner prices")
+    r.add("variant_median_error", median_of(variant), "fraction", "their median |error|")
+    r.add("unfit_runs", len(corpus) - len(errors), "", "runs whose printed layout the planner finds does not fit")
+    small = [
+        k for k in cov if corpus[k].get("gpu") == "H100-SXM" and corpus[k].get("params_billion", 0) < SMALL_BILLION
+    ]
+    big = [k for k in cov if corpus[k].get("gpu") == "H100-SXM" and corpus[k].get("params_billion", 0) >= SMALL_BILLION]
+    r.add("h100_small_median_error", median_of(small), "fraction", "covered H100 runs below 8B parameters")
+    r.add("h100_big_median_error", median_of(big), "fraction", "covered H100 runs from 8B parameters")
+    r.add("small_params_billion", SMALL_BILLION, "B params", "the size below which a model counts as small")
+    r.add("covered_min_gpus", min(corpus[k].get("gpus") for k in cov), "GPUs", "smallest covered run")
+    r.add("covered_max_gpus", max(corpus[k].get("gpus") for k in cov), "GPUs", "largest covered run")
+    med = statistics.median(cov.values())
+    r.add("typical_share", 1 / (1 + med), "fraction", "published / predicted on the median covered run")
+    r.add("example_mfu", EXAMPLE_MFU, "fraction", "an MFU to read through the band")
+    r.add("example_low", EXAMPLE_MFU / (1 + max(cov.values())), "fraction", "its band's lower end")
+    r.add("example_typical", EXAMPLE_MFU / (1 + med), "fraction", "what the median error makes of it")
+    within = [k for k in cov if abs(cov[k]) <= MEDIAN_TARGET]
+    r.add("within_median_target", len(within), "", "covered runs within 10 %")
 
 
 def _layout(run: Run) -> str:
@@ -334,7 +373,12 @@ def _claims(r: Result, cov: dict[str, float]) -> None:
         r.claim("median |error| over the covered runs", med, MEDIAN_TARGET, relation="<=", unit="fraction")
     if worst <= ROW_TARGET:
         r.claim("every covered run within 20 %", worst, ROW_TARGET, relation="<=", unit="fraction")
-    r.claim("the covered runs are at least 25", len(cov), 25, relation=">=")
+    r.add("rows_target", ROWS_TARGET, "", "the least number of covered runs the claims need")
+    r.claim(f"the covered runs are at least {ROWS_TARGET}", len(cov), ROWS_TARGET, relation=">=")
+    corpus = runs()
+    labels = {run.publisher for run in corpus.values()}
+    r.add("corpus_publishers", len(labels), "", "publishers' documents families in the whole corpus")
+    r.claim("the corpus comes from at least 6 publishers' documents", len(labels), 6, relation=">=")
     r.claim(
         "the covered runs come from at least 4 independent publishers",
         len({runs()[k].publisher for k in cov}),

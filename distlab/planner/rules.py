@@ -116,7 +116,8 @@ def pipeline_sizes(
 def zero_stages(pp: int, group: int) -> Choice:
     """ZeRO stages to try: 0-3, with a pipeline too (ZeRO-1 is Megatron's distributed optimizer; ZeRO-2
     reduce-scatters each micro-batch's gradients; ZeRO-3 with a pipeline gathers each stage's weights once per step
-    and keeps them, as torchtitan's FSDP + PP does); only 0 (and offload's stages) when the group is one GPU."""
+    and keeps them, and reduce-scatters the gradients once at its end, as torchtitan's FSDP + PP does: ZeRO-1's
+    memory and traffic plus the gather); only 0 (and offload's stages) when the group is one GPU."""
     stages = (0, 1, 2, 3)
     why = "ZeRO-0 to 3 (with a pipeline, ZeRO-3 gathers once per step)" if pp > 1 else "ZeRO-0 to 3"
     if group == 1:

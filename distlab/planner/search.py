@@ -353,8 +353,14 @@ def explain(m: ModelShape, c: Cluster, t: Training, ranked: list[Estimate]) -> l
         0: "DDP (every GPU keeps all model state)",
         1: "ZeRO-1 (optimizer state sharded)",
         2: "ZeRO-2 (optimizer state and gradients sharded)",
-        3: "ZeRO-3/FSDP (everything sharded; each layer gathered per micro-batch)",
+        3: "ZeRO-3/FSDP (everything sharded; each layer gathered before its forward and again before its "
+        "backward, every micro-batch, hidden only behind the layer before it)",
     }[p.zero]
+    if p.zero == 3 and p.pp > 1:
+        zero = (
+            "ZeRO-3/FSDP with a pipeline (each stage's weights gathered once per step and kept, gradients "
+            "reduce-scattered once at its end: ZeRO-1's memory and traffic plus one gather)"
+        )
     out.append(
         f"Data parallelism {p.dp * p.cp} with {zero}: its communication leaves "
         f"{_share(best, 'exposed_dp'):.1%} of the step exposed."
@@ -394,7 +400,10 @@ def explain(m: ModelShape, c: Cluster, t: Training, ranked: list[Estimate]) -> l
         why = (
             f"mostly {worst.replace('_', ' ')}"
             if slower >= 0.005
-            else f"a tie on time; this plan needs {(nxt.memory_bytes - best.memory_bytes) / 1e9:+.1f} GB per GPU"
+            else (
+                f"a tie on time; it needs {abs(nxt.memory_bytes - best.memory_bytes) / 1e9:.1f} GB "
+                f"{'more' if nxt.memory_bytes >= best.memory_bytes else 'less'} per GPU"
+            )
         )
         out.append(f"Runner-up: {nxt.plan.label()}, {slower:.1%} slower ({why}).")
     return out

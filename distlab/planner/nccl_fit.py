@@ -1,0 +1,177 @@
+"""The planner's collectives against published nccl-tests curves (experiment nccl-fit, chapter 13).
+
+The planner prices every collective with NCCL's own tuner model (distlab.hardware.collectives.nccl_seconds: per
+protocol, the tuner's latencies from tuning.cc plus the message over that protocol's bandwidth, the fastest
+protocol winning). The one number the tuner does not know is the large-message bus bandwidth a link reaches; it is
+fitted once per link to one published curve, from 16 MiB up (fit_bus_bandwidth). The checks below read the whole
+curve, small messages included, where the latency and the protocol switch (LL, LL128, Simple) set the time, and a
+second curve the fit never saw: 8 x H200 on the same NVLink 4, measured through torch.distributed rather than
+nccl-tests.
+
+No published multi-node sweep on file says which network it ran on (nccl_tests.toml), so across nodes the
+planner uses the NICs' datasheet rate and NCCL's network latencies, uncalibrated: the page says so.
+"""
+
+from __future__ import annotations
+
+from distlab.core.experiments import experiment
+from distlab.core.facts import entries, value
+from distlab.core.results import Result
+from distlab.hardware import collectives
+from distlab.hardware.links import link
+
+H100 = "dgxc-h100-8gpu-all-reduce"  # nccl-tests, 8 x H100 in one DGX: the NVLink 4 fit
+H200 = "mleng-h200-8gpu-all-reduce-torch"  # torch.distributed, 8 x H200: the held-out check
+A100 = "mleng-a100-8gpu-all-reduce"  # nccl-tests, 8 x A100: the NVLink 3 fit
+FROM_BYTES_H100 = 128 * 2**10  # the claim's range on the fitted curve: from 128 KiB up
+FROM_BYTES_H200 = 64 * 2**20  # on the held-out curve: from 64 MiB up (below, torch's per-call overhead shows)
+FROM_BYTES_A100 = 256 * 2**20  # the A100 curve (one process driving 8 GPUs) is slow below this: not claimed
+TOLERANCE = 0.15  # the issue's bar: within 15 %
+
+
+def _published(name: str) -> dict[float, float]:
+    c = entries("nccl_tests")[name]
+    return {float(s): b for s, b in zip(c["bytes"], c["busbw_gbps"])}
+
+
+def _model_busbw(name: str, size: float, bus: float) -> float:
+    c = entries("nccl_tests")[name]
+    arch = "ampere" if name == A100 else "hopper"
+    bw = collectives.nccl_bus_bandwidth("all-reduce", size, c["ranks"], bus_bytes_per_s=bus, nodes=1, arch=arch)
+    return bw / 1e9
+
+
+def _size(s: float) -> str:
+    for unit, n in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if s >= n:
+            return f"{s / n:g} {unit}"
+    return f"{s:g} B"
+
+
+@experiment("nccl-fit", "the planner's NCCL model against published nccl-tests all-reduce curves", kind="computed")
+def nccl_fit(device: str) -> Result:
+    r = Result("nccl-fit", kind="computed")
+    nv4 = collectives.fitted_bus_bandwidth("NVLink4-H100")
+    nv3 = collectives.fitted_bus_bandwidth("NVLink3-A100")
+    r.add("nvlink4_bus", nv4 / 1e9, "GB/s", "NVLink 4 bus bandwidth, fitted to 8 x H100 nccl-tests from 16 MiB")
+    r.add("nvlink3_bus", nv3 / 1e9, "GB/s", "NVLink 3 bus bandwidth, fitted to 8 x A100 nccl-tests from 16 MiB")
+
+    errors = {
+        name: dict(collectives.curve_errors(name, bus, arch="ampere" if name == A100 else "hopper"))
+        for name, bus in ((H100, nv4), (H200, nv4), (A100, nv3))
+    }
+    h100 = [e for s, e in errors[H100].items() if s >= FROM_BYTES_H100]
+    h200 = [e for s, e in errors[H200].items() if s >= FROM_BYTES_H200]
+    r.add("h100_max_error", max(map(abs, h100)), "fraction", "largest |time error| on 8 x H100 from 128 KiB")
+    r.add("h100_max_error_all", max(map(abs, errors[H100].values())), "fraction", "largest |time error|, 8 B up")
+    r.add("h200_max_error", max(map(abs, h200)), "fraction", "largest |time error| on 8 x H200 from 64 MiB")
+    r.add("h200_error_1mib", errors[H200][2.0**20], "fraction", "time error on 8 x H200 at 1 MiB (torch's overhead)")
+    r.add(
+        "a100_max_error_large",
+        max(abs(e) for s, e in errors[A100].items() if s >= FROM_BYTES_A100),
+        "fraction",
+        "largest |time error| on 8 x A100 from 256 MiB",
+    )
+    for label, size in (("1mib", 2**20), ("16mib", 16 * 2**20), ("64mib", 64 * 2**20), ("1gib", 2**30)):
+        r.add(f"h100_busbw_{label}", _model_busbw(H100, size, nv4), "GB/s", f"model bus bandwidth, 8 x H100, {label}")
+        r.add(f"h100_published_{label}", _published(H100)[float(size)], "GB/s", f"nccl-tests, 8 x H100, {label}")
+    constant = value("interconnect.nccl-nvlink4.effective_gbytes_per_s") * 1e9
+    old = collectives.time_seconds(
+        "all-reduce", 2**20, 8, alpha_s=link("NVLink4-H100").alpha_s, bandwidth_bytes_per_s=constant
+    )
+    r.add(
+        "constant_busbw_1mib",
+        2 * 7 / 8 * 2**20 / old / 1e9,
+        "GB/s",
+        "the constant alpha-beta model at 370 GB/s, 1 MiB, 8 GPUs (what the planner used before)",
+    )
+
+    r.add("fit_from_mib", collectives.FIT_FROM_BYTES / 2**20, "MiB", "the fit uses each curve's sizes from this up")
+    r.add("h100_from_kib", FROM_BYTES_H100 / 2**10, "KiB", "the H100 claim's smallest size")
+    r.add("h200_from_mib", FROM_BYTES_H200 / 2**20, "MiB", "the H200 claim's smallest size")
+    r.add("a100_from_mib", FROM_BYTES_A100 / 2**20, "MiB", "the A100 curve's smallest size the model matches")
+    r.add("tolerance", TOLERANCE, "fraction", "the claims' bar")
+    pub = {name: _published(name) for name in (H100, H200, A100)}
+    rows = []
+    for k in range(0, 16):
+        size = float(2 ** (10 + 2 * k))
+        if size > 16 * 2**30:
+            break
+        row = [_size(size)]
+        for name, bus in ((H100, nv4), (H200, nv4), (A100, nv3)):
+            if size in pub[name]:
+                row += [f"{pub[name][size]:.1f}", f"{_model_busbw(name, size, bus):.1f}", f"{errors[name][size]:+.1%}"]
+            else:
+                row += ["—", "—", "—"]
+        rows.append(row)
+    r.table(
+        "curves",
+        [
+            "message",
+            "8 x H100 published",
+            "model",
+            "time error",
+            "8 x H200 published",
+            "model",
+            "time error",
+            "8 x A100 published",
+            "model",
+            "time error",
+        ],
+        rows,
+        "All-reduce bus bandwidth in GB/s, published (nccl_tests.toml) and by the planner's NCCL model (computed); "
+        "time error = predicted / published time - 1. H100 and A100 are nccl-tests; H200 is torch.distributed "
+        "and not fitted",
+    )
+    _figure(r, nv4, nv3)
+
+    r.claim(
+        "8 x H100 all-reduce, every size from 128 KiB to 16 GiB: model time within 15 % of nccl-tests",
+        max(map(abs, h100)),
+        TOLERANCE,
+        relation="<=",
+        unit="fraction",
+    )
+    r.claim(
+        "8 x H200 all-reduce (not fitted), every size from 64 MiB: model time within 15 % of the published",
+        max(map(abs, h200)),
+        TOLERANCE,
+        relation="<=",
+        unit="fraction",
+    )
+    top = max(pub[H100])
+    r.claim(
+        "the fitted NVLink 4 bus bandwidth = the curve's own bandwidth at its largest message",
+        nv4 / 1e9,
+        pub[H100][top],
+        rel_tol=0.1,
+        unit="GB/s",
+    )
+    return r
+
+
+def _figure(r: Result, nv4: float, nv3: float) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7.5, 4.2))
+    for name, bus, color, label in (
+        (H100, nv4, "tab:blue", "8 x H100, nccl-tests"),
+        (H200, nv4, "tab:green", "8 x H200, torch.distributed (not fitted)"),
+        (A100, nv3, "tab:orange", "8 x A100, nccl-tests"),
+    ):
+        pub = _published(name)
+        sizes = sorted(pub)
+        ax.plot(sizes, [pub[s] for s in sizes], "o", ms=3.5, color=color, label=label)
+        grid = [2.0 ** (k / 4) for k in range(int(4 * 3), int(4 * 34.5))]
+        grid = [s for s in grid if sizes[0] <= s <= sizes[-1]]
+        ax.plot(grid, [_model_busbw(name, s, bus) for s in grid], "-", lw=1.2, color=color)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("message size per rank (bytes)")
+    ax.set_ylabel("all-reduce bus bandwidth (GB/s)")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    r.figure("curves", fig, "Published all-reduce bus bandwidth (dots) and the planner's NCCL model (lines), computed")
