@@ -216,7 +216,7 @@ def scaling_command(argv: list[str]) -> int:
     )
     p.add_argument("--flops", type=positive(float, 1e35), required=True, help="training budget C in FLOPs (1e23 works)")
     p.add_argument("--gpu", default="A100-SXM-80GB", help="accelerator for GPU-hours (see `distlab gpus`)")
-    p.add_argument("--mfu", type=positive(float, 1.0), default=None, help="model FLOPs utilisation, 0-1")
+    p.add_argument("--mfu", type=positive(float), default=None, help="model FLOPs utilisation, 0-1")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     args = p.parse_args(argv)
     out = report(args.flops, args.gpu, args.mfu)
