@@ -21,6 +21,7 @@ from distlab.throughput.young_daly import (
     daly_seconds,
     expected_wall_seconds,
     first_order_lost_fraction,
+    first_order_optimal_seconds,
     llama3_mtbf_seconds,
     lost_fraction,
     optimal_seconds,
@@ -166,6 +167,36 @@ def checkpoint_interval(device: str) -> Result:
     r.add("example_young_seconds", young_seconds(ex_c, ex_m), "s", "worked problem: Young")
     r.add("example_daly_seconds", daly_seconds(ex_c, ex_m), "s", "worked problem: Daly")
     r.add("example_lost", lost_fraction(daly_seconds(ex_c, ex_m), ex_c, ex_m), "fraction", "worked problem: lost")
+    r.claim(
+        "Young's √(2CM) = the numerical minimiser of the first-order overhead C/τ + (τ+C)/2M",
+        young,
+        first_order_optimal_seconds(c, mtbf),
+        rel_tol=1e-6,
+        unit="s",
+        formula="golden-section search, no square root",
+    )
+    r.claim(
+        "worked problem: Young's √(2CM) = the first-order minimiser",
+        young_seconds(ex_c, ex_m),
+        first_order_optimal_seconds(ex_c, ex_m),
+        rel_tol=1e-6,
+        unit="s",
+    )
+    r.claim(
+        "worked problem: Daly's interval = the exact optimum",
+        daly_seconds(ex_c, ex_m),
+        optimal_seconds(ex_c, ex_m),
+        rel_tol=0.01,
+        unit="s",
+    )
+    for label, tau in (("hourly", HOUR), ("every 4 hours", 4 * HOUR)):
+        r.claim(
+            f"time lost saving {label}: closed form = the expected wall time of a whole job",
+            lost_fraction(tau, c, mtbf, rr),
+            1 - 40 * tau / expected_wall_seconds(40 * tau, tau, c, mtbf, rr),
+            rel_tol=1e-9,
+            formula="1 - τ / (M e^(R/M) (e^((τ+C)/M) - 1)) against a 40-segment job",
+        )
     r.claim(
         "Daly's interval is the exact optimum",
         daly,
