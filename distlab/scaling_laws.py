@@ -30,7 +30,7 @@ from distlab.core.cli import command, emit, parser, positive
 from distlab.core.experiments import experiment
 from distlab.core.facts import entries, value
 from distlab.core.results import Result
-from distlab.throughput.gpu_cost import dollars, price, usd
+from distlab.throughput.gpu_cost import add_usd, dollars, price, usd
 
 FLOPS_PER_PARAM_TOKEN = 6  # forward 2 + backward 4 (input and weight gradients)
 HOUR = 3600.0
@@ -674,21 +674,31 @@ def _sft_lengths(r: Result, n7: int) -> None:
         add_count(r, f"sft_tokens_{key}", b["tokens"], "tokens", f"SFT tokens, {what}")
         r.add(f"sft_steps_{key}", b["steps"], "steps", f"SFT steps, {what}")
         r.add(f"sft_gpu_hours_{key}", b["gpu_hours"], "GPU-hours", f"SFT A100 GPU-hours, {what}")
-        r.add(f"sft_usd_{key}", b["usd"], "USD", f"SFT cost, {what}")
+        add_usd(r, f"sft_usd_{key}", b["usd"], f"SFT cost, {what}")
         rows.append(
             [
                 what,
                 f"{b['mean_example_tokens']:,.1f}",
                 words(b["tokens"]),
                 f"{b['steps']:,.0f}",
-                f"{b['gpu_hours']:,.0f}",
+                f"{b['gpu_hours']:.3g}",
                 usd(b["usd"]),
             ]
         )
+    sft = entries("scaling_laws")["Llama2-SFT"]
+    r.add("sft_epochs", sft["epochs"], "epochs", "Llama 2-Chat's SFT epochs")
+    r.add("sft_upper_ratio", sft_mean_example_tokens("packed-window") / sft_mean_example_tokens(), "", "window / mean")
     r.table(
         "sft",
-        ["mean tokens per example, from", "tokens", "tokens x 2 epochs", "steps (64 x 4096)", "A100 GPU-hours", "cost"],
-        [[row[0], row[1], row[2], row[3], row[4], row[5]] for row in rows],
+        [
+            "mean length from",
+            "tokens per example",
+            f"tokens (x {sft['epochs']} epochs)",
+            f"steps ({sft['batch_sequences']} x {sft['seq']})",
+            "A100 GPU-hours",
+            "cost",
+        ],
+        rows,
         caption="Llama 2-Chat's supervised fine-tune of the 7B model, 27,540 examples x 2 epochs, packed into "
         "4096-token windows; A100 GPU-hours at the MFU Llama 2 7B's pretraining implies, at the median list price",
     )
@@ -736,9 +746,10 @@ def _dollars(r: Result, n7: int) -> None:
     ):
         p = price(g_name)
         cost = dollars(hours, p)
-        r.add(f"{key}_usd", cost, "USD", f"{label}: GPU-hours x median list price")
-        r.add(f"{key}_usd_low", hours * p.low, "USD", f"{label}: at the list's lowest price")
-        r.add(f"{key}_usd_high", hours * p.high, "USD", f"{label}: at the list's highest price")
+        add_usd(r, f"{key}_usd", cost, f"{label}: GPU-hours x median list price")
+        add_usd(r, f"{key}_usd_low", hours * p.low, f"{label}: at the list's lowest price")
+        add_usd(r, f"{key}_usd_high", hours * p.high, f"{label}: at the list's highest price")
+        r.data[f"{key}_usd"] = cost
         r.add(f"{key}_price", p.usd_per_gpu_hour, "USD/GPU-hour", f"{label}: median {g_name} price")
         rows.append(
             [
@@ -762,7 +773,7 @@ def _dollars(r: Result, n7: int) -> None:
             r.add("c24_gpu_hours", hours, "GPU-hours", label)
     r.claim(
         "Llama 2 7B pretraining: cost = the paper's published GPU-hours x the median A100 price",
-        r.quantities["llama_usd"].value,
+        r.data["llama_usd"],
         value("scaling_laws.Llama2-7B.gpu_hours") * price("A100-SXM-80GB").usd_per_gpu_hour,
         rel_tol=1e-9,
         unit="USD",

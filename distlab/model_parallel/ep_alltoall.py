@@ -133,8 +133,8 @@ def ep_alltoall(device: str) -> Result:
 
 def _params(r: Result) -> None:
     total, active = moe_params("DeepSeek-V3")
-    r.add("deepseek_params", total, "params", "DeepSeek-V3 parameters counted from its config")
-    r.add("deepseek_active", active, "params", "DeepSeek-V3 parameters active per token")
+    r.add("deepseek_params", total / 1e9, "billion parameters", "DeepSeek-V3 parameters counted from its config")
+    r.add("deepseek_active", active / 1e9, "billion parameters", "DeepSeek-V3 parameters active per token")
     r.claim(
         "DeepSeek-V3's config counts to its README's 671B parameters (MTP module excluded)",
         total / 1e9,
@@ -152,8 +152,8 @@ def _params(r: Result) -> None:
         formula="the same with 8 routed + 1 shared expert per token",
     )
     total, active = moe_params("Mixtral-8x7B")
-    r.add("mixtral_params", total, "params", "Mixtral 8x7B parameters counted from its config")
-    r.add("mixtral_active", active, "params", "Mixtral 8x7B parameters active per token (top-2)")
+    r.add("mixtral_params", total / 1e9, "billion parameters", "Mixtral 8x7B parameters counted from its config")
+    r.add("mixtral_active", active / 1e9, "billion parameters", "Mixtral 8x7B parameters active per token (top-2)")
 
 
 def _bandwidth_ratio(r: Result) -> None:
@@ -208,6 +208,13 @@ def _node_limited(r: Result) -> None:
     mc_distinct = float(distinct.mean())
     mc_remote = float((distinct - hit_own).mean())
     closed = expected_nodes(k, chosen, per_group)
+    r.add("deepseek_groups", groups, "groups", "DeepSeek-V3: expert groups (n_expert_groups)")
+    r.add("deepseek_limited_groups", chosen, "groups", "groups a token may use (n_limited_groups)")
+    r.claim(
+        "DeepSeek-V3's config: the groups split the routed experts evenly, and a token's k fit in its groups",
+        shape.experts % groups + max(0, k - chosen * per_group),
+        0,
+    )
     r.add("deepseek_distinct_nodes", closed, "nodes", "DeepSeek-V3: expected nodes a token's 8 experts span")
     r.add("deepseek_remote_nodes", closed * (1 - 1 / groups), "nodes", "of them, not the token's own")
     r.add("deepseek_plain_copies", k * (64 - 8) / 64, "", "network copies per token without node-limited routing")
@@ -235,7 +242,7 @@ def _memory(r: Result) -> None:
     hbm = gpu(GPU).hbm_bytes
     for ep in (8, 64):
         per_gpu = shape.moe_layers * shape.experts / ep * SWIGLU_MATRICES * shape.hidden * shape.moe_ffn
-        r.add(f"deepseek_expert_params_ep{ep}", per_gpu, "params", f"routed expert parameters per GPU at EP {ep}")
+        r.add(f"deepseek_expert_params_ep{ep}", per_gpu / 1e9, "billion parameters", f"routed experts per GPU, EP {ep}")
         r.add(f"deepseek_expert_bytes_ep{ep}", 2 * per_gpu, "B", f"the same in bf16 at EP {ep}")
     r.claim(
         "DeepSeek-V3 at EP 8: the bf16 routed experts alone exceed an H100's memory",

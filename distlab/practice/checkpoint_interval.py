@@ -25,7 +25,7 @@ def practice_checkpoint(device: str) -> Result:
     from distlab.planner.config import model
     from distlab.planner.search import PRETRAIN_BATCH_TOKENS
     from distlab.scaling_laws import optimal_tokens_for, sft_budget, training_flops
-    from distlab.throughput.gpu_cost import dollars, price
+    from distlab.throughput.gpu_cost import add_usd, dollars, price
     from distlab.throughput.young_daly import (
         daly_seconds,
         expected_wall_seconds,
@@ -70,6 +70,19 @@ def practice_checkpoint(device: str) -> Result:
     r.add("state", state, "B", "checkpoint: bf16 weights + fp32 master, m, v")
     r.add("save", save, "s", "one save at the storage's rate")
     r.add("mtbf_h", mtbf / 3600, "h", "MTBF of 1024 GPUs at Llama 3's failure rate per GPU")
+    unexpected = value("interconnect.Llama3-405B-pretraining.unexpected_interruptions")
+    r.add("interruptions", unexpected, "interruptions", "Llama 3 405B's unexpected interruptions in 54 days")
+    r.claim(
+        "MTBF of 1024 GPUs = 54 days x 16,384 / 1024 GPUs / the interruptions",
+        mtbf / 3600,
+        value("interconnect.Llama3-405B-pretraining.days")
+        * 24
+        * value("interconnect.Llama3-405B-pretraining.gpus")
+        / c.gpus
+        / unexpected,
+        rel_tol=1e-9,
+        unit="h",
+    )
     r.add("restart", RESTART_70B_S, "s", "restart time (input)")
     young, daly, exact = young_seconds(save, mtbf), daly_seconds(save, mtbf), optimal_seconds(save, mtbf)
     r.add("young", young, "s", "Young: sqrt(2CM)")
@@ -97,7 +110,7 @@ def practice_checkpoint(device: str) -> Result:
         caption=f"{m.name} on {c.gpus} H100s, {tokens / 1e12:.2f}T tokens: saves of {save:.0f} s, MTBF "
         f"{mtbf / 3600:.1f} h, restarts of {RESTART_70B_S / 60:.0f} min",
     )
-    _dollars(r, m, c, work * c.gpus / 3600, best.time["mfu"] / ratio, per_token, price, dollars, sft_budget)
+    _dollars(r, m, c, work * c.gpus / 3600, best.time["mfu"] / ratio, per_token, (price, dollars, add_usd, sft_budget))
     r.claim(
         "Daly's interval loses less than hourly saves",
         r.quantities["lost_daly"].value,
@@ -115,21 +128,22 @@ def practice_checkpoint(device: str) -> Result:
     return r
 
 
-def _dollars(r: Result, m, c, gpu_hours: float, mfu: float, per_token: float, price, dollars, sft_budget) -> None:
+def _dollars(r: Result, m, c, gpu_hours: float, mfu: float, per_token: float, fns) -> None:
     """What the run and a Llama 2-Chat-style fine-tune of the same model cost, at the dated list's median H100 price."""
+    price, dollars, add_usd, sft_budget = fns
     p = price(c.gpu.name)
     run = dollars(gpu_hours, p)
     r.add("price", p.usd_per_gpu_hour, "USD/GPU-hour", f"median {c.gpu.name} on-demand list price")
     r.add("price_low", p.low, "USD/GPU-hour", "lowest on the list")
     r.add("price_high", p.high, "USD/GPU-hour", "highest on the list")
     r.data["price_dates"] = f"{p.first_date} to {p.last_date}"
-    r.add("usd", run, "USD", "the run: GPU-hours x median price")
-    r.add("usd_low", gpu_hours * p.low, "USD", "at the list's lowest price")
-    r.add("usd_high", gpu_hours * p.high, "USD", "at the list's highest price")
+    add_usd(r, "usd", run, "the run: GPU-hours x median price")
+    add_usd(r, "usd_low", gpu_hours * p.low, "at the list's lowest price")
+    add_usd(r, "usd_high", gpu_hours * p.high, "at the list's highest price")
     sft = sft_budget(m.params(), gpu_name=c.gpu.name, mfu=mfu)
     r.add("sft_tokens", sft["tokens"] / 1e6, "million tokens", "Llama 2-Chat's SFT data for this model")
     r.add("sft_gpu_hours", sft["gpu_hours"], "GPU-hours", "its H100 GPU-hours at the run's MFU")
-    r.add("sft_usd", sft["usd"], "USD", "its cost at the median price")
+    add_usd(r, "sft_usd", sft["usd"], "its cost at the median price")
     r.claim(
         "the fine-tune costs its FLOP share of the run (same GPU, MFU and price)",
         sft["usd"] / run,

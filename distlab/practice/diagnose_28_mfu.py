@@ -311,6 +311,8 @@ def _environment(r: Result, m, c, steps: tuple[float, float]) -> dict:
     r.add("loader_wait", 1 - inputs[0], "fraction", "share of the (fast) step waiting for data")
     r.add("jitter", JITTER, "fraction", "per-GPU step-time jitter (chapter 10)")
     r.add("save_s", save_s, "s", "one synchronous save")
+    r.add("save_every_s", SAVE_EVERY_S, "s", "scenario: a save every")
+    r.add("loader_seconds", LOADER_SECONDS, "s", "scenario: CPU seconds of loading per step, one worker")
     r.add("mtbf_h", mtbf / 3600, "h", "the job's MTBF at Llama 3's rate per GPU")
     r.add("ckpt_lost", 1 - ckpt, "fraction", "time lost to saves, failures and restarts")
     r.add("daly_s", daly_seconds(save_s, mtbf), "s", "Daly's interval for this save and MTBF")

@@ -22,6 +22,7 @@ from distlab.throughput.young_daly import (
     expected_wall_seconds,
     first_order_lost_fraction,
     first_order_optimal_seconds,
+    llama3_interruptions,
     llama3_mtbf_seconds,
     lost_fraction,
     optimal_seconds,
@@ -150,6 +151,10 @@ def checkpoint_interval(device: str) -> Result:
 
     mtbf = llama3_mtbf_seconds()
     c, rr = SCENARIO_SAVE_S, SCENARIO_RESTART_S
+    unexpected, every = llama3_interruptions()
+    r.add("interruptions", unexpected, "interruptions", "Llama 3 405B, 54-day snapshot: unexpected interruptions")
+    r.add("interruptions_all", every, "interruptions", "... all interruptions (planned ones included)")
+    r.claim("Llama 3: the unexpected interruptions are a part of all of them", unexpected, every, relation="<=")
     r.add("mtbf_seconds", mtbf, "s", "Llama 3 405B pre-training: 54 days / 419 unexpected interruptions")
     r.add("mtbf_hours", mtbf / HOUR, "h", "the same in hours")
     r.add("scenario_save_seconds", c, "s", "scenario: C")

@@ -129,6 +129,15 @@ def dollars(gpu_hours: float, p: Price) -> float:
     return gpu_hours * p.usd_per_gpu_hour
 
 
+def add_usd(r, name: str, amount: float, description: str) -> None:
+    """r.add for a cost, in a scale a page can print: 460.5 thousand USD, 3.34 million USD."""
+    for factor, word in ((1e9, "billion USD"), (1e6, "million USD"), (1e3, "thousand USD")):
+        if abs(amount) >= factor:
+            r.add(name, amount / factor, word, description)
+            return
+    r.add(name, amount, "USD", description)
+
+
 def usd(amount: float) -> str:
     """$1.23 M, $45.6 k, $789: a cost as a page or the CLI prints it (three significant digits)."""
     for factor, word in ((1e9, " B"), (1e6, " M"), (1e3, " k")):

@@ -105,6 +105,12 @@ def _golden(f, lo: float, hi: float) -> float:
     return (lo + hi) / 2
 
 
+def llama3_interruptions() -> tuple[int, int]:
+    """(unexpected, all) job interruptions in Llama 3 405B's 54-day snapshot."""
+    row = "interconnect.Llama3-405B-pretraining"
+    return fact(f"{row}.unexpected_interruptions").value, fact(f"{row}.interruptions").value
+
+
 def llama3_mtbf_seconds() -> float:
     """Mean time between unexpected interruptions of Llama 3 405B pre-training (16K H100 GPUs)."""
     days = fact("interconnect.Llama3-405B-pretraining.days").value
