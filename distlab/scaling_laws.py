@@ -374,6 +374,9 @@ def scaling_laws(device: str) -> Result:
     r.add("a3_exponent", chin.a, "", "β/(α+β) with the paper's constants")
     r.add("refit_exponent", refit.a, "", "β/(α+β) with the refit's constants")
     r.add("a3_G", chin.G, "", "G with the paper's constants")
+    for lw, key in ((chin, "chin"), (refit, "refit")):  # printed as quantities: a footnote may not follow a digit
+        for k in ("A", "B", "alpha", "beta"):
+            r.add(f"{key}_{k}", getattr(lw, k), "", f"{lw.name}: {k}")
     rows = []
     for row in table3():
         ratio = training_flops(row["params"], row["tokens"]) / row["flops"]
