@@ -174,7 +174,9 @@ def _check_exits(procs, results: dict, results_q, world_size: int) -> None:
         return
     try:
         while True:
-            _take(results_q.get(timeout=0.3), procs, results, results_q, world_size)
+            _take(
+                results_q.get(timeout=1.0), procs, results, results_q, world_size
+            )  # a loaded machine is slow to deliver
     except queue.Empty:
         pass
     for r in gone:
