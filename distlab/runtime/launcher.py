@@ -174,9 +174,7 @@ def _check_exits(procs, results: dict, results_q, world_size: int) -> None:
         return
     try:
         while True:  # a loaded machine can be slow to deliver a result sent just before its rank exited
-            _take(
-                results_q.get(timeout=1.0), procs, results, results_q, world_size
-            )  # a loaded machine is slow to deliver
+            _take(results_q.get(timeout=1.0), procs, results, results_q, world_size)
     except queue.Empty:
         pass
     for r in gone:
