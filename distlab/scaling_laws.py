@@ -30,6 +30,7 @@ from distlab.core.cli import command, emit, parser, positive
 from distlab.core.experiments import experiment
 from distlab.core.facts import entries, value
 from distlab.core.results import Result
+from distlab.throughput.gpu_cost import add_usd, dollars, price, usd
 
 FLOPS_PER_PARAM_TOKEN = 6  # forward 2 + backward 4 (input and weight gradients)
 HOUR = 3600.0
@@ -170,17 +171,91 @@ def implied_mfu(name: str = "Llama2-7B") -> float:
     return flops / (row["gpu_hours"] * HOUR * gpu(row["gpu"]).peak_flops("bf16"))
 
 
-def sft_tokens() -> float:
-    """Tokens of Llama 2-Chat's supervised fine-tune: examples packed into full sequences, x epochs."""
+# What one SFT example is long, in tokens: the paper prints no statistics for its SFT annotations, so each basis is a
+# stated proxy (sft_data.toml). Packing concatenates examples into 4096-token windows, so the window is an upper bound.
+SFT_BASES = {
+    "llama2-meta-dialogue": "Llama 2 Table 6, Meta (Safety & Helpfulness) preference data: tokens per example "
+    "(the whole dialogue, 3.9 turns)",
+    "lima": "LIMA Table 1: its 1,000 examples' input + output lengths, averaged",
+    "llama2-meta-turn": "Llama 2 Table 6, Meta: one prompt + one response",
+    "packed-window": "every example fills a 4096-token window (the upper bound)",
+}
+SFT_DEFAULT_BASIS = "llama2-meta-dialogue"
+
+
+def sft_mean_example_tokens(basis: str = SFT_DEFAULT_BASIS) -> float:
+    """Mean tokens per SFT example under `basis` (SFT_BASES), from sft_data.toml."""
+    data = entries("sft_data")
+    if basis == "llama2-meta-dialogue":
+        return data["llama2-pref-meta"]["tokens_per_example"]
+    if basis == "llama2-meta-turn":
+        return data["llama2-pref-meta"]["tokens_per_prompt"] + data["llama2-pref-meta"]["tokens_per_response"]
+    if basis == "lima":
+        rows = [v for k, v in data.items() if k.startswith("lima-") and "input_len_mean" in v]
+        return sum(r["examples"] * (r["input_len_mean"] + r["output_len_mean"]) for r in rows) / sum(
+            r["examples"] for r in rows
+        )
+    if basis == "packed-window":
+        return data["llama2-sft-packing"]["seq"]
+    raise ValueError(f"unknown SFT length basis {basis!r}; known: {', '.join(SFT_BASES)}")
+
+
+def sft_tokens(mean_example_tokens: float | None = None) -> float:
+    """Tokens of Llama 2-Chat's supervised fine-tune: annotations x mean tokens per example x epochs.
+
+    With no argument it is the old upper bound, every example filling a 4096-token window (kept so existing callers
+    do not change underneath; pages should pass `sft_mean_example_tokens()`)."""
     row = entries("scaling_laws")["Llama2-SFT"]
-    return row["annotations"] * row["seq"] * row["epochs"]
+    length = row["seq"] if mean_example_tokens is None else mean_example_tokens
+    if not length > 0:
+        raise ValueError(f"mean_example_tokens must be positive, got {length}")
+    return row["annotations"] * length * row["epochs"]
+
+
+def sft_budget(
+    params: float,
+    *,
+    basis: str = SFT_DEFAULT_BASIS,
+    gpu_name: str = "A100-SXM-80GB",
+    mfu: float | None = None,
+    usd_per_gpu_hour: float | None = None,
+) -> dict:
+    """Llama 2-Chat's fine-tune for a model of `params`: tokens, packed sequences, optimizer steps (batch 64 packed
+    windows), FLOPs (6ND), GPU-hours at `mfu` (default: Llama 2 7B's implied MFU) and dollars. The function chapter 14
+    (and any plan of a fine-tune) should call instead of multiplying examples by the window."""
+    from distlab.hardware.gpus import gpu
+
+    row = entries("scaling_laws")["Llama2-SFT"]
+    mean = sft_mean_example_tokens(basis)
+    tokens = sft_tokens(mean)
+    flops = training_flops(params, tokens)
+    mfu = implied_mfu() if mfu is None else mfu
+    hours = gpu_hours(flops, gpu(gpu_name).peak_flops("bf16"), mfu)
+    p = price(gpu_name, usd_per_gpu_hour)
+    return {
+        "basis": basis,
+        "mean_example_tokens": mean,
+        "tokens": tokens,
+        "packed_sequences": tokens / row["seq"],
+        "steps": tokens / (row["seq"] * row["batch_sequences"]),
+        "flops": flops,
+        "gpu": gpu_name,
+        "mfu": mfu,
+        "gpu_hours": hours,
+        "usd": dollars(hours, p),
+        "price": p.as_dict(),
+    }
 
 
 # ---------------------------------------------------------------- the `scaling` calculator
-def report(flops: float, gpu_name: str = "A100-SXM-80GB", mfu: float | None = None) -> dict:
-    """Everything `distlab scaling --flops C` prints (its --json)."""
+def report(
+    flops: float, gpu_name: str = "A100-SXM-80GB", mfu: float | None = None, usd_per_gpu_hour: float | None = None
+) -> dict:
+    """Everything `distlab scaling --flops C` prints (its --json). Cost = GPU-hours x a price per GPU-hour: the one
+    given, else the median of the dated on-demand list (distlab.throughput.gpu_cost); no sourced price: usd None."""
     from distlab.hardware.gpus import gpu
 
+    gpu_name = gpu(gpu_name).name  # canonical spelling, and a clear error for an unknown GPU
     params, tokens = compute_optimal(flops)
     chin, refit = law("chinchilla"), law("epoch-refit")
     mfu = implied_mfu() if mfu is None else mfu
@@ -201,6 +276,18 @@ def report(flops: float, gpu_name: str = "A100-SXM-80GB", mfu: float | None = No
         out[key] = {"params": n, "tokens": d, "tokens_per_param": d / n, "loss": lw.loss(n, d)}
     rows = [row["flops"] for row in table3()]
     out["extrapolated"] = not (min(rows) <= flops <= max(rows))
+    out["warnings"] = []
+    try:
+        p = price(gpu_name, usd_per_gpu_hour)
+    except ValueError as exc:  # no list price for this GPU and none given
+        out.update(usd=None, price_per_gpu_hour=None, price={"basis": str(exc)})
+        return out
+    out.update(usd=dollars(out["gpu_hours"], p), price_per_gpu_hour=p.usd_per_gpu_hour, price=p.as_dict())
+    if p.basis == "given" and not (p.low / 3 <= p.usd_per_gpu_hour <= 3 * p.high):
+        out["warnings"].append(
+            f"${p.usd_per_gpu_hour:g} per GPU-hour is far outside the sourced ${p.low:g}-${p.high:g} for {gpu_name}: "
+            "is it per instance rather than per GPU?"
+        )
     return out
 
 
@@ -217,9 +304,15 @@ def scaling_command(argv: list[str]) -> int:
     p.add_argument("--flops", type=positive(float, 1e35), required=True, help="training budget C in FLOPs (1e23 works)")
     p.add_argument("--gpu", default="A100-SXM-80GB", help="accelerator for GPU-hours (see `distlab gpus`)")
     p.add_argument("--mfu", type=positive(float, 1.0), default=None, help="model FLOPs utilisation, 0-1")
+    p.add_argument(
+        "--price-per-gpu-hour",
+        type=positive(float, 1e4),
+        default=None,
+        help="USD per GPU-hour (default: the median of the dated on-demand list prices for --gpu)",
+    )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     args = p.parse_args(argv)
-    out = report(args.flops, args.gpu, args.mfu)
+    out = report(args.flops, args.gpu, args.mfu, args.price_per_gpu_hour)
     a3, ep = out["approach3"], out["epoch_refit"]
     hours_format = ",.0f" if out["gpu_hours"] >= 10 else ".3g"
     text = (
@@ -232,12 +325,22 @@ def scaling_command(argv: list[str]) -> int:
         f"({ep['tokens_per_param']:.0f} tokens/parameter)\n"
         f"{out['gpu_hours']:{hours_format}} {out['gpu']} GPU-hours at {100 * out['mfu']:.0f} % MFU"
     )
+    pr = out["price"]
+    if out["usd"] is None:
+        text += f"\ncost: {pr['basis']}"
+    else:
+        text += (
+            f"\ncost: {usd(out['usd'])} at ${out['price_per_gpu_hour']:.2f} per GPU-hour ({pr['basis']}"
+            + (f", dated {pr['dates']}" if pr["basis"] != "given" else "")
+            + f"; the list runs ${pr['low']:.2f}-${pr['high']:.2f})"
+        )
     if out["extrapolated"]:
         rows = [row["flops"] for row in table3()]
         text += (
             f"\nwarning: C lies outside Table 3's {min(rows):.3g}-{max(rows):.3g} FLOPs; every number above is "
             "a power law extrapolated past the paper's data"
         )
+    text += "".join(f"\nwarning: {w}" for w in out["warnings"])
     emit(out, args.json, text)
     return 0
 
@@ -271,6 +374,9 @@ def scaling_laws(device: str) -> Result:
     r.add("a3_exponent", chin.a, "", "β/(α+β) with the paper's constants")
     r.add("refit_exponent", refit.a, "", "β/(α+β) with the refit's constants")
     r.add("a3_G", chin.G, "", "G with the paper's constants")
+    for lw, key in ((chin, "chin"), (refit, "refit")):  # printed as quantities: a footnote may not follow a digit
+        for k in ("A", "B", "alpha", "beta"):
+            r.add(f"{key}_{k}", getattr(lw, k), "", f"{lw.name}: {k}")
     rows = []
     for row in table3():
         ratio = training_flops(row["params"], row["tokens"]) / row["flops"]
@@ -357,9 +463,115 @@ def scaling_laws(device: str) -> Result:
         add_count(r, f"chin_{key}_tokens", d, "tokens", f"{key}: D_opt at Chinchilla's compute")
         r.add(f"chin_{key}_ratio", d / n, "", f"{key}: tokens per parameter at Chinchilla's compute")
     _optima_table(r, chin, refit)
+    _approach3_printed(r, chin)
     _budgets(r, preset("7B").params())
+    _sft_lengths(r, preset("7B").params())
+    _dollars(r, preset("7B").params())
     _figure(r, chin, refit)
     return r
+
+
+# Printed to two decimals (α, β) and one (A, B): the paper's unrounded constants lie within half a unit of the last
+# digit. Whatever the paper derived from them must be reachable from some constants in that box.
+ROUNDING = {"alpha": 0.005, "beta": 0.005, "A": 0.05, "B": 0.05}
+
+
+def rounding_box_range(lw: Law, flops: float) -> tuple[float, float]:
+    """(smallest, largest) Approach 3 optimum N at `flops` over every constant set that rounds to `lw`'s: the
+    corners of the box (N_opt is monotone in each constant)."""
+    import itertools
+
+    values = []
+    for signs in itertools.product((-1, 1), repeat=len(ROUNDING)):
+        kw = {k: getattr(lw, k) + s * d for (k, d), s in zip(ROUNDING.items(), signs)}
+        corner = Law(name="corner", E=lw.E, **kw)
+        values.append(optimal(corner, flops)[0])
+    return min(values), max(values)
+
+
+def _approach3_printed(r: Result, chin: Law) -> None:
+    """What the paper derived from its (unrounded) Approach 3 fit, against the printed (rounded) constants: the
+    exponents of Table 2, the 40B at Gopher's budget (Figure 4), and Table A3's Approach 3 rows."""
+    r.claim(
+        "paper's Approach 3 constants: α/(α+β) = Table 2's b",
+        chin.alpha / (chin.alpha + chin.beta),
+        value("scaling_laws.approach3.b"),
+        abs_tol=0.01,
+        formula="b = α/(α+β)",
+    )
+    c_gopher = value("scaling_laws.gopher-budget-approach3.flops")
+    paper = value("scaling_laws.gopher-budget-approach3.params")
+    n_rounded, _ = optimal(chin, c_gopher)
+    lo, hi = rounding_box_range(chin, c_gopher)
+    add_count(
+        r, "gopher_a3_rounded_params", n_rounded, "parameters", "Approach 3 at Gopher's budget, printed constants"
+    )
+    add_count(r, "gopher_a3_paper_params", paper, "parameters", "the paper's own projection at Gopher's budget")
+    add_count(r, "gopher_a1_params", value("scaling_laws.gopher-budget-approach1.params"), "parameters", "Approach 1")
+    r.add("gopher_budget_flops", c_gopher, "FLOP", "Gopher's compute budget")
+    r.add("gopher_a3_rounded_over_paper", n_rounded / paper, "", "printed constants' optimum / the paper's 40B")
+    add_count(r, "gopher_box_low", lo, "parameters", "smallest optimum of constants that round to the printed ones")
+    add_count(r, "gopher_box_high", hi, "parameters", "largest such optimum")
+    r.claim(
+        "the paper's 40B at Gopher's budget is reachable from constants that round to the printed ones",
+        paper,
+        lo,
+        relation=">=",
+        unit="params",
+        formula="α, β ± 0.005, A, B ± 0.05: the smallest corner",
+    )
+    r.claim("... and the largest corner", paper, hi, relation="<=", unit="params")
+    r.claim(
+        "the printed (rounded) constants put Gopher's optimum below the paper's 40B",
+        n_rounded,
+        paper,
+        relation="<=",
+        unit="params",
+        formula="N_opt = G (C/6)^(β/(α+β))",
+    )
+    n_search, _ = optimal_by_search(chin, c_gopher)
+    r.claim(
+        "Approach 3 at Gopher's budget: closed form = grid search",
+        n_rounded,
+        n_search,
+        rel_tol=1e-3,
+        unit="params",
+    )
+    rows = [v for k, v in entries("scaling_laws").items() if k.startswith("approach3-")]
+    flagged = [v for v in rows if abs(training_flops(v["params"], v["tokens"]) / v["flops"] - 1) > 0.05]
+    good = [v for v in rows if v not in flagged]
+    r.add("a3_rows_checked", len(good), "", "Table A3 Approach 3 rows whose FLOPs column is 6ND")
+    r.claim(
+        "Table A3, Approach 3: 6ND = the FLOPs column, every row but the one the data file flags (175B)",
+        len(flagged),
+        1,
+        formula="the 175B row prints 1.26e24 for 6ND = 1.26e25 (noted in scaling_laws.toml)",
+    )
+    for v in good:
+        lo, hi = rounding_box_range(chin, v["flops"])
+        r.claim(
+            f"Table A3, Approach 3, {words(v['params'])}: the row's N is reachable from the rounding box",
+            v["params"],
+            lo,
+            relation=">=",
+            unit="params",
+            rel_tol=0.02,
+            formula="N printed to 2-3 digits",
+        )
+        r.claim(
+            f"... {words(v['params'])}: and not above it", v["params"], hi, relation="<=", unit="params", rel_tol=0.02
+        )
+    x = np.log10([v["flops"] for v in good])
+    y = np.log10([v["params"] for v in good])
+    slope = float(np.polyfit(x, y, 1)[0])
+    r.add("a3_table_slope", slope, "", "slope of log N on log C through Table A3's Approach 3 rows")
+    r.claim(
+        "Table A3's Approach 3 rows have Table 2's exponent a",
+        slope,
+        value("scaling_laws.approach3.a"),
+        abs_tol=0.005,
+        formula="least squares of log N on log C",
+    )
 
 
 def _optima_table(r: Result, chin: Law, refit: Law) -> None:
@@ -413,12 +625,12 @@ def _budgets(r: Result, n7: int) -> None:
         )
     d_opt = optimal_tokens_for(n7)
     d_llama = value("scaling_laws.Llama2-7B.tokens_trillion") * 1e12
-    d_sft = sft_tokens()
+    d_sft = sft_tokens(sft_mean_example_tokens())
     rows = []
     for label, key, tokens in (
         ("Chinchilla-optimal pretraining", "opt", d_opt),
         ("Llama 2 pretraining", "llama", d_llama),
-        ("Llama 2-Chat supervised fine-tune", "sft", d_sft),
+        ("Llama 2-Chat supervised fine-tune (mean example length)", "sft", d_sft),
     ):
         flops = training_flops(n7, tokens)
         hrs = gpu_hours(flops, a100, mfu)
@@ -435,13 +647,147 @@ def _budgets(r: Result, n7: int) -> None:
         "GPU-hours imply for its own pretraining",
     )
     r.add("overtrain", d_llama / d_opt, "", "Llama 2 7B tokens / Chinchilla-optimal tokens")
-    r.add("pretrain_over_sft", d_llama / d_sft, "", "Llama 2 pretraining tokens / SFT tokens")
+    r.add("pretrain_over_sft", d_llama / d_sft, "", "Llama 2 pretraining tokens / SFT tokens (mean length)")
     sft = entries("scaling_laws")["Llama2-SFT"]
-    r.add(
-        "sft_steps",
-        sft["annotations"] * sft["epochs"] / sft["batch_sequences"],
-        "steps",
-        "SFT optimizer steps (examples x epochs / batch)",
+    steps = d_sft / (sft["seq"] * sft["batch_sequences"])
+    r.add("sft_steps", steps, "steps", "SFT optimizer steps: tokens / (64 packed windows of 4096)")
+    r.claim(
+        "SFT: GPU-hours fine-tune / pretraining = their token ratio (same model, same MFU)",
+        r.quantities["sft_gpu_hours"].value / r.quantities["llama_gpu_hours"].value,
+        d_sft / d_llama,
+        rel_tol=1e-9,
+        formula="C = 6ND at fixed N",
+    )
+    r.claim(
+        "SFT steps x batch x window = the fine-tune's tokens",
+        steps * sft["batch_sequences"] * sft["seq"],
+        sft["annotations"] * sft["epochs"] * sft_mean_example_tokens(),
+        rel_tol=1e-12,
+        unit="tokens",
+    )
+
+
+def _sft_lengths(r: Result, n7: int) -> None:
+    """The fine-tune's tokens, steps, GPU-hours and dollars under each length basis: the range the text quotes."""
+    rows = []
+    for basis, what in SFT_BASES.items():
+        b = sft_budget(n7, basis=basis)
+        key = basis.replace("-", "_")
+        r.add(f"sft_len_{key}", b["mean_example_tokens"], "tokens", f"mean example, {what}")
+        add_count(r, f"sft_tokens_{key}", b["tokens"], "tokens", f"SFT tokens, {what}")
+        r.add(f"sft_steps_{key}", b["steps"], "steps", f"SFT steps, {what}")
+        r.add(f"sft_gpu_hours_{key}", b["gpu_hours"], "GPU-hours", f"SFT A100 GPU-hours, {what}")
+        add_usd(r, f"sft_usd_{key}", b["usd"], f"SFT cost, {what}")
+        rows.append(
+            [
+                what,
+                f"{b['mean_example_tokens']:,.1f}",
+                words(b["tokens"]),
+                f"{b['steps']:,.0f}",
+                f"{b['gpu_hours']:.3g}",
+                usd(b["usd"]),
+            ]
+        )
+    sft = entries("scaling_laws")["Llama2-SFT"]
+    r.add("sft_epochs", sft["epochs"], "epochs", "Llama 2-Chat's SFT epochs")
+    r.add("sft_upper_ratio", sft_mean_example_tokens("packed-window") / sft_mean_example_tokens(), "", "window / mean")
+    r.table(
+        "sft",
+        [
+            "mean length from",
+            "tokens per example",
+            f"tokens (x {sft['epochs']} epochs)",
+            f"steps ({sft['batch_sequences']} x {sft['seq']})",
+            "A100 GPU-hours",
+            "cost",
+        ],
+        rows,
+        caption="Llama 2-Chat's supervised fine-tune of the 7B model, 27,540 examples x 2 epochs, packed into "
+        "4096-token windows; A100 GPU-hours at the MFU Llama 2 7B's pretraining implies, at the median list price",
+    )
+    data = entries("sft_data")
+    meta = data["llama2-pref-meta"]
+    r.claim(
+        "Llama 2 Table 6: a whole example (with earlier turns) is longer than one prompt + response",
+        meta["tokens_per_example"],
+        meta["tokens_per_prompt"] + meta["tokens_per_response"],
+        relation=">=",
+        unit="tokens",
+    )
+    lima_total = data["lima-total"]
+    r.claim(
+        "LIMA: Table 1's lengths x counts = the paper's 'roughly 750,000 tokens' over its 1,000 examples",
+        sft_mean_example_tokens("lima") * lima_total["examples"],
+        lima_total["total_tokens"],
+        rel_tol=0.05,
+        unit="tokens",
+    )
+    r.claim(
+        "the packed window is an upper bound: every sourced mean length is below it",
+        max(sft_mean_example_tokens(b) for b in SFT_BASES if b != "packed-window"),
+        sft_mean_example_tokens("packed-window"),
+        relation="<=",
+        unit="tokens",
+    )
+
+
+def _dollars(r: Result, n7: int) -> None:
+    """GPU-hours x a dated list price: the 7B runs on A100s, and a 1e24-FLOP compute-optimal run on H100s."""
+    from distlab.hardware.gpus import gpu
+
+    rows = []
+    for g_name, label, key, hours in (
+        ("A100-SXM-80GB", "7B, Llama 2 pretraining", "llama", r.quantities["llama_gpu_hours"].value),
+        ("A100-SXM-80GB", "7B, Chinchilla-optimal pretraining", "opt", r.quantities["opt_gpu_hours"].value),
+        ("A100-SXM-80GB", "7B, Llama 2-Chat fine-tune", "sft", r.quantities["sft_gpu_hours"].value),
+        (
+            "H100-SXM",
+            "compute-optimal run of 1e24 FLOPs (40 % MFU)",
+            "c24",
+            gpu_hours(1e24, gpu("H100-SXM").peak_flops("bf16"), 0.4),
+        ),
+    ):
+        p = price(g_name)
+        cost = dollars(hours, p)
+        add_usd(r, f"{key}_usd", cost, f"{label}: GPU-hours x median list price")
+        add_usd(r, f"{key}_usd_low", hours * p.low, f"{label}: at the list's lowest price")
+        add_usd(r, f"{key}_usd_high", hours * p.high, f"{label}: at the list's highest price")
+        r.data[f"{key}_usd"] = cost
+        r.add(f"{key}_price", p.usd_per_gpu_hour, "USD/GPU-hour", f"{label}: median {g_name} price")
+        rows.append(
+            [
+                label,
+                g_name,
+                f"{hours:,.0f}",
+                f"${p.usd_per_gpu_hour:.2f} ({p.basis}, {p.first_date} to {p.last_date})",
+                usd(cost),
+                f"{usd(hours * p.low)} to {usd(hours * p.high)}",
+            ]
+        )
+        r.claim(
+            f"{label}: the median price lies within the list's range",
+            p.usd_per_gpu_hour,
+            p.low,
+            relation=">=",
+            unit="USD/GPU-hour",
+        )
+        r.claim(f"{label}: ... and at most its highest", p.usd_per_gpu_hour, p.high, relation="<=")
+        if key == "c24":
+            r.add("c24_gpu_hours", hours, "GPU-hours", label)
+    r.claim(
+        "Llama 2 7B pretraining: cost = the paper's published GPU-hours x the median A100 price",
+        r.data["llama_usd"],
+        value("scaling_laws.Llama2-7B.gpu_hours") * price("A100-SXM-80GB").usd_per_gpu_hour,
+        rel_tol=1e-9,
+        unit="USD",
+        formula="Table 2's 184,320 A100 GPU-hours, not recomputed",
+    )
+    r.table(
+        "dollars",
+        ["run", "GPU", "GPU-hours", "price per GPU-hour (dated list)", "cost", "range over the list"],
+        rows,
+        caption="Cost = GPU-hours x price; prices from distlab/data/gpu_prices.toml (third-party readings of list "
+        "prices, dated; spot and market-survey ranges in the range column, not the median)",
     )
 
 

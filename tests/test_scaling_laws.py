@@ -134,7 +134,7 @@ def test_scaling_cli_flags_extrapolation():
     [
         (["--flops", "-1"], "must be positive"),
         (["--flops", "1e22", "--gpu", "Z80"], "unknown GPU"),
-        (["--flops", "1e22", "--mfu", "1.5"], "mfu must be"),
+        (["--flops", "1e22", "--mfu", "1.5"], "must be at most 1"),
         (["--flops", "inf"], "finite"),  # argparse's float accepts inf: it used to print nan tokens
         ([], "required"),
     ],
@@ -143,3 +143,77 @@ def test_scaling_cli_bad_input(args, message):
     proc = distlab("scaling", *args)
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1 and message in lines[0], proc.stderr
+
+
+def test_sft_mean_lengths_by_hand():
+    """Llama 2 Table 6, Meta: 798.5 tokens per example, 31.4 + 234.1 per turn; LIMA Table 1:
+    (200 (117 + 523) + 200 (119 + 530) + 200 (12 + 1811) + 150 (34 + 274) + 50 (236 + 92) + 200 (40 + 334)) / 1000;
+    the packed window 4096 reproduces the old upper bound. Would catch the window used as the mean again."""
+    from distlab.scaling_laws import sft_budget, sft_mean_example_tokens
+
+    assert sft_mean_example_tokens() == 798.5
+    assert sft_mean_example_tokens("llama2-meta-turn") == pytest.approx(31.4 + 234.1)
+    lima = (200 * 640 + 200 * 649 + 200 * 1823 + 150 * 308 + 50 * 328 + 200 * 374) / 1000
+    assert sft_mean_example_tokens("lima") == pytest.approx(lima)
+    assert sft_tokens(sft_mean_example_tokens("packed-window")) == sft_tokens() == 27_540 * 4096 * 2
+    b = sft_budget(6_738_415_616)
+    assert b["tokens"] == pytest.approx(27_540 * 798.5 * 2)
+    assert b["steps"] == pytest.approx(27_540 * 798.5 * 2 / (64 * 4096))
+    with pytest.raises(ValueError):
+        sft_mean_example_tokens("tweets")
+
+
+def test_scaling_cli_reports_a_cost_with_its_price():
+    """`distlab scaling --flops 1e23 --json`: usd = gpu_hours x the median A100 list price (2.4984: Modal 2.4984,
+    RunPod 2.45, Replicate 5.04), the price and its dates beside it; a given price replaces it; a GPU without a list
+    price gets usd null and exit 0; a price far outside the list warns."""
+    out = json.loads(distlab("scaling", "--flops", "1e23", "--json").stdout)
+    assert {"params", "tokens", "gpu_hours", "approach3", "epoch_refit", "loss", "mfu"} <= set(out)
+    assert out["price_per_gpu_hour"] == pytest.approx(2.4984)
+    assert out["usd"] == pytest.approx(out["gpu_hours"] * 2.4984, rel=1e-12)
+    assert out["price"]["dates"] == "2026-03 to 2026-05-07" and out["warnings"] == []
+    given = json.loads(distlab("scaling", "--flops", "1e23", "--price-per-gpu-hour", "1.5", "--json").stdout)
+    assert given["usd"] == pytest.approx(given["gpu_hours"] * 1.5) and given["price"]["basis"] == "given"
+    proc = distlab("scaling", "--flops", "1e23", "--gpu", "B200", "--json")
+    assert proc.returncode == 0 and json.loads(proc.stdout)["usd"] is None
+    text = distlab("scaling", "--flops", "1e23", "--price-per-gpu-hour", "98").stdout
+    assert "warning:" in text and "per instance" in text
+
+
+@pytest.mark.parametrize(
+    ("constant", "changed"),
+    [("alpha", 0.36), ("alpha", 0.32), ("beta", 0.30), ("beta", 0.26), ("A", 4064.0), ("A", 40.64), ("B", 4107.0)],
+)
+def test_a_changed_chinchilla_constant_fails_the_chapter(constant, changed, monkeypatch):
+    """The chapter's claims tie the printed constants to what the paper derived from them (Table 2's exponents, the
+    40B at Gopher's budget, Table A3): a constant off by two units in its last printed digit, or by a factor of ten
+    (a dropped or doubled digit), must fail at least one. (A one-unit change of alpha or beta stays inside the
+    paper's own rounding, and E enters no derived number the paper prints: neither can be caught this way.)"""
+    import distlab.scaling_laws as sl
+
+    real = sl.law
+
+    def mutated(name="chinchilla"):
+        lw = real(name)
+        return Law(**{**lw.__dict__, constant: changed}) if name == "chinchilla" else lw
+
+    assert all(c.passed for c in sl.scaling_laws("cpu").claims)
+    monkeypatch.setattr(sl, "law", mutated)
+    failed = [c.name for c in sl.scaling_laws("cpu").claims if not c.passed]
+    assert failed, f"{constant} = {changed} passed every claim"
+
+
+def test_young_written_as_sqrt_cm_fails_chapter_10(monkeypatch):
+    """Young's sqrt(2CM) is checked against a numerical minimiser of the first-order overhead: sqrt(CM) must fail."""
+    import math
+
+    import distlab.throughput.checkpoint_interval as ci
+
+    monkeypatch.setattr(ci, "young_seconds", lambda c, m: math.sqrt(c * m))
+    monkeypatch.setattr(
+        ci,
+        "measure_save",
+        lambda device: {"bytes": 12e6, "seconds": 0.1, "params": 1e6, "bytes_per_s": 1.2e8, "param_tensors": 10},
+    )
+    failed = [c.name for c in ci.checkpoint_interval("cpu").claims if not c.passed]
+    assert any("Young" in name for name in failed)

@@ -58,11 +58,21 @@ def experiment(name: str, description: str, *, kind: str = "measured", versions:
         raise ValueError(f"experiment {name!r}: kind must be measured, simulated or computed")
 
     def register(fn):
-        line = getattr(getattr(fn, "__code__", None), "co_firstlineno", 0)
-        _REGISTRY[name] = Experiment(name, description, fn.__module__, kind, fn, line, tuple(versions))
+        _REGISTRY[name] = Experiment(name, description, fn.__module__, kind, fn, _line_of(name, fn), tuple(versions))
         return fn
 
     return register
+
+
+def _line_of(name: str, fn) -> int:
+    """The decorator's line, as the source scan reads it (a wrapped fn's own code object would name the wrapper's
+    line in another file: one_core's, single_threaded's)."""
+    path = sources.module_path(fn.__module__) if fn.__module__.startswith("distlab.") else None
+    if path is not None and path.exists():
+        for reg in sources.scan(path).registrations:
+            if reg.decorator == "experiment" and reg.name == name:
+                return reg.line
+    return getattr(getattr(fn, "__code__", None), "co_firstlineno", 0)
 
 
 class UnknownExperiment(LookupError):

@@ -64,6 +64,28 @@ def _links_table(r: Result) -> None:
     r.add("pcie5_per_direction", link("PCIe5-x16").bandwidth_bytes_per_s, "B/s", "PCIe 5 x16, per direction")
     cross = crossover_bytes(64, alpha_s=ib.alpha_s, bandwidth_bytes_per_s=ib.bandwidth_bytes_per_s)
     r.add("ib_tree_crossover_64", cross, "B", "tree beats ring below this size, 64 ranks on NDR")
+    r.claim(
+        "tree/ring crossover: at that size both take the same time (64 ranks, NDR)",
+        link_time_seconds("all-reduce", cross, 64, ib, "tree"),
+        link_time_seconds("all-reduce", cross, 64, ib),
+        rel_tol=1e-9,
+        unit="s",
+    )
+    # Counts that pages print as numbers (a fact's footnote may not follow a digit), with the relations that the
+    # data must satisfy: every NVLink generation since 3 carries 50 GB/s per link; the DGX guide and the Hopper
+    # whitepaper agree on the switch chips.
+    links4, links3 = fact("interconnect.NVLink4-H100.links").value, fact("interconnect.NVLink3-A100.links").value
+    r.add("nvlink4_links", links4, "links", "NVLink 4 links per H100")
+    per_link4 = fact("interconnect.NVLink4-H100.bidirectional_gbytes_per_s").value / links4
+    per_link3 = fact("interconnect.NVLink3-A100.bidirectional_gbytes_per_s").value / links3
+    r.claim("NVLink 4 and NVLink 3 carry the same bytes per link (900/18 = 600/12)", per_link4, per_link3, unit="GB/s")
+    chips = fact("interconnect.NVSwitch-HGX-H100.nvswitch_chips").value
+    r.add("hgx_nvswitch_chips", chips, "chips", "NVSwitch chips on an HGX H100 board")
+    r.claim(
+        "NVSwitch chips: the Hopper whitepaper's HGX H100 = the DGX H100 user guide's",
+        chips,
+        fact("interconnect.DGX-H100.nvswitch_chips").value,
+    )
 
 
 def _time_vs_size(r: Result) -> None:

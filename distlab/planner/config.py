@@ -129,7 +129,7 @@ def _link(spec: str | float, fallback_transport: str, name: str) -> Link:
         except ValueError:
             return link(spec, protocol="simple")
     if not math.isfinite(spec) or not spec > 0:
-        raise ValueError(f"{name} bandwidth must be a positive finite number of GB/s, got {spec}")
+        raise ValueError(f"{name} bandwidth must be positive (a finite number of GB/s), got {spec}")
     if spec > 1e6:
         raise ValueError(f"{name} bandwidth must be at most 1e6 GB/s (a petabyte per second), got {spec:g}")
     alpha = value(f"interconnect.nccl-latency-{fallback_transport}.ring_simple_us") * 1e-6

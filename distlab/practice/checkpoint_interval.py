@@ -21,12 +21,15 @@ STORAGE_BYTES_PER_S = 100e9  # aggregate write rate of the cluster's parallel fi
 )
 def practice_checkpoint(device: str) -> Result:
     from distlab.gpu.flops import flops_per_token
+    from distlab.planner.calibration import mfu_band
     from distlab.planner.config import model
     from distlab.planner.search import PRETRAIN_BATCH_TOKENS
-    from distlab.scaling_laws import optimal_tokens_for, training_flops
+    from distlab.scaling_laws import optimal_tokens_for, sft_budget, training_flops
+    from distlab.throughput.gpu_cost import add_usd, dollars, price
     from distlab.throughput.young_daly import (
         daly_seconds,
         expected_wall_seconds,
+        first_order_optimal_seconds,
         llama3_mtbf_seconds,
         lost_fraction,
         optimal_seconds,
@@ -50,6 +53,10 @@ def practice_checkpoint(device: str) -> Result:
     r.add("mfu", best.time.mfu / ratio, "fraction", "expected MFU")
     r.add("work_days", work / 86400, "days", "compute time without failures")
     r.add("gpu_hours", work * c.gpus / 3600, "GPU-hours", "GPU-hours")
+    low, high = mfu_band(best.time.mfu)
+    r.add("mfu_model", best.time.mfu, "fraction", "the planner's MFU for its best plan")
+    r.add("mfu_band_low", low, "fraction", "what published runs predicted at that MFU reached: low")
+    r.add("mfu_band_high", high, "fraction", "... high")
     per_token = flops_per_token(m.params(), m.layers, m.hidden, t.seq)
     r.claim(
         "GPU-hours = tokens x FLOPs per token / (peak x MFU)",
@@ -63,10 +70,30 @@ def practice_checkpoint(device: str) -> Result:
     r.add("state", state, "B", "checkpoint: bf16 weights + fp32 master, m, v")
     r.add("save", save, "s", "one save at the storage's rate")
     r.add("mtbf_h", mtbf / 3600, "h", "MTBF of 1024 GPUs at Llama 3's failure rate per GPU")
+    unexpected = value("interconnect.Llama3-405B-pretraining.unexpected_interruptions")
+    r.add("interruptions", unexpected, "interruptions", "Llama 3 405B's unexpected interruptions in 54 days")
+    r.claim(
+        "MTBF of 1024 GPUs = 54 days x 16,384 / 1024 GPUs / the interruptions",
+        mtbf / 3600,
+        value("interconnect.Llama3-405B-pretraining.days")
+        * 24
+        * value("interconnect.Llama3-405B-pretraining.gpus")
+        / c.gpus
+        / unexpected,
+        rel_tol=1e-9,
+        unit="h",
+    )
     r.add("restart", RESTART_70B_S, "s", "restart time (input)")
     young, daly, exact = young_seconds(save, mtbf), daly_seconds(save, mtbf), optimal_seconds(save, mtbf)
     r.add("young", young, "s", "Young: sqrt(2CM)")
     r.add("daly", daly, "s", "Daly's interval")
+    r.claim(
+        "Young's √(2CM) = the numerical minimiser of the first-order overhead",
+        young,
+        first_order_optimal_seconds(save, mtbf),
+        rel_tol=1e-6,
+        unit="s",
+    )
     r.claim("Daly's interval is the exact optimum to 2 %", daly, exact, rel_tol=0.02, unit="s")
     rows = []
     for label, tau in (("Daly", daly), ("every 10 minutes", 600.0), ("hourly", 3600.0), ("every 8 hours", 28800.0)):
@@ -83,6 +110,7 @@ def practice_checkpoint(device: str) -> Result:
         caption=f"{m.name} on {c.gpus} H100s, {tokens / 1e12:.2f}T tokens: saves of {save:.0f} s, MTBF "
         f"{mtbf / 3600:.1f} h, restarts of {RESTART_70B_S / 60:.0f} min",
     )
+    _dollars(r, m, c, work * c.gpus / 3600, best.time.mfu / ratio, per_token, (price, dollars, add_usd, sft_budget))
     r.claim(
         "Daly's interval loses less than hourly saves",
         r.quantities["lost_daly"].value,
@@ -98,3 +126,29 @@ def practice_checkpoint(device: str) -> Result:
         unit="fraction",
     )
     return r
+
+
+def _dollars(r: Result, m, c, gpu_hours: float, mfu: float, per_token: float, fns) -> None:
+    """What the run and a Llama 2-Chat-style fine-tune of the same model cost, at the dated list's median H100 price."""
+    price, dollars, add_usd, sft_budget = fns
+    p = price(c.gpu.name)
+    run = dollars(gpu_hours, p)
+    r.add("price", p.usd_per_gpu_hour, "USD/GPU-hour", f"median {c.gpu.name} on-demand list price")
+    r.add("price_low", p.low, "USD/GPU-hour", "lowest on the list")
+    r.add("price_high", p.high, "USD/GPU-hour", "highest on the list")
+    r.data["price_dates"] = f"{p.first_date} to {p.last_date}"
+    add_usd(r, "usd", run, "the run: GPU-hours x median price")
+    add_usd(r, "usd_low", gpu_hours * p.low, "at the list's lowest price")
+    add_usd(r, "usd_high", gpu_hours * p.high, "at the list's highest price")
+    sft = sft_budget(m.params(), gpu_name=c.gpu.name, mfu=mfu)
+    r.add("sft_tokens", sft["tokens"] / 1e6, "million tokens", "Llama 2-Chat's SFT data for this model")
+    r.add("sft_gpu_hours", sft["gpu_hours"], "GPU-hours", "its H100 GPU-hours at the run's MFU")
+    add_usd(r, "sft_usd", sft["usd"], "its cost at the median price")
+    r.claim(
+        "the fine-tune costs its FLOP share of the run (same GPU, MFU and price)",
+        sft["usd"] / run,
+        sft["tokens"] * 6 * m.params() / (r.quantities["tokens"].value * 1e12 * per_token),
+        rel_tol=1e-6,
+        formula="6N per fine-tune token (sft_budget) against 6N + 12Lhs per pretraining token",
+    )
+    r.claim("the median price lies within the list's range", p.usd_per_gpu_hour, p.high, relation="<=")

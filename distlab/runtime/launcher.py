@@ -173,8 +173,8 @@ def _check_exits(procs, results: dict, results_q, world_size: int) -> None:
     if not gone:
         return
     try:
-        while True:
-            _take(results_q.get(timeout=0.3), procs, results, results_q, world_size)
+        while True:  # a loaded machine can be slow to deliver a result sent just before its rank exited
+            _take(results_q.get(timeout=1.0), procs, results, results_q, world_size)
     except queue.Empty:
         pass
     for r in gone:
@@ -200,13 +200,27 @@ def _raise_hung(procs, results: dict, world_size: int, timeout_s: float, stacks:
     time.sleep(0.3)
     for r in missing:
         where[r] = _where(stacks[r])
-    # A rank waiting inside a collective is a victim; blame the first one that is not.
-    culprit = next((r for r in missing if where[r] and not where[r][1]), missing[0])
+    # A rank waiting inside a collective is a victim; blame the first one that is not. When every rank waits in
+    # one, the rank waiting at a different line than all the others is the one that skipped or added a collective.
+    culprit = next((r for r in missing if where[r] and not where[r][1]), None)
+    if culprit is None:
+        culprit = _odd_one_out(missing, where)
     at = f", at {where[culprit][0]}" if where[culprit] else ""
     raise LaunchError(
         f"rank {culprit} of {world_size} hung: no result after {timeout_s:g} s{at} (ranks without a result: {missing})",
         "\n".join(f"rank {r}: {where[r][0] if where[r] else '?'}" for r in missing),
     )
+
+
+def _odd_one_out(missing: list[int], where: dict) -> int:
+    """The only rank whose stack stops at a line no other rank is at, when all the others share one line; else the
+    first missing rank (two ranks, or no single odd one: the stacks cannot tell)."""
+    lines = {r: where[r][0] for r in missing if where[r]}
+    for r, line in lines.items():
+        others = {v for k, v in lines.items() if k != r}
+        if len(others) == 1 and line not in others and len(lines) == len(missing) >= 3:
+            return r
+    return missing[0]
 
 
 _FRAME = re.compile(r'File "(.+)", line (\d+) in (\S+)')

@@ -21,6 +21,8 @@ from distlab.throughput.young_daly import (
     daly_seconds,
     expected_wall_seconds,
     first_order_lost_fraction,
+    first_order_optimal_seconds,
+    llama3_interruptions,
     llama3_mtbf_seconds,
     lost_fraction,
     optimal_seconds,
@@ -149,6 +151,10 @@ def checkpoint_interval(device: str) -> Result:
 
     mtbf = llama3_mtbf_seconds()
     c, rr = SCENARIO_SAVE_S, SCENARIO_RESTART_S
+    unexpected, every = llama3_interruptions()
+    r.add("interruptions", unexpected, "interruptions", "Llama 3 405B, 54-day snapshot: unexpected interruptions")
+    r.add("interruptions_all", every, "interruptions", "... all interruptions (planned ones included)")
+    r.claim("Llama 3: the unexpected interruptions are a part of all of them", unexpected, every, relation="<=")
     r.add("mtbf_seconds", mtbf, "s", "Llama 3 405B pre-training: 54 days / 419 unexpected interruptions")
     r.add("mtbf_hours", mtbf / HOUR, "h", "the same in hours")
     r.add("scenario_save_seconds", c, "s", "scenario: C")
@@ -166,6 +172,36 @@ def checkpoint_interval(device: str) -> Result:
     r.add("example_young_seconds", young_seconds(ex_c, ex_m), "s", "worked problem: Young")
     r.add("example_daly_seconds", daly_seconds(ex_c, ex_m), "s", "worked problem: Daly")
     r.add("example_lost", lost_fraction(daly_seconds(ex_c, ex_m), ex_c, ex_m), "fraction", "worked problem: lost")
+    r.claim(
+        "Young's √(2CM) = the numerical minimiser of the first-order overhead C/τ + (τ+C)/2M",
+        young,
+        first_order_optimal_seconds(c, mtbf),
+        rel_tol=1e-6,
+        unit="s",
+        formula="golden-section search, no square root",
+    )
+    r.claim(
+        "worked problem: Young's √(2CM) = the first-order minimiser",
+        young_seconds(ex_c, ex_m),
+        first_order_optimal_seconds(ex_c, ex_m),
+        rel_tol=1e-6,
+        unit="s",
+    )
+    r.claim(
+        "worked problem: Daly's interval = the exact optimum",
+        daly_seconds(ex_c, ex_m),
+        optimal_seconds(ex_c, ex_m),
+        rel_tol=0.01,
+        unit="s",
+    )
+    for label, tau in (("hourly", HOUR), ("every 4 hours", 4 * HOUR)):
+        r.claim(
+            f"time lost saving {label}: closed form = the expected wall time of a whole job",
+            lost_fraction(tau, c, mtbf, rr),
+            1 - 40 * tau / expected_wall_seconds(40 * tau, tau, c, mtbf, rr),
+            rel_tol=1e-9,
+            formula="1 - τ / (M e^(R/M) (e^((τ+C)/M) - 1)) against a 40-segment job",
+        )
     r.claim(
         "Daly's interval is the exact optimum",
         daly,

@@ -72,10 +72,27 @@ def first_order_lost_fraction(interval_s: float, save_s: float, mtbf_s: float, r
     return x / (1 + x)
 
 
+def minimise_log(f, lo: float, hi: float) -> float:
+    """The minimiser of a unimodal f(tau) on [lo, hi], by golden-section search in log tau."""
+    a0, b0 = math.log(lo), math.log(hi)
+    u = _golden(lambda x: f(math.exp(x)), a0, b0)
+    return math.exp(u)
+
+
+def first_order_optimal_seconds(save_s: float, mtbf_s: float) -> float:
+    """The minimiser of Young's first-order overhead, found numerically (no square root): the independent check of
+    young_seconds."""
+    return minimise_log(lambda tau: first_order_lost_fraction(tau, save_s, mtbf_s), save_s * 1e-3, 10 * mtbf_s)
+
+
 def optimal_seconds(save_s: float, mtbf_s: float) -> float:
     """The exact minimiser of lost_fraction (golden-section search in log tau; R does not move it)."""
     lo, hi = math.log(save_s * 1e-3 + 1e-12), math.log(10 * mtbf_s)
     f = lambda u: lost_fraction(math.exp(u), save_s, mtbf_s)
+    return math.exp(_golden(f, lo, hi))
+
+
+def _golden(f, lo: float, hi: float) -> float:
     g = (math.sqrt(5) - 1) / 2
     a, b = lo + (1 - g) * (hi - lo), lo + g * (hi - lo)
     for _ in range(200):
@@ -85,7 +102,13 @@ def optimal_seconds(save_s: float, mtbf_s: float) -> float:
         else:
             lo, a = a, b
             b = lo + g * (hi - lo)
-    return math.exp((lo + hi) / 2)
+    return (lo + hi) / 2
+
+
+def llama3_interruptions() -> tuple[int, int]:
+    """(unexpected, all) job interruptions in Llama 3 405B's 54-day snapshot."""
+    row = "interconnect.Llama3-405B-pretraining"
+    return fact(f"{row}.unexpected_interruptions").value, fact(f"{row}.interruptions").value
 
 
 def llama3_mtbf_seconds() -> float:

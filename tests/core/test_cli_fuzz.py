@@ -77,6 +77,8 @@ CASES += [
     ("scaling", SCALING + ["--mfu", "-0.4"]),
     ("scaling", SCALING + ["--gpu", "abacus"]),
 ]
+for value in ("-2.5", "0", "inf", "nan", "1e308", "two dollars", "٣"):
+    CASES.append(("scaling", SCALING + ["--price-per-gpu-hour", value]))
 CASES += [
     ("run", ["no-such-experiment"]),
     ("run", ["adamw-bytes", "--device", "tpu"]),

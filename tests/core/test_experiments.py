@@ -187,3 +187,14 @@ def test_a_compilers_version_is_in_the_cache_key_of_what_it_compiled(monkeypatch
     monkeypatch.setattr(experiments, "package_version", lambda p="torch": "99.0" if p == "triton" else real(p))
     assert experiments._cache_key("flash-attention-compile", "cpu") != before["flash-attention-compile"]
     assert experiments._cache_key("adamw-bytes", "cpu") == before["adamw-bytes"]
+
+
+def test_an_experiments_source_line_is_the_same_imported_or_not():
+    """Would catch the source link that pointed into runtime/threads.py (a wrapped function's own code object names
+    the wrapper's line) after the experiment's module was imported, and into its own module before: the page's
+    link changed between a fresh and a cached build."""
+    scanned = experiments.discover()
+    for name in ("activation-memory", "roofline", "adamw-bytes"):
+        imported = experiments.get(name)
+        assert imported.source == scanned[name].source
+        assert imported.source.startswith(scanned[name].module.replace(".", "/"))

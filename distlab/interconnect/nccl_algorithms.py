@@ -1,0 +1,367 @@
+"""nccl-algorithms: NCCL's own cost model (distlab.interconnect.nccl_model) drawn for 8 GPUs in a node and 64 across
+8 nodes, the sizes at which it switches algorithm or protocol, and the model against a published nccl-tests sweep.
+
+Checks, each against something the model does not compute itself:
+- the crossovers (walked analytically along the lower envelope) against a brute-force scan of sizes;
+- the protocols' bandwidth factors against the bytes a line carries (LL and LL128 line layouts in device.h);
+- every latency the model reads against the same table at a second NCCL commit (v2.30.7), but for the entries
+  that release changed;
+- the predicted envelope against the published 8 x H100 all_reduce_perf sweep (NVIDIA's DGX benchmarking recipe),
+  with a tolerance per regime, and the published busbw at 8 GiB against the NVLink line rate (only NVLS exceeds it).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from distlab.core.experiments import experiment
+from distlab.core.facts import entries, value
+from distlab.core.results import Quantity, Result
+from distlab.hardware.links import per_direction_bytes_per_s
+from distlab.interconnect.nccl_model import (
+    COLLECTIVES,
+    algorithm_bandwidth,
+    best,
+    bus_bandwidth,
+    choices,
+    ib_cluster,
+    label,
+    latency_us,
+    nvlink_node,
+    time_seconds,
+    winners,
+)
+
+PUBLISHED = "dgxc-h100-8gpu-all-reduce"  # nccl_tests.toml: 8 x H100 SXM, one node, 8 B to 16 GiB
+# Entries NCCL changed between 2.20.3 and 2.30.7 (notes/facts.md section 1); every other one must agree.
+CHANGED_IN_2_30 = {
+    ("nvlink", "tree_simple_us"),
+    ("pci", "tree_simple_us"),
+    ("net", "tree_simple_us"),
+    ("nvlink", "nvls_simple_us"),
+    ("nvlink", "nvls_tree_simple_us"),
+    ("net", "nvls_tree_simple_us"),
+    ("base", "base_tree_simple_us"),
+}
+
+
+def topologies():
+    return {"node": nvlink_node(8), "cluster": ib_cluster(8)}
+
+
+@experiment(
+    "nccl-algorithms",
+    "NCCL's tuning model: ring, tree and NVLS x LL, LL128, Simple for 8 GPUs in a node and 64 across nodes, "
+    "crossovers, and the model against a published nccl-tests sweep",
+    kind="computed",
+)
+def nccl_algorithms(device: str) -> Result:
+    r = Result("nccl-algorithms", kind="computed")
+    topos = topologies()
+    _tuning_table(r, topos)
+    _crossovers(r, topos)
+    _protocol_factors(r)
+    _versions_agree(r)
+    _against_published(r, topos["node"])
+    _figure(r, topos)
+    return r
+
+
+def _tuning_table(r: Result, topos) -> None:
+    """What NCCL prints under NCCL_DEBUG_SUBSYS=TUNING: latency and algbw per algorithm x protocol."""
+    rows = []
+    for key, topo in topos.items():
+        for coll in COLLECTIVES:
+            if coll == "reduce-scatter":  # same numbers as all-gather in this model
+                continue
+            for a, p in choices(coll, topo):
+                rows.append(
+                    [
+                        topo.label,
+                        coll,
+                        label(a, p),
+                        Quantity(latency_us(coll, a, p, topo) * 1e-6, "s"),
+                        Quantity(algorithm_bandwidth(coll, a, p, topo), "B/s"),
+                        Quantity(bus_bandwidth(coll, a, p, topo), "B/s"),
+                    ]
+                )
+        r.add(f"{key}_graph_bytes_per_s", topo.graph_bytes_per_s, "B/s", f"{topo.label}: graph bandwidth")
+    r.table(
+        "tuning",
+        ["communicator", "collective", "algorithm/protocol", "latency", "algbw", "busBw (NCCL's)"],
+        rows,
+        caption="NCCL 2.20.3's tuning model rebuilt from its tables (reduce-scatter = all-gather here); "
+        "time = latency + bytes / algbw; computed",
+    )
+    node, cluster = topos["node"], topos["cluster"]
+    for key, topo, coll, a, p in (
+        ("node_ring_ll_latency_s", node, "all-reduce", "ring", "ll"),
+        ("node_nvls_latency_s", node, "all-reduce", "nvls", "simple"),
+        ("cluster_tree_ll_latency_s", cluster, "all-reduce", "tree", "ll"),
+        ("cluster_ring_ll_latency_s", cluster, "all-reduce", "ring", "ll"),
+    ):
+        r.add(key, latency_us(coll, a, p, topo) * 1e-6, "s", f"{topo.label}: {label(a, p)} {coll} latency")
+    r.add(
+        "node_nvls_algbw",
+        algorithm_bandwidth("all-reduce", "nvls", "simple", node),
+        "B/s",
+        "8 GPUs: NVLS all-reduce algbw",
+    )
+    r.add(
+        "node_ring_algbw",
+        algorithm_bandwidth("all-reduce", "ring", "simple", node),
+        "B/s",
+        "8 GPUs: ring Simple all-reduce algbw",
+    )
+    r.add("cluster_nics", value("interconnect.DGX-H100.compute_nics"), "", "NICs per DGX H100 node")
+
+
+def _crossovers(r: Result, topos) -> None:
+    rows = []
+    for key, topo in topos.items():
+        for coll in ("all-reduce", "all-gather"):
+            env = winners(coll, topo)
+            scan = _scan_switches(coll, topo)
+            analytic = [w["from_bytes"] for w in env[1:]]
+            r.claim(
+                f"{topo.label}, {coll}: crossovers walked analytically = a brute-force scan of sizes",
+                len(analytic),
+                len(scan),
+                formula="the same hand-overs, in the same order",
+            )
+            for i, (s_walk, s_scan) in enumerate(zip(analytic, scan)):
+                r.claim(
+                    f"{topo.label}, {coll}: hand-over {i + 1} at the scanned size",
+                    s_walk,
+                    s_scan,
+                    rel_tol=1e-6,
+                    unit="B",
+                    formula="L1 + S/W1 = L2 + S/W2, against bisection on the argmin of the predicted times",
+                )
+            for i, w in enumerate(env):
+                rows.append(
+                    [
+                        topo.label,
+                        coll,
+                        label(w["algorithm"], w["protocol"]),
+                        Quantity(w["from_bytes"], "B") if i else "smallest",
+                        Quantity(w["to_bytes"], "B") if i < len(env) - 1 else "largest",
+                    ]
+                )
+            for i, s in enumerate(analytic):
+                r.add(f"{key}_{coll.replace('-', '_')}_crossover_{i + 1}", s, "B", f"{topo.label}, {coll}: hand-over")
+    r.table(
+        "winners",
+        ["communicator", "collective", "NCCL's model picks", "from", "to"],
+        rows,
+        caption="Which algorithm/protocol has the smallest predicted time, by message size (computed)",
+    )
+
+
+def _scan_switches(coll: str, topo, lo: float = 1.0, hi: float = 2.0**36) -> list[float]:
+    """Brute force: evaluate `best` on a log grid, then bisect every interval where the winner changes."""
+    sizes = np.logspace(math.log10(lo), math.log10(hi), 600)
+    picks = [best(coll, s, topo)[:2] for s in sizes]
+    out = []
+    for i in range(1, len(sizes)):
+        if picks[i] != picks[i - 1]:
+            a, b = sizes[i - 1], sizes[i]
+            for _ in range(60):
+                mid = math.sqrt(a * b)
+                a, b = (mid, b) if best(coll, mid, topo)[:2] == picks[i - 1] else (a, mid)
+            out.append(math.sqrt(a * b))
+    return out
+
+
+def _protocol_factors(r: Result) -> None:
+    """A protocol's bandwidth factor cannot exceed the share of a line that carries data."""
+    ll_line = value("interconnect.nccl-protocol-ll.line_bytes")
+    ll = value("interconnect.nccl-protocol-ll.payload_bytes_per_line") / ll_line
+    ll128 = value("interconnect.nccl-protocol-ll128.payload_bytes_per_line") / value(
+        "interconnect.nccl-protocol-ll128.line_bytes"
+    )
+    flag_ll = value("interconnect.nccl-protocol-ll.flag_bytes_per_line")
+    r.add("ll_payload_fraction", ll, "fraction", "LL: data bytes per 16-byte line")
+    r.add("ll128_payload_fraction", ll128, "fraction", "LL128: data bytes per 128-byte line")
+    r.claim(
+        "LL line = data + flags (device.h)",
+        value("interconnect.nccl-protocol-ll.payload_bytes_per_line") + flag_ll,
+        value("interconnect.nccl-protocol-ll.line_bytes"),
+        unit="B",
+    )
+    r.claim(
+        "LL128 line = data + one 8-byte flag (device.h)",
+        value("interconnect.nccl-protocol-ll128.payload_bytes_per_line")
+        + value("interconnect.nccl-protocol-ll128.flag_bytes_per_line"),
+        value("interconnect.nccl-protocol-ll128.line_bytes"),
+        unit="B",
+    )
+    for name in ("ring_ll_busbw_factor_single_node", "ring_ll_busbw_factor_multinode_or_reduce"):
+        r.claim(
+            f"NCCL 2.20.3 {name} <= the LL line's data share",
+            value(f"interconnect.nccl-factors-v2-20.{name}"),
+            ll,
+            relation="<=",
+            formula="8 data bytes per 16-byte line",
+        )
+    r.claim(
+        "NCCL 2.30.7's ring LL factor = the LL line's data share",
+        value("interconnect.nccl-factors-v2-30.ring_ll_busbw_factor"),
+        ll,
+        formula="busBw x .5 in tuning.cc at v2.30.7",
+    )
+    r.claim(
+        "ring LL128 factor 0.92 ≈ the LL128 line's data share (the code's comment: 120.0/128.0)",
+        value("interconnect.nccl-factors-v2-20.ring_ll128_busbw_factor"),
+        ll128,
+        rel_tol=0.02,
+    )
+    r.claim(
+        "tree LL128 factor on several nodes = the LL128 line's data share",
+        value("interconnect.nccl-factors-v2-20.tree_ll128_busbw_factor_multi_node"),
+        ll128,
+        rel_tol=1e-12,
+    )
+
+
+def _versions_agree(r: Result) -> None:
+    """The same tables read at two NCCL commits: an entry that differs where NCCL did not change it is a typo."""
+    data = entries("interconnect")
+    mismatched, compared = [], 0
+    for hw in ("nvlink", "pci", "net", "base"):
+        old, new = data[f"nccl-latency-{hw}"], data[f"nccl-v2-30-latency-{hw}"]
+        for k, v in old.items():
+            if k == "source" or k not in new:
+                continue
+            compared += 1
+            if (hw, k) not in CHANGED_IN_2_30 and v != new[k]:
+                mismatched.append(f"{hw}.{k}")
+    r.add("latency_entries_compared", compared, "", "latency entries present at both commits")
+    r.claim(
+        f"NCCL latency tables at b6475625 and v2.30.7 agree outside the entries 2.30 changed ({compared} compared)",
+        len(mismatched),
+        0,
+        formula="mismatches: " + (", ".join(mismatched) or "none"),
+    )
+
+
+def _published(name: str = PUBLISHED) -> dict:
+    return entries("nccl_tests")[name]
+
+
+def _against_published(r: Result, topo) -> None:
+    row = _published()
+    sizes = row["bytes"]
+    measured = [min(a, b) * 1e-6 for a, b in zip(row["time_us"], row["inplace_time_us"])]  # best of the two columns
+    predicted = [best("all-reduce", s, topo)[2] for s in sizes]
+    ratio = [p / m for p, m in zip(predicted, measured)]
+    small = [q for s, q in zip(sizes, ratio) if s <= 1024]
+    large = [q for s, q in zip(sizes, ratio) if s >= 2**30]
+    mid = [(q, s) for s, q in zip(sizes, ratio) if 1024 < s < 2**30]
+    worst_mid, worst_mid_size = min(mid)
+    rows = [
+        [
+            Quantity(s, "B"),
+            Quantity(m, "s"),
+            Quantity(p, "s"),
+            label(*best("all-reduce", s, topo)[:2]),
+            f"{q:.2f}",
+        ]
+        for s, m, p, q in zip(sizes, measured, predicted, ratio)
+        if s in (8, 1024, 65536, 2**20, 2**22, 2**24, 2**26, 2**28, 2**30, 2**32, 2**34)
+    ]
+    r.table(
+        "published",
+        ["size", "published (best of out-of/in-place)", "NCCL's model", "model's pick", "model / published"],
+        rows,
+        caption="8 x H100 SXM all_reduce_perf from NVIDIA's DGX benchmarking recipe (published sample output) "
+        "against the model; the published run does not print the algorithm it used",
+    )
+    r.add("small_ratio_mean", float(np.mean(small)), "", "model / published, 8 B to 1 KiB")
+    r.add("large_ratio_mean", float(np.mean(large)), "", "model / published, 1 GiB and up")
+    r.add("mid_ratio_worst", worst_mid, "", "model / published, worst between 1 KiB and 1 GiB")
+    r.add("mid_ratio_worst_bytes", worst_mid_size, "B", "where the model is furthest off")
+    r.add("published_floor_s", min(measured), "s", "published: smallest time of any size")
+    r.add("published_peak_busbw", max(row["busbw_gbps"]) * 1e9, "B/s", "published: largest busbw")
+    r.add("published_ranks", row["ranks"], "", "ranks of the published sweep")
+    r.claim(
+        "small messages: the model's latency = the published sweep's (8 B to 1 KiB)",
+        float(np.mean(small)),
+        1.0,
+        rel_tol=0.2,
+        formula="LL ring: baseLat + 2(n-1) x hwLat, against all_reduce_perf",
+    )
+    r.claim(
+        "large messages: the model's NVLS time = the published sweep's (1 GiB and up)",
+        float(np.mean(large)),
+        1.0,
+        rel_tol=0.15,
+        formula="bytes / (370 GB/s x 5/6), against all_reduce_perf",
+    )
+    r.claim(
+        "every size: the model within a factor of 2 of the published sweep",
+        max(max(ratio), 1 / min(ratio)),
+        2.0,
+        relation="<=",
+        formula="max over 32 sizes of max(model/published, published/model)",
+    )
+    line = per_direction_bytes_per_s(row["link"])
+    r.add("nvlink_line_rate", line, "B/s", "NVLink 4 per direction")
+    r.claim(
+        "published busbw at 8 GiB exceeds the NVLink line rate: only an in-switch reduction (NVLS) can",
+        row["busbw_gbps"][sizes.index(2**33)] * 1e9,
+        line,
+        relation=">=",
+        unit="B/s",
+        formula="a ring's busbw is at most the per-direction link rate",
+    )
+    r.claim(
+        "the model picks NVLS at 8 GiB",
+        float(best("all-reduce", 2**33, topo)[0] == "nvls"),
+        1.0,
+        formula="1 = NVLS/Simple has the smallest predicted time",
+    )
+
+
+def _figure(r: Result, topos) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sizes = np.logspace(0, 10.5, 300)
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.4), sharey=True)
+    styles = {"ll": ":", "ll128": "--", "simple": "-"}
+    colours = {"ring": "tab:blue", "tree": "tab:green", "nvls": "tab:red"}
+    for ax, (key, topo) in zip(axes, topos.items()):
+        for a, p in choices("all-reduce", topo):
+            t = [time_seconds("all-reduce", a, p, s, topo) for s in sizes]
+            ax.loglog(sizes, t, styles[p], color=colours[a], lw=1, alpha=0.8, label=label(a, p))
+        env = [best("all-reduce", s, topo)[2] for s in sizes]
+        ax.loglog(sizes, env, color="black", lw=2.5, alpha=0.35, label="NCCL's pick (smallest)")
+        for w in winners("all-reduce", topo)[1:]:
+            ax.axvline(w["from_bytes"], color="gray", lw=0.8, ls="-.")
+        if key == "node":
+            row = _published()
+            ax.loglog(
+                row["bytes"],
+                [min(a, b) * 1e-6 for a, b in zip(row["time_us"], row["inplace_time_us"])],
+                "k.",
+                ms=6,
+                label="published 8 x H100 all_reduce_perf",
+            )
+        ax.set_title(topo.label, fontsize=10)
+        ax.set_xlabel("all-reduce size (bytes)")
+        ax.grid(True, which="major", alpha=0.3)
+        ax.legend(fontsize=7, loc="upper left")
+    axes[0].set_ylabel("predicted seconds per call")
+    axes[0].set_ylim(5e-6, 1)
+    fig.tight_layout()
+    r.figure(
+        "time_vs_size",
+        fig,
+        "NCCL 2.20.3's predicted all-reduce time per algorithm/protocol (computed; dashed lines: the hand-overs), "
+        "with the published 8 x H100 sweep",
+    )
