@@ -294,6 +294,18 @@ def _seven_b(r: Result) -> None:
         "",
         "7B: flat ring over 64 on NDR / ring over 8 on NVLink, bandwidth term",
     )
+    # one ring per NIC: a DGX node has a NIC per GPU, so 8 rings leave each node at once, each carrying an eighth
+    # of the buffer over its own port; per rank that is min(NVLink, 8 x NDR). The one-NIC node is the case above.
+    nics = 8
+    eight = min(nvlink, nics * ndr)
+    r.add("eight_nic_bandwidth", eight, "B/s", "a flat ring's per-rank bandwidth with 8 NICs per node (8 rings)")
+    r.add("7b_ring_64_eight_nics_s", max(t.sent) / eight, "s", "7B, flat ring over 64, 8 NICs per node")
+    r.claim(
+        "flat ring over 8 nodes: 8 NICs per node carry 8 rings, 8 times one port's time",
+        r.quantities["7b_ring_64_ndr_s"].value / r.quantities["7b_ring_64_eight_nics_s"].value,
+        nics,
+        rel_tol=1e-12,
+    )
     r.add("nvlink_per_direction", nvlink, "B/s", "NVLink 4 (H100), one direction")
     r.add("ndr_per_direction", ndr, "B/s", "InfiniBand NDR port, one direction")
     naive = traffic(grad - grad % 8, 8, "naive")

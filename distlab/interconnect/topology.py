@@ -30,17 +30,28 @@ DDP_BUCKET_BYTES = 25 * 2**20  # DistributedDataParallel(bucket_cap_mb=25), PyTo
 
 
 def flat_ring_link(
-    gpus_per_node: int, intra: str | Link = "NVLink4-H100", inter: str | Link = "InfiniBand-NDR", nodes: int = 2
+    gpus_per_node: int,
+    intra: str | Link = "NVLink4-H100",
+    inter: str | Link = "InfiniBand-NDR",
+    nodes: int = 2,
+    nics_per_node: int | None = None,
 ) -> Link:
-    """The effective link of one ring over `nodes` nodes with `gpus_per_node` of the group's GPUs in each:
-    bandwidth min(B_intra, gpus_per_node * B_nic), the network's per-step latency."""
+    """The effective link of a ring collective over `nodes` nodes with `gpus_per_node` of the group's GPUs in each.
+    NCCL runs one ring per NIC, so a node's egress is its NICs x B_nic: per rank, min(B_intra, rings x B_nic) with
+    rings = min(gpus_per_node, NICs). `nics_per_node` defaults to one per GPU of the group (a DGX: a NIC per GPU);
+    a node with one NIC for all its GPUs (nics_per_node=1) is the named exception, every ring through one port.
+    The latency is the network's per step."""
     a = intra if isinstance(intra, Link) else link(intra)
     b = inter if isinstance(inter, Link) else link(inter)
     if nodes == 1:
         return a
+    nics = gpus_per_node if nics_per_node is None else nics_per_node
+    if nics < 1:
+        raise ValueError(f"nics_per_node must be >= 1, got {nics_per_node}")
+    rings = min(gpus_per_node, nics)
     return Link(
-        name=f"ring over {nodes} nodes",
-        bandwidth_bytes_per_s=min(a.bandwidth_bytes_per_s, gpus_per_node * b.bandwidth_bytes_per_s),
+        name=f"ring over {nodes} nodes" + (f", {nics} NIC(s) per node" if nics_per_node is not None else ""),
+        bandwidth_bytes_per_s=min(a.bandwidth_bytes_per_s, rings * b.bandwidth_bytes_per_s),
         alpha_s=b.alpha_s,
         transport="net",
     )

@@ -14,7 +14,7 @@ It fits when the sum is at most the device's reported capacity less the CUDA con
 (distlab.planner.config.usable_bytes).
 
 Step time (seconds), `step`: each stage's time per micro-batch (distlab.planner.kernels: matmuls at the measured
-MAMF and their wave efficiency, FlashAttention at its published rate, memory-bound kernels at a share of HBM),
+sustained rate and their wave efficiency, FlashAttention at its published rate, memory-bound kernels at a share of HBM),
 plus what its tensor-, context- and expert-parallel collectives leave exposed (distlab.planner.comms), fed to the
 pipeline simulator (distlab.model_parallel.pipeline: 1F1B, interleaved or ZB-H1); then the data-parallel and
 ZeRO collectives that compute cannot hide, CPU offload's transfers, and the optimizer's pass over its shard.
@@ -26,7 +26,8 @@ Overlap, as the frameworks do it:
 - ZeRO-3/FSDP: one all-gather per layer in forward, one in backward and one reduce-scatter per layer, every
   micro-batch, each paying its own latency; a layer's gather hides behind the previous layer's compute, the
   backward's gather and reduce-scatter behind that layer's backward, and the first layer's gather has nothing to
-  hide behind. With pipelines (torchtitan: no resharding after forward) the weights are gathered once per step.
+  hide behind. With pipelines (torchtitan's FSDP + PP) each stage's weights are gathered once per step and kept,
+  its gradients accumulate unsharded and are reduce-scattered once: ZeRO-1's memory and traffic plus one gather.
 - DDP and ZeRO-1/2: the gradient reduction hides behind the last micro-batch's backward but its last bucket;
   ZeRO-1/2 gather the updated parameters behind the next forward. ZeRO-2 reduce-scatters every micro-batch.
 - CP: ring attention's K/V exchange under the attention of the chunk before. EP: all-to-alls are exposed.
@@ -647,6 +648,12 @@ def step(
             "ep": n * worst.traffic["ep"],
         },
     )
+
+
+def clear_caches() -> None:
+    """Forget every memoised timing and size (the planning-time benchmarks measure a cold search)."""
+    for f in (stage_layers, stage_params, _states, _activations, _layer_times, comms.seconds):
+        f.cache_clear()
 
 
 def _recompute_flops(m: ModelShape, t: Training, p: Plan) -> float:

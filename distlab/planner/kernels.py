@@ -3,8 +3,8 @@
 Three kinds of kernel, each timed from a measurement of its own kind, none fitted to a training run:
 
 - **Matmuls** (the weight GEMMs of attention, the MLP and the output head): FLOPs at the chip's measured
-  maximum achievable matmul rate (MAMF, the best shape of a scan: distlab/data/gpus.toml), times the *wave
-  efficiency* of the GEMM's own shape. A GEMM splits its M x N output into tiles, one per SM at a time; the last
+  sustained matmul rate (MSMF on Hopper, distlab/data/planner.toml; elsewhere the best shape's MAMF,
+  distlab/data/gpus.toml), times the *wave efficiency* of the GEMM's own shape. A GEMM splits its M x N output into tiles, one per SM at a time; the last
   wave of tiles leaves SMs idle. At high TP the matrices shrink (N or K by t), fewer tiles fill fewer waves,
   and more of the chip idles: the small-GEMM loss. A GEMM that moves more bytes than the chip can feed at that
   rate runs at the memory roof instead (the roofline, chapter 2).
@@ -84,7 +84,8 @@ def wave_efficiency(m: int, n: int, sms: int) -> float:
 
 
 def gemm_seconds(chip: GPU, m: int, n: int, k: int, dtype: str = "bf16", hbm_efficiency: float | None = None) -> float:
-    """One (m x k) @ (k x n) GEMM: 2mnk FLOPs at MAMF x wave efficiency, or its bytes at the memory roof if slower."""
+    """One (m x k) @ (k x n) GEMM: 2mnk FLOPs at the sustained rate x wave efficiency, or its bytes at the memory
+    roof if slower."""
     if min(m, n, k) <= 0:
         return 0.0
     rate = chip.peak_flops(dtype) * matmul_fraction(chip, dtype) * wave_efficiency(m, n, chip.sms)

@@ -74,7 +74,11 @@ def practice_mfu_budget(device: str) -> Result:
     r.add("best_mfu_low", best_low, "fraction", "its band: low")
     r.add("best_mfu_high", best_high, "fraction", "its band: high")
     r.claim(
-        "the best plan's predicted MFU is above the team plan's whole band", best_mfu, high, relation=">=", unit="fraction"
+        "the best plan's predicted MFU is above the team plan's whole band",
+        best_mfu,
+        high,
+        relation=">=",
+        unit="fraction",
     )
     parts = _profile(r, team)
     rows = [_clocks(r, c), _nccl_tests(r), _transports(r), _affinity(r), _launch_bound(r, m, c, t)]

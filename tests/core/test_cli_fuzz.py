@@ -79,6 +79,30 @@ CASES += [
 ]
 for value in ("-2.5", "0", "inf", "nan", "1e308", "two dollars", "٣"):
     CASES.append(("scaling", SCALING + ["--price-per-gpu-hour", value]))
+# distlab plan's layout flags (issue 14): counts, choices, and layouts that cannot run
+for flag in ("--tp", "--pp", "--dp", "--cp", "--ep", "--micro-batch", "--virtual", "--nics-per-node"):
+    CASES += [("plan", with_value(PLAN, flag, v)) for v in ("-1", "0", "inf", "nan", "1e30", "2.5", "٣")]
+CASES += [
+    ("plan", PLAN + ["--zero", "4"]),
+    ("plan", PLAN + ["--recompute", "some"]),
+    ("plan", PLAN + ["--schedule", "gpipe"]),
+    ("plan", PLAN + ["--offload", "disk"]),
+    ("plan", PLAN + ["--precision", "fp64"]),
+    ("plan", PLAN + ["--matmul-dtype", "int4"]),
+    ("plan", PLAN + ["--tp", "3"]),  # does not divide the heads
+    ("plan", PLAN + ["--tp", "16"]),  # more than the GPUs
+    ("plan", PLAN + ["--dp", "3"]),  # does not tile 8 GPUs
+    (
+        "plan",
+        PLAN + ["--pp", "2", "--schedule", "interleaved", "--virtual", "3"],
+    ),  # 3 does not divide 16 layers per stage
+    ("plan", PLAN + ["--pp", "1", "--schedule", "zb-h1"]),
+    ("plan", PLAN + ["--zero", "0", "--offload", "optimizer"]),
+    ("plan", PLAN + ["--tp", "1", "--pp", "1", "--zero", "0", "--offload", "none", "--micro-batch", "64"]),
+    ("plan", PLAN + ["--ep", "2"]),  # a dense model has no experts
+    ("plan", PLAN + ["--dropout", "--no-dropout", "--tp", "0"]),
+    ("plan", PLAN + ["--sequence-parallel", "yes"]),
+]
 CASES += [
     ("run", ["no-such-experiment"]),
     ("run", ["adamw-bytes", "--device", "tpu"]),

@@ -170,6 +170,12 @@ def test_flat_ring_is_limited_by_what_a_node_can_push_out():
     assert lk.bandwidth_bytes_per_s == 200e9 and lk.alpha_s == pytest.approx(2.7e-6)
     assert flat_ring_link(8, nodes=4).bandwidth_bytes_per_s == 400e9
     assert flat_ring_link(8, nodes=1).bandwidth_bytes_per_s == 450e9
+    # one ring per NIC: 8 NICs per node give 8 x 50 GB/s; a node with one NIC for its 8 GPUs, one port
+    assert flat_ring_link(8, nodes=8, nics_per_node=8).bandwidth_bytes_per_s == 400e9
+    assert flat_ring_link(8, nodes=8, nics_per_node=1).bandwidth_bytes_per_s == 50e9
+    assert flat_ring_link(4, nodes=2, nics_per_node=2).bandwidth_bytes_per_s == 100e9
+    with pytest.raises(ValueError, match="nics_per_node"):
+        flat_ring_link(8, nodes=2, nics_per_node=0)
 
 
 def test_tp_worked_example_by_hand():
@@ -183,3 +189,48 @@ def test_tp_worked_example_by_hand():
     assert t["comm_s"] == pytest.approx(320 * per, rel=1e-12)
     with pytest.raises(ValueError, match="multiple"):
         tp_step_seconds("70B", 8, 3)
+
+
+# ---------------------------------------------------------------- NCCL's protocol model, as the planner uses it
+def test_protocol_latency_by_hand_from_tuning_cc():
+    """NCCL 2.30's ring latency, typed from tuning.cc's tables: an 8-rank all-reduce in one node takes 14 steps;
+    LL: base 6.6 + 14 x 0.6 us; Simple: 8.4 + 14 x 3.4. Across 2 nodes of 8 (16 ranks, 2 of its 30 steps
+    cross the network): LL 6.6 + 28 x max(0.6, 1.0) + 2 x 2.7 us; Simple 8.4 + 28 x max(3.4, 3 x 1.0) + 2 x 2 x 14.
+    Would catch the network's steps counted for every step, or Simple's extra flush dropped."""
+    assert c.protocol_latency_s("all-reduce", 8, 1, "ll") == pytest.approx((6.6 + 14 * 0.6) * 1e-6, rel=1e-12)
+    assert c.protocol_latency_s("all-reduce", 8, 1, "simple") == pytest.approx((8.4 + 14 * 3.4) * 1e-6, rel=1e-12)
+    assert c.protocol_latency_s("all-reduce", 16, 2, "ll") == pytest.approx((6.6 + 28 * 1.0 + 2 * 2.7) * 1e-6)
+    assert c.protocol_latency_s("all-reduce", 16, 2, "simple") == pytest.approx(
+        (8.4 + 28 * 3.4 + 2 * 2 * 14.0) * 1e-6, rel=1e-12
+    )
+    assert c.protocol_latency_s("all-gather", 8, 1, "ll") == pytest.approx((6.6 + 7 * 0.6) * 1e-6, rel=1e-12)
+
+
+def test_nccl_seconds_takes_the_fastest_protocol():
+    """A tiny message goes LL (latency), a huge one Simple (bandwidth); LL128 runs at 0.92 of Simple's
+    bandwidth, LL at half of it capped by llMaxBw. Would catch a single-protocol model."""
+    bus = 450e9
+    small = c.nccl_seconds("all-reduce", 1024, 8, bus_bytes_per_s=bus)
+    assert small == pytest.approx(
+        c.protocol_latency_s("all-reduce", 8, 1, "ll") + 1.75 * 1024 / min(0.5 * bus, c.protocol_bandwidths(bus)["ll"]),
+        rel=1e-12,
+    )
+    big = c.nccl_seconds("all-reduce", 2**34, 8, bus_bytes_per_s=bus)
+    assert big == pytest.approx(c.protocol_latency_s("all-reduce", 8, 1, "simple") + 1.75 * 2**34 / bus, rel=1e-12)
+    assert c.protocol_bandwidths(bus)["ll128"] == pytest.approx(0.92 * bus)
+
+
+def test_the_fitted_model_reproduces_the_nccl_tests_curves():
+    """The issue's bar: the model reproduces published nccl-tests bus bandwidth within 15 %. On NVIDIA's 8 x H100
+    DGX curve (fitted from 16 MiB) every size from 128 KiB to 16 GiB is within 15 % in time; at 1 MiB the
+    measured 67.04 GB/s (typed from the curve) is matched within 15 %. The H200 curve (same NVLink 4, not fitted,
+    measured through torch.distributed) is within 15 % from 64 MiB. The old constant model (370 GB/s at every
+    size) gives about 137 GB/s at 1 MiB: twice the measurement. Would catch a fit that only matches the top."""
+    nv4 = c.fitted_bus_bandwidth("NVLink4-H100")
+    h100 = c.curve_errors("dgxc-h100-8gpu-all-reduce", nv4)
+    assert len(h100) == 32 and max(abs(e) for s, e in h100 if s >= 128 * 2**10) <= 0.15
+    at_1mib = c.nccl_bus_bandwidth("all-reduce", 2**20, 8, bus_bytes_per_s=nv4)
+    assert at_1mib == pytest.approx(67.04e9, rel=0.15)
+    h200 = c.curve_errors("mleng-h200-8gpu-all-reduce-torch", nv4)
+    assert max(abs(e) for s, e in h200 if s >= 64 * 2**20) <= 0.15
+    assert 400e9 < nv4 < 500e9  # between the busbw at 256 MiB and the largest printed

@@ -8,14 +8,16 @@ from distlab.planner.worked_plan_7b import STRATEGIES, finetune, leanest
 
 
 def test_worked_plan_strategies_7b():
-    """Chapter 14's table: DDP cannot fit even at its leanest (16 bytes x 6,738,415,616 parameters exceed
-    the 72 GB usable), while each ZeRO stage's best plan fits; the chosen plan has no model parallelism."""
+    """Chapter 14's table: DDP cannot fit even at its leanest (16 bytes x 6,738,415,616 parameters exceed an
+    A100's usable memory: 81,920 MiB reported, less 5 % fragmentation and the 723 MiB CUDA context), while each ZeRO
+    stage's best plan fits; the chosen plan has no model parallelism."""
     m, c, t = finetune("7B")
+    usable = 0.95 * 81920 * 2**20 - 723 * 2**20
     plan, mem = leanest(m, c, t, STRATEGIES["DDP"])
-    assert mem["weights"] + mem["gradients"] + mem["optimizer"] == 16 * 6_738_415_616 > 72e9
+    assert mem.weights + mem.gradients + mem.optimizer == 16 * 6_738_415_616 > usable
     for name in ("ZeRO-1", "ZeRO-2", "ZeRO-3 / FSDP"):
         best = search(m, c, t, where=STRATEGIES[name])[0]
-        assert best.memory_bytes <= 72e9 and best.plan.zero == int(name[5])
+        assert best.memory_bytes <= usable and best.plan.zero == int(name[5])
     best = search(m, c, t)[0].plan
     assert (best.tp, best.pp, best.dp) == (1, 1, 8)
 
@@ -41,8 +43,8 @@ def test_mfu_budget_triage_by_hand():
         Training(global_batch_tokens=256 * 4096, seq=4096),
         Plan(**TEAM_PLAN),
     )
-    low, high = mfu_band(team["mfu"])
-    fast = team["step_seconds"] * team["mfu"] / high
+    low, high = mfu_band(team.mfu)
+    fast = team.seconds * team.mfu / high
     assert q["factor_input_fast"] == pytest.approx(min(1.0, fast / LOADER_SECONDS), rel=1e-9)
     expected_high = high * q["factor_input_fast"] * q["factor_stragglers"] * q["factor_checkpoints"]
     assert q["residual"] == pytest.approx(q["mfu_full"] / expected_high, rel=1e-9)
