@@ -4,7 +4,8 @@ Three kinds of kernel, each timed from a measurement of its own kind, none fitte
 
 - **Matmuls** (the weight GEMMs of attention, the MLP and the output head): FLOPs at the chip's measured
   sustained matmul rate (MSMF on Hopper, distlab/data/planner.toml; elsewhere the best shape's MAMF,
-  distlab/data/gpus.toml), times the *wave efficiency* of the GEMM's own shape. A GEMM splits its M x N output into tiles, one per SM at a time; the last
+  distlab/data/gpus.toml), times the *wave efficiency* of the GEMM's own shape. A GEMM splits its M x N output
+  into tiles, one per SM at a time; the last
   wave of tiles leaves SMs idle. At high TP the matrices shrink (N or K by t), fewer tiles fill fewer waves,
   and more of the chip idles: the small-GEMM loss. A GEMM that moves more bytes than the chip can feed at that
   rate runs at the memory roof instead (the roofline, chapter 2).
