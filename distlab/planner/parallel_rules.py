@@ -163,6 +163,16 @@ def _moe(r: Result, rows: list) -> None:
     r.add("moe_experts", spec.experts, "", "experts per MoE layer in the example")
     r.add("moe_ep", ep, "", "expert-parallel size of the best plan")
     r.add("moe_a2a_share", best.time.breakdown.exposed_cp_ep / best.step_seconds, "fraction", "its all-to-all share")
+    near = [e for e in ranked if e.plan.ep > 1 and e.plan.tp * e.plan.ep <= c.gpus_per_node]
+    if near:
+        r.add("moe_inside_ep", near[0].plan.ep, "", "the best plan with EP > 1 inside a node: its EP")
+        r.add(
+            "moe_inside_a2a",
+            near[0].time.breakdown.exposed_cp_ep / near[0].step_seconds,
+            "fraction",
+            "its exposed all-to-all share",
+        )
+        r.add("moe_inside_slowdown", near[0].step_seconds / best.step_seconds - 1, "fraction", "how much slower")
     wide = [e for e in ranked if e.plan.tp * e.plan.ep > c.gpus_per_node]
     if wide:
         r.add(
@@ -172,6 +182,20 @@ def _moe(r: Result, rows: list) -> None:
             "the best plan whose EP group leaves the node, how much slower",
         )
         r.data["moe_cross_node_label"] = wide[0].plan.label()
+        r.claim(
+            f"{MOE_MODEL}: an EP group that leaves the node is slower than the best plan (all-to-alls on the NICs)",
+            wide[0].step_seconds,
+            best.step_seconds,
+            relation=">=",
+            unit="s",
+        )
+        r.add(
+            "moe_cross_node_a2a",
+            wide[0].time.breakdown.exposed_cp_ep / wide[0].step_seconds,
+            "fraction",
+            "that plan's exposed all-to-all share",
+        )
+        r.add("moe_cross_node_ep", wide[0].plan.ep, "", "that plan's EP")
 
 
 def _rules_table(r: Result) -> None:

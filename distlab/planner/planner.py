@@ -66,6 +66,8 @@ def planner(device: str) -> Result:
     r.add("cp_min_seq", LONG_SEQ, "tokens", "context parallelism is considered from this length")
     r.add("max_micro_batch", MAX_MICRO_BATCH, "sequences", "largest micro-batch searched")
     r.add("resimulate", RESIMULATE, "plans", "plans re-timed with the pipeline simulator")
+    r.add("mtnlg_pp", value("megatron_runs.gpt-530b.pp"), "stages", "Narayanan et al.'s 530B run: pipeline stages")
+    r.add("mtnlg_layers", value("megatron_runs.gpt-530b.layers"), "layers", "... of a model with this many layers")
     rows = []
     for name, task, nodes in EXAMPLES:
         m, c = model(name), cluster("H100-SXM", nodes=nodes)

@@ -483,4 +483,5 @@ def _h100(r: Result) -> None:
         caption="Megatron-Core, GPT-3 175B (vocabulary 131,072, sequence 4096, 1152 sequences per step): the README "
         "prints no layout, so the planner picks its own (computed)",
     )
+    r.add("h100_vocab", value("megatron_runs.megatron-core-gpt3-96.vocab"), "", "Megatron-Core's GPT-3 vocabulary")
     r.add("h100_published_96", value("megatron_runs.megatron-core-gpt3-96.mfu"), "fraction", "published MFU, 96 H100s")

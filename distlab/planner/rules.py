@@ -104,11 +104,11 @@ def pipeline_sizes(
         if fits:
             return Choice(
                 [1],
-                f"no PP: at TP {tp} ZeRO-1 fits without one ({need / 1e9:.1f} of {budget_bytes(c, t) / 1e9:.0f} GB)",
+                f"no PP: at TP {tp} ZeRO-1 fits without one ({need / 1e9:.1f} of {budget_bytes(c, t) / 1e9:.1f} GB)",
             )
         return Choice(
             sizes,
-            f"PP allowed: at TP {tp} ZeRO-1 without one needs {need / 1e9:.0f} GB of {budget_bytes(c, t) / 1e9:.0f}",
+            f"PP allowed: at TP {tp} ZeRO-1 without one needs {need / 1e9:.0f} GB of {budget_bytes(c, t) / 1e9:.1f}",
         )
     return Choice(sizes, f"PP in any of the {len(sizes)} stage counts up to {m.layers} layers that tile the GPUs")
 
@@ -143,7 +143,7 @@ def zero_stage(m: ModelShape, c: Cluster, t: Training, p: Plan) -> Choice:
         need = memory_per_gpu(m, c, t, dataclasses.replace(p, zero=z, offload="none")).device_bytes
         if need <= budget:
             name = "DDP" if z == 0 else f"ZeRO-{z}"
-            return Choice(z, f"{name} is the lowest stage that fits ({need / 1e9:.1f} of {budget / 1e9:.0f} GB)")
+            return Choice(z, f"{name} is the lowest stage that fits ({need / 1e9:.1f} of {budget / 1e9:.1f} GB)")
     return Choice(None, "no ZeRO stage fits without CPU offload")
 
 
@@ -173,7 +173,7 @@ def expert_parallel(m: ModelShape, c: Cluster, t: Training, p: Plan, *, experts:
             return Choice(
                 ep,
                 f"EP {ep}: {experts // ep} experts per GPU, {(base + extra) / 1e9:.1f} of "
-                f"{budget / 1e9:.0f} GB; top-{top_k} all-to-alls {where}",
+                f"{budget / 1e9:.1f} GB; top-{top_k} all-to-alls {where}",
             )
     return Choice(None, f"the {experts} experts fit at no EP that divides DP {p.dp}")
 

@@ -371,6 +371,20 @@ def explain(m: ModelShape, c: Cluster, t: Training, ranked: list[Estimate]) -> l
         f"Data parallelism {p.dp * p.cp} with {zero}: its communication leaves "
         f"{_share(best, 'exposed_dp'):.1%} of the step exposed."
     )
+    if t.moe is not None:
+        inside = p.tp * p.ep <= c.gpus_per_node
+        line = (
+            f"Expert parallelism {p.ep} ({t.moe.experts // p.ep} of the {t.moe.experts} experts per GPU), its group "
+            f"{'inside one NVLink node' if inside else 'across nodes'}: the all-to-alls leave "
+            f"{_share(best, 'exposed_cp_ep'):.1%} of the step exposed"
+        )
+        wide = next((e for e in ranked if e.plan.tp * e.plan.ep > c.gpus_per_node), None)
+        if inside and wide is not None:
+            line += (
+                f"; the best plan whose EP group leaves the node ({wide.plan.label()}) is "
+                f"{wide.step_seconds / best.step_seconds - 1:.1%} slower: keep EP inside the NVLink domain"
+            )
+        out.append(line + ".")
     out.append(
         f"Micro-batch of {p.micro_batch} sequence(s), {p.microbatches} accumulated per step: "
         f"{p.micro_batch * p.microbatches * p.dp} sequences = {t.global_batch_tokens:,} tokens per step."

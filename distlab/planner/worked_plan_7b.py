@@ -61,6 +61,14 @@ def leanest(m, c, t, where):
     return p, memory_per_gpu(m, c, t, p)
 
 
+def _with_band(mfu: float) -> str:
+    """An MFU as the pages quote it: the model's figure and the band chapter 13's errors put around it."""
+    from distlab.planner.calibration import mfu_band
+
+    lo, hi = mfu_band(mfu)
+    return f"{mfu:.1%} ({lo:.0%}-{hi:.0%})"
+
+
 def strategy_table(r: Result, key: str, m, c, t, names=tuple(STRATEGIES)) -> dict:
     """Each strategy's best plan (or its leanest, when none fits): memory by category, fits, step, MFU."""
     from distlab.core.results import Quantity
@@ -89,7 +97,7 @@ def strategy_table(r: Result, key: str, m, c, t, names=tuple(STRATEGIES)) -> dic
                 Quantity(total, "B"),
                 "yes" if fits else f"no: {biggest}",
                 Quantity(e.step_seconds, "s") if e else "—",
-                f"{e.time.mfu:.1%}" if e else "—",
+                _with_band(e.time.mfu) if e else "—",
             ]
         )
         slug = SLUGS[name]
@@ -109,7 +117,7 @@ def strategy_table(r: Result, key: str, m, c, t, names=tuple(STRATEGIES)) -> dic
             "total per GPU",
             f"fits {budget / 1e9:.1f} GB?",
             "step",
-            "MFU",
+            "MFU (band)",
         ],
         table,
         caption=f"{m.name}, {t.task}, {t.global_batch_tokens:,} tokens per step, on {c.gpus} x {c.gpu.name}: the "
@@ -135,6 +143,10 @@ def worked_plan_7b(device: str) -> Result:
     n = m.params()
     budget = usable_bytes(c.gpu)
     r.add("params", n / 1e9, "billion", "Llama 2 7B parameters")
+    r.add("layers", m.layers, "layers", "Llama 2 7B layers")
+    from distlab.core.facts import value
+
+    r.add("sft_epochs", value("scaling_laws.Llama2-SFT.epochs"), "epochs", "Llama 2-Chat's SFT epochs")
     r.add("states_bytes", 16 * n, "B", "16 bytes per parameter of model state")
     r.add("budget", budget, "B", "usable memory per GPU")
     r.add("global_sequences", t.sequences, "sequences", "global batch")
@@ -208,23 +220,61 @@ def worked_plan_7b(device: str) -> Result:
                     Quantity(mem, "B"),
                     "yes" if mem <= budget else "no",
                     Quantity(s.seconds, "s"),
-                    f"{s.mfu:.1%}",
+                    _with_band(s.mfu),
                 ]
             )
             if b == 1 and rc == "full":
                 r.add("full_recompute_mfu", s.mfu, "fraction", "the same layout with full recomputation")
     r.table(
         "micro_batches",
-        ["micro-batch", "accumulation", "recompute", "memory per GPU", "fits?", "step", "MFU"],
+        ["micro-batch", "accumulation", "recompute", "memory per GPU", "fits?", "step", "MFU (band)"],
         rows,
         caption=f"The chosen layout ({p.label().split(', micro')[0]}) with other micro-batches (computed)",
     )
     a1 = memory_per_gpu(m, c, t, Plan(dp=p.dp, zero=p.zero, micro_batch=1, microbatches=8)).activations
     a2 = memory_per_gpu(m, c, t, Plan(dp=p.dp, zero=p.zero, micro_batch=2, microbatches=4)).activations
     r.claim("activations double with the micro-batch (no recompute)", a2, 2 * a1, rel_tol=1e-12, unit="B")
-    steps = sft_tokens() / t.global_batch_tokens
+    # the whole fine-tune: Llama 2-Chat's examples x their mean length (chapter 11's basis), packed into windows;
+    # the window x the examples is the upper bound, one prompt and answer the lower
+    from distlab.scaling_laws import sft_mean_example_tokens
+
+    mean = sft_mean_example_tokens()
+    steps = sft_tokens(mean) / t.global_batch_tokens
+    r.add("sft_mean_tokens", mean, "tokens", "mean tokens per SFT example (chapter 11's basis)")
     r.add("sft_steps", steps, "steps", "Llama 2-Chat's SFT in steps of this batch")
     r.add("sft_hours", steps * best.step_seconds / 3600, "h", "... on these 8 GPUs")
+    for name, basis in (("upper", "packed-window"), ("lower", "llama2-meta-turn")):
+        h = sft_tokens(sft_mean_example_tokens(basis)) / t.global_batch_tokens * best.step_seconds / 3600
+        r.add(f"sft_hours_{name}", h, "h", f"... with every example {basis}")
+    r.add("sft_hours_slow", steps * best.step_seconds * best.time.mfu / lo / 3600, "h", "... at the band's low MFU")
+    r.claim(
+        "SFT hours = examples x mean length x epochs / tokens per step x step",
+        r.quantities["sft_hours"].value * 3600,
+        27540 * mean * 2 / (64 * 4096) * best.step_seconds,
+        rel_tol=1e-9,
+        unit="s",
+        formula="Llama 2-Chat: 27,540 annotations, 2 epochs, 64 windows of 4096 per step (typed here)",
+    )
+    # compute against a hand derivation: (6N + 6Lhs) FLOPs per token at the sustained matmul rate
+    from distlab.planner.kernels import matmul_fraction
+
+    ideal = (6 * n + 6 * m.layers * m.hidden * t.seq) * t.global_batch_tokens
+    ideal /= c.gpus * matmul_fraction(c.gpu) * c.gpu.peak_flops("bf16")
+    compute = best.time.breakdown.compute
+    r.add("best_compute", compute, "s", "the best plan's compute per step")
+    r.add("best_compute_ideal", ideal, "s", "(6N + 6Lhs) tokens at the sustained matmul rate")
+    r.claim(
+        "the best plan's compute >= its FLOPs at the sustained matmul rate", compute, ideal, relation=">=", unit="s"
+    )
+    r.claim(
+        "... and <= 1.3 x that (partial waves, FlashAttention, memory-bound work)",
+        compute,
+        1.3 * ideal,
+        relation="<=",
+        unit="s",
+    )
+    one = next(x for x in rows if x[0] == 1 and x[2] == "none")
+    r.add("mb1_slower", one[5].value / best.step_seconds - 1, "fraction", "micro-batch 1 against the best plan")
     _h100_variant(r)
     return r
 

@@ -61,6 +61,9 @@ def practice_flash(device: str) -> Result:
         rel_tol=1e-9,
         formula="(4 + 10) / (4 + 8) = 7/6",
     )
+    from distlab.planner.calibration import mfu_band
+    from distlab.planner.worked_plan_7b import _with_band
+
     rows = []
     for attention in ("standard", "flash"):
         tt = Training(global_batch_tokens=t.global_batch_tokens, seq=t.seq, attention=attention)
@@ -72,11 +75,14 @@ def practice_flash(device: str) -> Result:
                 Quantity(e.memory.activations, "B"),
                 Quantity(e.memory_bytes, "B"),
                 Quantity(e.step_seconds, "s"),
-                f"{e.time.mfu:.1%}",
+                _with_band(e.time.mfu),
             ]
         )
         r.add(f"{attention}_step", e.step_seconds, "s", f"{attention}: best plan's step")
         r.add(f"{attention}_mfu", e.time.mfu, "fraction", f"{attention}: best plan's MFU")
+        lo, hi = mfu_band(e.time.mfu)
+        r.add(f"{attention}_mfu_low", lo, "fraction", f"{attention}: its band, low")
+        r.add(f"{attention}_mfu_high", hi, "fraction", f"{attention}: its band, high")
         r.add(
             f"{attention}_recompute",
             {"none": 0, "selective": 1, "full": 2}[e.plan.recompute],
@@ -85,7 +91,7 @@ def practice_flash(device: str) -> Result:
         )
     r.table(
         "step",
-        ["attention", "best plan", "activations per GPU", "memory per GPU", "step", "MFU"],
+        ["attention", "best plan", "activations per GPU", "memory per GPU", "step", "MFU (band)"],
         rows,
         caption="Llama 2 7B fine-tune on 8 H100s, best plan found by the planner with each attention (computed)",
     )

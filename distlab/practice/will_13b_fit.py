@@ -16,8 +16,10 @@ from distlab.planner.worked_plan_7b import finetune, strategy_table
 )
 def practice_13b(device: str) -> Result:
     from distlab.core.results import Quantity
+    from distlab.planner.calibration import mfu_band
     from distlab.planner.search import NothingFits
-    from distlab.scaling_laws import sft_tokens
+    from distlab.planner.worked_plan_7b import _with_band
+    from distlab.scaling_laws import sft_mean_example_tokens, sft_tokens
 
     r = Result("practice-13b", kind="computed")
     m, c, t = finetune("13B")
@@ -52,7 +54,9 @@ def practice_13b(device: str) -> Result:
             rows.append([gpus, "nothing fits", "—", "—", "—", "—", "—"])
             r.add(f"gpus{gpus}_fits", 0, "", f"{gpus} GPUs: fits?")
             continue
-        hours = sft_tokens() / t.global_batch_tokens * e.step_seconds / 3600
+        # Llama 2-Chat's fine-tune at chapter 11's mean example length (the window x the examples is an upper bound)
+        hours = sft_tokens(sft_mean_example_tokens()) / t.global_batch_tokens * e.step_seconds / 3600
+        lo, hi = mfu_band(e.time.mfu)
         rows.append(
             [
                 gpus,
@@ -60,14 +64,28 @@ def practice_13b(device: str) -> Result:
                 Quantity(e.memory_bytes, "B"),
                 Quantity(e.memory.host, "B"),
                 Quantity(e.step_seconds, "s"),
-                f"{e.time.mfu:.1%}",
-                f"{hours:.1f}",
+                _with_band(e.time.mfu),
+                f"{hours:.2g} to {hours * e.time.mfu / lo:.2g}",
             ]
         )
         r.add(f"gpus{gpus}_fits", 1, "", f"{gpus} GPUs: fits?")
         r.add(f"gpus{gpus}_hours", hours, "h", f"{gpus} GPUs: Llama 2-Chat's SFT tokens")
         r.add(f"gpus{gpus}_host", e.memory.host, "B", f"{gpus} GPUs: host memory per GPU")
         r.add(f"gpus{gpus}_mfu", e.time.mfu, "fraction", f"{gpus} GPUs: MFU")
+        r.add(f"gpus{gpus}_mfu_low", lo, "fraction", f"{gpus} GPUs: its band, low")
+        r.add(f"gpus{gpus}_mfu_high", hi, "fraction", f"{gpus} GPUs: its band, high")
+        r.add(f"gpus{gpus}_hours_slow", hours * e.time.mfu / lo, "h", f"{gpus} GPUs: SFT hours at the band's low MFU")
+        r.add(f"gpus{gpus}_tp", e.plan.tp, "", f"{gpus} GPUs: the best plan's TP")
+        r.add(f"gpus{gpus}_zero", e.plan.zero, "", f"{gpus} GPUs: the best plan's ZeRO stage")
+        r.add(f"gpus{gpus}_offloads", int(e.plan.offload != "none"), "", f"{gpus} GPUs: 1 if it offloads")
+        if gpus == 8:
+            r.claim(
+                "8 GPUs: SFT hours = 27,540 examples x mean length x 2 epochs / 262,144 tokens per step x step",
+                hours * 3600,
+                27540 * sft_mean_example_tokens() * 2 / 262144 * e.step_seconds,
+                rel_tol=1e-9,
+                unit="s",
+            )
     r.table(
         "gpus",
         [
@@ -76,8 +94,8 @@ def practice_13b(device: str) -> Result:
             "GPU memory",
             "host memory per GPU",
             "step",
-            "MFU",
-            "hours for Llama 2-Chat's SFT",
+            "MFU (band)",
+            "hours for Llama 2-Chat's SFT (model to band's low end)",
         ],
         rows,
         caption="The same fine-tune on fewer GPUs of one node: offloading to host memory makes few GPUs fit (computed)",

@@ -16,6 +16,7 @@ from distlab.planner.worked_plan_7b import finetune
 )
 def practice_zero3_vs_tp(device: str) -> Result:
     from distlab.core.results import Quantity
+    from distlab.planner.calibration import mfu_band
     from distlab.planner.cost import memory_per_gpu, step
     from distlab.sharding.zero import traffic_bytes_per_gpu
 
@@ -42,6 +43,7 @@ def practice_zero3_vs_tp(device: str) -> Result:
                 exposed = s.breakdown.exposed_tp
                 what = "weights, gradients, optimizer state and activations"
             key = f"{'z3' if p.zero else 'tp'}_{g}"
+            lo, hi = mfu_band(s.mfu)
             rows.append(
                 [
                     g,
@@ -53,7 +55,7 @@ def practice_zero3_vs_tp(device: str) -> Result:
                     Quantity(comm, "s"),
                     Quantity(exposed, "s"),
                     Quantity(s.seconds, "s"),
-                    f"{s.mfu:.1%}",
+                    f"{s.mfu:.1%} ({lo:.0%}-{hi:.0%})",
                 ]
             )
             r.add(f"{key}_sent", sent, "B", f"{name} on {g} GPUs: bytes each GPU sends per step")
@@ -61,6 +63,8 @@ def practice_zero3_vs_tp(device: str) -> Result:
             r.add(f"{key}_exposed", exposed, "s", f"{name} on {g} GPUs: exposed")
             r.add(f"{key}_step", s.seconds, "s", f"{name} on {g} GPUs: step")
             r.add(f"{key}_mfu", s.mfu, "fraction", f"{name} on {g} GPUs: MFU")
+            r.add(f"{key}_mfu_low", lo, "fraction", f"{name} on {g} GPUs: its band, low")
+            r.add(f"{key}_mfu_high", hi, "fraction", f"{name} on {g} GPUs: its band, high")
             r.add(f"{key}_states", mem.model_states, "B", f"{name}, {g}: state")
             r.add(f"{key}_activations", mem.activations, "B", f"{name} on {g} GPUs: activations")
         if nodes == 1:
@@ -85,7 +89,7 @@ def practice_zero3_vs_tp(device: str) -> Result:
             "collective time",
             "exposed",
             "step",
-            "MFU",
+            "MFU (band)",
         ],
         rows,
         caption="Llama 2 13B fine-tune, 64 sequences of 4096 tokens per step, H100 nodes (NVLink inside, "
