@@ -1,5 +1,5 @@
 """The pieces a modern decoder block is made of, written so that what each keeps for backward is known exactly:
-normalisation as fused kernels do it, rotary position embeddings, dropout with a one-byte mask.
+normalisation as fused kernels do it, rotary position embeddings, dropout with a one-byte mask, the MLP.
 
 Why not `nn.RMSNorm` / `F.rms_norm`: on this torch (2.13, CPU) it is decomposed into element-wise ops that
 upcast to fp32 and save three fp32 copies of the input for backward (12 bytes per element against the 2 a
@@ -18,13 +18,18 @@ from torch.nn import functional as F
 STAT_DTYPE = torch.float32  # the statistics fused norms keep: one fp32 value per row (two for LayerNorm)
 
 
+def _wide(x: torch.Tensor) -> torch.Tensor:
+    """x in the statistics' dtype: fp32 for 16-bit inputs, as the kernels compute; float64 stays float64."""
+    return x.to(torch.promote_types(x.dtype, STAT_DTYPE))
+
+
 class _RMSNormFn(torch.autograd.Function):
     """y = x / rms(x) * w, rms(x) = sqrt(mean(x²) + eps), statistics in fp32 (Zhang & Sennrich 2019,
     https://arxiv.org/abs/1910.07467). Saves x (input dtype) and 1/rms per row (fp32)."""
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-        x32 = x.float()
+        x32 = _wide(x)
         rstd = torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)  # (..., 1) fp32
         ctx.save_for_backward(x, weight, rstd)
         return (x32 * rstd).to(x.dtype) * weight
@@ -32,10 +37,10 @@ class _RMSNormFn(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         x, weight, rstd = ctx.saved_tensors
-        x32, g32 = x.float(), grad.float()
+        x32, g32 = _wide(x), _wide(grad)
         xhat = x32 * rstd  # recomputed, not kept
         grad_weight = (g32 * xhat).reshape(-1, x.shape[-1]).sum(0).to(weight.dtype)
-        gx = g32 * weight.float()
+        gx = g32 * _wide(weight)
         grad_x = rstd * (gx - xhat * (gx * xhat).mean(-1, keepdim=True))
         return grad_x.to(x.dtype), grad_weight, None
 
@@ -46,7 +51,7 @@ class _LayerNormFn(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float) -> torch.Tensor:
-        x32 = x.float()
+        x32 = _wide(x)
         mean = x32.mean(-1, keepdim=True)  # (..., 1) fp32
         rstd = torch.rsqrt((x32 - mean).pow(2).mean(-1, keepdim=True) + eps)
         ctx.save_for_backward(x, weight, mean, rstd)
@@ -55,12 +60,12 @@ class _LayerNormFn(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         x, weight, mean, rstd = ctx.saved_tensors
-        x32, g32 = x.float(), grad.float()
+        x32, g32 = _wide(x), _wide(grad)
         xhat = (x32 - mean) * rstd
         rows = (-1, x.shape[-1])
         grad_weight = (g32 * xhat).reshape(rows).sum(0).to(weight.dtype)
         grad_bias = g32.reshape(rows).sum(0).to(weight.dtype)
-        gx = g32 * weight.float()
+        gx = g32 * _wide(weight)
         grad_x = rstd * (gx - gx.mean(-1, keepdim=True) - xhat * (gx * xhat).mean(-1, keepdim=True))
         return grad_x.to(x.dtype), grad_weight, grad_bias, None
 
