@@ -54,7 +54,7 @@ TERM_TABLES = {  # the configurations whose buffers the page lists one by one
     "llama_eager": ("Llama", "eager", "none"),
     "moe": ("MoE, dropless", "sdpa", "none"),
 }
-REAL = ["175B", "7B", "70B", "Llama-3-8B", "Llama-3-70B", "Mixtral-8x7B"]  # shapes for the comparison
+REAL = ["175B", "7B", "70B", "Llama-3-8B", "Llama-3-405B", "Mixtral-8x7B"]  # shapes for the comparison
 REAL_SEQ = 4096
 
 

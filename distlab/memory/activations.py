@@ -41,7 +41,9 @@ def activation_bytes_per_layer(
 
     none:       sbh(10 + 24/t + 5as/(ht))       (with sequence parallelism: sbh/t (34 + 5as/h))
     selective:  sbh(10 + 24/t)                   (with sequence parallelism: sbh/t * 34)
-    full:       2sbh                             (the layer input only; /t with sequence parallelism)
+    full:       2sbh                             (the layer input only; Table 2 prints 2sbh for every row; the
+                                                 /t with sequence parallelism is this site's extension: the
+                                                 layer input is then split t ways by the sequence)
     """
     if recompute not in RECOMPUTE:
         raise ValueError(f"recompute must be one of {', '.join(RECOMPUTE)}, not {recompute!r}")
@@ -230,7 +232,8 @@ def layer_forward_flops(s: int, b: int, h: int) -> dict[str, int]:
     return {"layer": 24 * s * b * h * h + 4 * b * s * s * h, "core": 4 * b * s * s * h}
 
 
-FORMULAS = {  # the paper's per-layer expression for each row
+SITE_EXTENSIONS = {(True, "full")}  # rows the paper does not print: Table 2 gives full recompute as 2sbh
+FORMULAS = {  # the paper's per-layer expression for each row (with SITE_EXTENSIONS, this site's)
     (False, "none"): "sbh(10 + 24/t + 5as/(ht))",
     (True, "none"): "sbh/t (34 + 5as/h)",
     (False, "selective"): "sbh(10 + 24/t)",
@@ -392,7 +395,13 @@ def activations_command(argv: list[str]) -> int:
     text = (
         f"per layer  {per_layer:,} B ({per_layer / 1e9:.3g} GB)   {out['formula']}\n"
         f"per GPU    {total:,} B ({total / 1e9:.3g} GB)   {m.layers} layers\n"
-        f"Korthikanti et al. Table 2 ({out['published_formula']}): {published:,} B per layer, for its GPT block\n"
+        f"Korthikanti et al. Table 2 ({out['published_formula']}): {published:,} B per layer, for its GPT block"
+        + (
+            " (/t: this site's extension; Table 2 gives 2sbh)"
+            if (args.sequence_parallel, args.recompute) in SITE_EXTENSIONS
+            else ""
+        )
+        + "\n"
         f"{m.name}: {m.mlp}, {m.kv} KV heads, {m.norm_kind}, dropout {'on' if block.dropout else 'off'}, "
         f"{attention} attention; see --help for the convention"
     )
