@@ -249,12 +249,11 @@ def output_terms(
 ) -> list[Saved]:
     """What the final norm, the output head and the loss keep: the logits in fp32 dominate at large
     vocabularies (s·b·V·4 bytes: cross-entropy keeps its log-softmax; the 16-bit logits themselves are not
-    kept). With tensor parallelism the vocabulary is split t ways (Megatron's vocabulary-parallel head)."""
+    kept). With tensor parallelism the vocabulary is split t ways (Megatron's vocabulary-parallel head, which pads
+    the vocabulary to a multiple of t: ⌈V/t⌉ columns per rank)."""
     for name, v in (("seq", s), ("batch", b), ("tp", tp), ("vocab", vocab), ("hidden", hidden)):
         if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
             raise ValueError(f"{name} must be a positive whole number, got {v!r}")
-    if vocab % tp:
-        raise ValueError(f"vocabulary ({vocab}) must be divisible by TP ({tp}) for a vocabulary-parallel head")
     rows = s * b // tp if sequence_parallel else s * b
     seq = "/t" if sequence_parallel and tp > 1 else ""
     vt = "/t" if tp > 1 else ""
@@ -263,7 +262,7 @@ def output_terms(
         Saved("norm", "final norm input", f"2sbh{seq}", ACT * rows * hidden),
         *(Saved("norm", f"final norm {st} per row (fp32)", f"4sb{seq}", STAT * rows) for st in stats),
         Saved("head", "head input (the final norm's output)", f"2sbh{seq}", ACT * rows * hidden),
-        Saved("loss", "log-softmax of the fp32 logits", f"4sbV{vt}", STAT * s * b * vocab // tp),
+        Saved("loss", "log-softmax of the fp32 logits", f"4sbV{vt}", STAT * s * b * -(-vocab // tp)),
         Saved("loss", "targets (int64)", "8sb", INDEX * s * b),
         Saved("loss", "total weight (a 0-d fp32 tensor)", "4", STAT),
     ]
