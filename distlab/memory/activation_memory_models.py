@@ -1,6 +1,7 @@
 """Activation memory of the models people train, counted: a Llama-style block (SwiGLU, grouped-query attention,
-RoPE, RMSNorm, no dropout), a Mixtral-style MoE block (top-k routing, dropless or with a capacity) and the GPT
-block of Korthikanti et al., each with eager attention and with the fused SDPA kernel, with no, selective and
+RoPE, RMSNorm, no dropout), a Mixtral-style MoE block (top-k routing, dropless or with a capacity), DeepSeek's
+multi-head latent attention (eager) and the GPT block of Korthikanti et al., each with eager attention and with
+the fused SDPA kernel, with no, selective and
 full recompute, and as one rank of a tensor-parallel layer. Every buffer autograd keeps is counted with
 saved-tensor hooks (distlab.memory.saved_tensors) and set against the closed form of
 distlab.memory.layer_activations, in order, tensor by tensor.
@@ -34,6 +35,10 @@ LLAMA = BlockShape(hidden=96, heads=6, kv_heads=2, ffn=168)  # head dim 16, 3 qu
 LLAMA_DROPOUT = BlockShape(hidden=96, heads=6, kv_heads=3, ffn=168, dropout=True)
 GPT = gpt_block(96, 4)  # head dim 24, f = 4h, LayerNorm, dropout
 MOE = BlockShape(hidden=64, heads=4, kv_heads=2, ffn=40, experts=8, top_k=2)  # Mixtral's E and k, small widths
+MLA = BlockShape(  # DeepSeek-V3's proportions, small: rotary width half the other head widths
+    hidden=96, heads=4, kv_heads=4, ffn=168, q_lora_rank=32, kv_lora_rank=16, qk_nope_head_dim=16,
+    qk_rope_head_dim=8, v_head_dim=16,
+)  # fmt: skip
 CONFIGS = [  # (label, shape, attention, recompute, tp, capacity factor)
     *[("Llama", LLAMA, att, rc, 1, None) for att in ("sdpa", "eager") for rc in ("none", "selective", "full")],
     ("Llama, dropout on", LLAMA_DROPOUT, "eager", "none", 1, None),
@@ -48,11 +53,14 @@ CONFIGS = [  # (label, shape, attention, recompute, tp, capacity factor)
     ("Llama, dropout on, TP rank", LLAMA_DROPOUT, "eager", "selective", 3, None),
     ("GPT, TP rank", GPT, "eager", "none", 2, None),
     ("MoE, TP rank", MOE, "sdpa", "none", 2, None),
+    *[("MLA (DeepSeek-style)", MLA, "eager", rc, 1, None) for rc in ("none", "selective", "full")],
+    ("MLA, TP rank", MLA, "eager", "none", 2, None),
 ]
 TERM_TABLES = {  # the configurations whose buffers the page lists one by one
     "llama_flash": ("Llama", "sdpa", "none"),
     "llama_eager": ("Llama", "eager", "none"),
     "moe": ("MoE, dropless", "sdpa", "none"),
+    "mla": ("MLA (DeepSeek-style)", "eager", "none"),
 }
 REAL = ["175B", "7B", "70B", "Llama-3-8B", "Llama-3-405B", "Mixtral-8x7B"]  # shapes for the comparison
 REAL_SEQ = 4096
@@ -135,7 +143,8 @@ def activation_memory_models(device: str) -> Result:
         rows,
         caption=f"One bf16 block at s = {S}, b = {B}, counted with saved-tensor hooks ({device}); t > 1 is one rank "
         "of a tensor-parallel layer. Llama: h = 96, a = 6, g = 2, f = 168; GPT: h = 96, a = 4, f = 4h; MoE: "
-        "h = 64, a = 4, g = 2, 8 experts of width 40, top-2",
+        "h = 64, a = 4, g = 2, 8 experts of width 40, top-2; MLA: h = 96, a = 4, r_q = 32, r_kv = 16, d_n = d_v = 16, "
+        "d_r = 8",
     )
     r.add("configs", len(CONFIGS), "", "block configurations counted")
     r.add("buffers", sum(len(run["records"]) for run, _ in counted_runs.values()), "", "buffers counted in all")

@@ -115,45 +115,50 @@ def saved_tensors(
         out.extend(Saved(name, f"{st} per row (fp32)", f"4sb{seq}", STAT * rows) for st in stats)
 
     norm("attn_norm", "the layer input")
-    out.append(Saved("attn.q_proj", "input of q, k, v projections (the norm's output)", f"2sbh{seq}", ACT * rows * h))
     sb, ht = s * b, "/t" if t > 1 else ""  # ht: split by heads or by the MLP width
-    kvn = ("2sbh·g/a" if block.kv_heads != block.heads else "2sbh") + ht
-    if t > 1 and t >= block.kv_heads:
-        kvn = "2sbd"  # one key/value head per rank (replicated when t > g)
-    if recompute == "selective":  # the checkpointed core keeps its inputs
-        q_what = "q after RoPE" if block.rope else "q"
-        k_what = "k after RoPE" if block.rope else "k"
-        out += [
-            Saved("attn.core", f"{q_what} (checkpoint input)", "2sbh" + ht, ACT * sb * qd),
-            Saved("attn.core", f"{k_what} (checkpoint input)", kvn, ACT * sb * kvd),
-            Saved("attn.core", "v (checkpoint input)", kvn, ACT * sb * kvd),
-            Saved("attn.o_proj", "input (the attention output)", "2sbh" + ht, ACT * sb * qd),
-        ]
-    elif kind == "flash":
-        out += [
-            Saved("attn.core", "K, for the kernel's backward", kvn, ACT * sb * kvd, True),
-            Saved("attn.core", "Q", "2sbh" + ht, ACT * sb * qd, True),
-            Saved("attn.core", "V", kvn, ACT * sb * kvd, True),
-            Saved("attn.core", "log-sum-exp per row and head (fp32)", "4abs" + ht, STAT * b * heads * s, True),
-            Saved("attn.core", "output O (also the output projection's input)", "2sbh" + ht, ACT * sb * qd, True),
-        ]
+    if block.mla:
+        out += _latent_attention(block, s, b, rows=rows, seq=seq, t=t, kind=kind, recompute=recompute)
     else:
-        scores = b * heads * s * s
-        rep = " (K repeated to every query head)" if block.kv_heads != block.heads else ""
-        out += [
-            Saved("attn.core", f"Kᵀ, for QKᵀ{rep}", "2sbh" + ht, ACT * sb * qd, True),
-            Saved("attn.core", "Q, for QKᵀ", "2sbh" + ht, ACT * sb * qd, True),
-            Saved("attn.core", "softmax output", "2as²b" + ht, ACT * scores, True),
-        ]
-        if block.dropout:
+        out.append(
+            Saved("attn.q_proj", "input of q, k, v projections (the norm's output)", f"2sbh{seq}", ACT * rows * h)
+        )
+        kvn = ("2sbh·g/a" if block.kv_heads != block.heads else "2sbh") + ht
+        if t > 1 and t >= block.kv_heads:
+            kvn = "2sbd"  # one key/value head per rank (replicated when t > g)
+        if recompute == "selective":  # the checkpointed core keeps its inputs
+            q_what = "q after RoPE" if block.rope else "q"
+            k_what = "k after RoPE" if block.rope else "k"
             out += [
-                Saved("attn.core.drop", "dropout mask on the probabilities", "as²b" + ht, MASK * scores, True),
-                Saved("attn.core", "V, for × V" + rep.replace("K", "V"), "2sbh" + ht, ACT * sb * qd, True),
-                Saved("attn.core", "dropped-out probabilities, for × V", "2as²b" + ht, ACT * scores, True),
+                Saved("attn.core", f"{q_what} (checkpoint input)", "2sbh" + ht, ACT * sb * qd),
+                Saved("attn.core", f"{k_what} (checkpoint input)", kvn, ACT * sb * kvd),
+                Saved("attn.core", "v (checkpoint input)", kvn, ACT * sb * kvd),
+                Saved("attn.o_proj", "input (the attention output)", "2sbh" + ht, ACT * sb * qd),
             ]
-        else:  # × V reads the softmax output itself
-            out.append(Saved("attn.core", "V, for × V" + rep.replace("K", "V"), "2sbh" + ht, ACT * sb * qd, True))
-        out.append(Saved("attn.o_proj", "input (the attention output, a copy)", "2sbh" + ht, ACT * sb * qd))
+        elif kind == "flash":
+            out += [
+                Saved("attn.core", "K, for the kernel's backward", kvn, ACT * sb * kvd, True),
+                Saved("attn.core", "Q", "2sbh" + ht, ACT * sb * qd, True),
+                Saved("attn.core", "V", kvn, ACT * sb * kvd, True),
+                Saved("attn.core", "log-sum-exp per row and head (fp32)", "4abs" + ht, STAT * b * heads * s, True),
+                Saved("attn.core", "output O (also the output projection's input)", "2sbh" + ht, ACT * sb * qd, True),
+            ]
+        else:
+            scores = b * heads * s * s
+            rep = " (K repeated to every query head)" if block.kv_heads != block.heads else ""
+            out += [
+                Saved("attn.core", f"Kᵀ, for QKᵀ{rep}", "2sbh" + ht, ACT * sb * qd, True),
+                Saved("attn.core", "Q, for QKᵀ", "2sbh" + ht, ACT * sb * qd, True),
+                Saved("attn.core", "softmax output", "2as²b" + ht, ACT * scores, True),
+            ]
+            if block.dropout:
+                out += [
+                    Saved("attn.core.drop", "dropout mask on the probabilities", "as²b" + ht, MASK * scores, True),
+                    Saved("attn.core", "V, for × V" + rep.replace("K", "V"), "2sbh" + ht, ACT * sb * qd, True),
+                    Saved("attn.core", "dropped-out probabilities, for × V", "2as²b" + ht, ACT * scores, True),
+                ]
+            else:  # × V reads the softmax output itself
+                out.append(Saved("attn.core", "V, for × V" + rep.replace("K", "V"), "2sbh" + ht, ACT * sb * qd, True))
+            out.append(Saved("attn.o_proj", "input (the attention output, a copy)", "2sbh" + ht, ACT * sb * qd))
     if block.dropout:
         out.append(Saved("attn.drop", "dropout mask after attention", f"sbh{seq}", MASK * rows * h))
     norm("mlp_norm", "the residual after attention")
@@ -178,6 +183,55 @@ def saved_tensors(
     if block.dropout:
         out.append(Saved("mlp.drop", "dropout mask after the MLP", f"sbh{seq}", MASK * rows * h))
     return out
+
+
+def _latent_attention(block: BlockShape, s: int, b: int, *, rows: int, seq: str, t: int, kind: str, recompute: str):
+    """Multi-head latent attention (distlab.models.decoder.LatentAttention), eager: the latents and their norms
+    (computed on every rank), then every head's K and V decompressed and kept like multi-head attention's."""
+    if kind != "eager":
+        raise ValueError("MLA is counted with eager attention only (its q/k and v widths differ)")
+    heads, sb, ht = block.heads // t, s * b, "/t" if t > 1 else ""
+    dqk, dv, rq, rkv, dr = (block.qk_nope_head_dim + block.qk_rope_head_dim, block.v_head_dim, block.q_lora_rank,
+                            block.kv_lora_rank, block.qk_rope_head_dim)  # fmt: skip
+    first = "attn.q_a" if rq else "attn.q_proj"
+    out = [Saved(first, "input of the query and key/value down-projections", f"2sbh{seq}", ACT * rows * block.hidden)]
+    if rq:
+        out += [
+            Saved("attn.q_norm", "input (the query latent)", "2sb·r_q", ACT * sb * rq),
+            Saved("attn.q_norm", "1/rms per row (fp32)", "4sb", STAT * sb),
+            Saved("attn.q_b", "input (the normalised query latent)", "2sb·r_q", ACT * sb * rq),
+        ]
+    out += [
+        Saved("attn.kv_norm", "input: the key/value latent, a view that keeps the rotary key too", "2sb(r_kv + d_r)",
+              ACT * sb * (rkv + dr)),
+        Saved("attn.kv_norm", "1/rms per row (fp32)", "4sb", STAT * sb),
+        Saved("attn.kv_b", "input (the normalised latent)", "2sb·r_kv", ACT * sb * rkv),
+    ]  # fmt: skip
+    if recompute == "selective":
+        return out + [
+            Saved("attn.core", "q: decompressed, rotary part appended (checkpoint input)", "2sba(d_n + d_r)" + ht,
+                  ACT * sb * heads * dqk),
+            Saved("attn.core", "k: decompressed, shared rotary key appended (checkpoint input)", "2sba(d_n + d_r)" + ht,
+                  ACT * sb * heads * dqk),
+            Saved("attn.core", "v, a view that keeps the whole decompressed k_nope and v (checkpoint input)",
+                  "2sba(d_n + d_v)" + ht, ACT * sb * heads * (block.qk_nope_head_dim + dv)),
+            Saved("attn.o_proj", "input (the attention output, a copy)", "2sba·d_v" + ht, ACT * sb * heads * dv),
+        ]  # fmt: skip
+    scores = b * heads * s * s
+    out += [
+        Saved("attn.core", "Kᵀ, for QKᵀ", "2sba(d_n + d_r)" + ht, ACT * sb * heads * dqk, True),
+        Saved("attn.core", "Q, for QKᵀ", "2sba(d_n + d_r)" + ht, ACT * sb * heads * dqk, True),
+        Saved("attn.core", "softmax output", "2as²b" + ht, ACT * scores, True),
+    ]
+    if block.dropout:
+        out += [
+            Saved("attn.core.drop", "dropout mask on the probabilities", "as²b" + ht, MASK * scores, True),
+            Saved("attn.core", "V, for × V", "2sba·d_v" + ht, ACT * sb * heads * dv, True),
+            Saved("attn.core", "dropped-out probabilities, for × V", "2as²b" + ht, ACT * scores, True),
+        ]
+    else:
+        out.append(Saved("attn.core", "V, for × V", "2sba·d_v" + ht, ACT * sb * heads * dv, True))
+    return out + [Saved("attn.o_proj", "input (the attention output, a copy)", "2sba·d_v" + ht, ACT * sb * heads * dv)]
 
 
 def moe_terms(

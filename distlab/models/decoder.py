@@ -100,6 +100,51 @@ class Attention(nn.Module):
         return self.drop(self.o_proj(y.reshape(b, s, self.heads * self.d)))
 
 
+class LatentAttention(nn.Module):
+    """Multi-head latent attention (DeepSeek-V2, https://arxiv.org/abs/2405.04434, Section 2.1; the V3 code's
+    "naive" mode): queries and keys/values go through low-rank latents with their own RMSNorm, are decompressed
+    per head, and a shared rotary key of width d_r is appended to every head. The KV cache shrinks to the
+    latent at inference; in training every head's K and V are decompressed and kept like MHA's, and the latents
+    are kept too. Eager attention only: q/k and v differ in width, and PyTorch's fused CPU kernel then falls back
+    to its fp32 math path."""
+
+    def __init__(self, shape: BlockShape, *, attention: str, dropout: float, tp: int, max_seq: int):
+        super().__init__()
+        if attention != "eager":
+            raise ValueError("MLA is counted with eager attention (its q/k and v widths differ)")
+        if shape.heads % tp:
+            raise ValueError(f"heads ({shape.heads}) must be divisible by TP ({tp})")
+        h, self.heads = shape.hidden, shape.heads // tp
+        self.dn, self.dr, self.dv = shape.qk_nope_head_dim, shape.qk_rope_head_dim, shape.v_head_dim
+        self.r_kv, q_width = shape.kv_lora_rank, self.heads * (self.dn + self.dr)
+        if shape.q_lora_rank:
+            self.q_a = nn.Linear(h, shape.q_lora_rank, bias=False)  # replicated on every rank
+            self.q_norm = norm("rmsnorm", shape.q_lora_rank)
+            self.q_b = nn.Linear(shape.q_lora_rank, q_width, bias=False)  # column-parallel by heads
+        else:
+            self.q_proj = nn.Linear(h, q_width, bias=False)
+        self.kv_a = nn.Linear(h, self.r_kv + self.dr, bias=False)  # the latent and the shared rotary key
+        self.kv_norm = norm("rmsnorm", self.r_kv)
+        self.kv_b = nn.Linear(self.r_kv, self.heads * (self.dn + self.dv), bias=False)
+        self.rope = RoPE(self.dr, max_seq)
+        self.core = AttentionCore(self.heads, self.heads, kind="eager", dropout=dropout, max_seq=max_seq)
+        self.o_proj = nn.Linear(self.heads * self.dv, h, bias=False)
+        self.drop = MaskDropout(dropout) if dropout else nn.Identity()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, _ = x.shape
+        q = self.q_b(self.q_norm(self.q_a(x))) if hasattr(self, "q_a") else self.q_proj(x)
+        q_nope, q_rot = q.view(b, s, self.heads, self.dn + self.dr).split([self.dn, self.dr], dim=-1)
+        q = torch.cat([q_nope, self.rope(q_rot)], dim=-1)  # (B, S, a, dn + dr)
+        latent, k_rot = self.kv_a(x).split([self.r_kv, self.dr], dim=-1)
+        k_rot = self.rope(k_rot[:, :, None, :]).expand(b, s, self.heads, self.dr)  # one rotary key for all heads
+        kv = self.kv_b(self.kv_norm(latent)).view(b, s, self.heads, self.dn + self.dv)
+        k_nope, v = kv.split([self.dn, self.dv], dim=-1)
+        k = torch.cat([k_nope, k_rot], dim=-1)  # (B, S, a, dn + dr)
+        y = self.core(q, k, v)  # (B, S, a, dv)
+        return self.drop(self.o_proj(y.reshape(b, s, self.heads * self.dv)))
+
+
 class DecoderBlock(nn.Module):
     """Pre-norm residual block: x + attn(norm(x)), then x + mlp(norm(x))."""
 
@@ -119,7 +164,8 @@ class DecoderBlock(nn.Module):
             raise ValueError(f"MLP width ({shape.ffn}) must be divisible by TP ({tp})")
         self.shape = shape
         self.attn_norm = norm(shape.norm, shape.hidden)
-        self.attn = Attention(shape, attention=attention, dropout=p, tp=tp, max_seq=max_seq)
+        kind = LatentAttention if shape.mla else Attention
+        self.attn = kind(shape, attention=attention, dropout=p, tp=tp, max_seq=max_seq)
         self.mlp_norm = norm(shape.norm, shape.hidden)
         if shape.moe:
             self.mlp = MoE(shape, capacity_factor=capacity_factor, tp=tp, dropout=p)

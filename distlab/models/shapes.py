@@ -48,6 +48,16 @@ class BlockShape:
     """Routed experts E of an MoE layer; 0 for a dense MLP."""
     top_k: int = 0
     """Experts per token k (MoE only)."""
+    kv_lora_rank: int = 0
+    """Multi-head latent attention (DeepSeek-V2/V3): the compressed key/value width r_kv; 0 for GQA/MHA."""
+    q_lora_rank: int = 0
+    """MLA: the compressed query width r_q (0: queries projected directly, as DeepSeek-V2-Lite)."""
+    qk_nope_head_dim: int = 0
+    """MLA: a head's query/key width without rotary embedding."""
+    qk_rope_head_dim: int = 0
+    """MLA: a head's rotary query/key width (the rotary key is shared by every head)."""
+    v_head_dim: int = 0
+    """MLA: a head's value width."""
 
     def __post_init__(self) -> None:
         for name in ("hidden", "heads", "kv_heads", "ffn"):
@@ -63,12 +73,22 @@ class BlockShape:
             raise ValueError(f"block: norm must be rmsnorm or layernorm, not {self.norm!r}")
         if self.experts < 0 or (self.experts and not 1 <= self.top_k <= self.experts):
             raise ValueError(f"block: top_k must be between 1 and experts ({self.experts}), got {self.top_k}")
-        if self.rope and self.head_dim % 2:
+        if self.mla:
+            dims = ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+            if any(getattr(self, d) <= 0 for d in dims) or self.q_lora_rank < 0 or self.kv_heads != self.heads:
+                raise ValueError("block: MLA needs positive head widths and kv_heads = heads (every head decompressed)")
+            if self.qk_rope_head_dim % 2:
+                raise ValueError(f"block: RoPE needs an even rotary width, got {self.qk_rope_head_dim}")
+        elif self.rope and self.head_dim % 2:
             raise ValueError(f"block: RoPE needs an even head dimension, got {self.head_dim}")
 
     @property
     def head_dim(self) -> int:
         return self.hidden // self.heads
+
+    @property
+    def mla(self) -> bool:
+        return self.kv_lora_rank > 0
 
     @property
     def moe(self) -> bool:

@@ -139,3 +139,22 @@ def test_the_counted_blocks_match_the_closed_forms():
     r = activation_memory_models("cpu")
     assert not r.failed_claims, [c.describe() for c in r.failed_claims]
     assert r.quantities["configs"].value >= 20
+
+
+def test_latent_attention_by_hand_at_deepseek_v3_widths():
+    """DeepSeek-V3's MLA widths (its config: 128 heads, r_q 1536, r_kv 512, d_n 128, d_r 64, d_v 128), eager, at
+    s = 1024: 8sbh + 16sb + 4sb·r_q + 2sb(r_kv + d_r) + 2sb·r_kv + 4sba(d_n + d_r) + 4sba·d_v + 2as²b + 8sbf,
+    with an MLP of width 2048. Would catch the rotary key counted per head, or a latent left out."""
+    from distlab.core.facts import entries
+
+    c = entries("moe_models")["DeepSeek-V3"]
+    a, rq, rkv, dn, dr, dv, h = (c[k] for k in ("heads", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
+                                                 "qk_rope_head_dim", "v_head_dim", "hidden"))  # fmt: skip
+    block = BlockShape(hidden=h, heads=a, kv_heads=a, ffn=2048, q_lora_rank=rq, kv_lora_rank=rkv,
+                       qk_nope_head_dim=dn, qk_rope_head_dim=dr, v_head_dim=dv)  # fmt: skip
+    s, f = 1024, 2048
+    by_hand = (8 * s * h + 16 * s + 4 * s * rq + 2 * s * (rkv + dr) + 2 * s * rkv + 4 * s * a * (dn + dr)
+               + 4 * s * a * dv + 2 * a * s * s + 8 * s * f)  # fmt: skip
+    assert layer_bytes(block, s, 1, attention="eager") == by_hand
+    with pytest.raises(ValueError, match="eager"):
+        layer_bytes(block, s, 1, attention="flash")

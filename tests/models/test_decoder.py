@@ -184,3 +184,38 @@ def test_bad_block_configurations_are_refused():
         DecoderBlock(shape, attention="ring")
     with pytest.raises(ValueError, match="top_k"):
         BlockShape(hidden=48, heads=6, kv_heads=2, ffn=36, experts=4, top_k=5)
+
+
+def test_latent_attention_matches_a_float64_reimplementation():
+    """MLA (DeepSeek-V2 Section 2.1) written out independently in float64: latents, their RMSNorms, per-head
+    decompression, a rotary key shared by every head, causal softmax. Would catch the rotary key rotated per
+    head, the latent norm skipped, or k and v split the wrong way (errors of order 1; the tolerance is the fp32
+    rotary tables')."""
+    from distlab.models.decoder import LatentAttention
+
+    torch.manual_seed(6)
+    shape = BlockShape(hidden=32, heads=2, kv_heads=2, ffn=8, q_lora_rank=12, kv_lora_rank=10, qk_nope_head_dim=6,
+                       qk_rope_head_dim=4, v_head_dim=5)  # fmt: skip
+    att = LatentAttention(shape, attention="eager", dropout=0.0, tp=1, max_seq=9).to(F64)
+    x = torch.randn(2, 9, 32, dtype=F64)
+    b, s, a, dn, dr, dv = 2, 9, 2, 6, 4, 5
+    rms = lambda t: t / torch.sqrt(t.pow(2).mean(-1, keepdim=True) + 1e-5)
+    pos = torch.arange(s, dtype=F64)[:, None] / 10000.0 ** (torch.arange(0, dr, 2, dtype=F64) / dr)[None, :]
+    cos, sin = torch.cat([pos, pos], -1).cos(), torch.cat([pos, pos], -1).sin()  # (S, dr)
+
+    def rotate(t):  # (B, S, heads, dr)
+        half = t.shape[-1] // 2
+        return t * cos[:, None] + torch.cat([-t[..., half:], t[..., :half]], -1) * sin[:, None]
+
+    q = (rms(x @ att.q_a.weight.T) @ att.q_b.weight.T).view(b, s, a, dn + dr)
+    q = torch.cat([q[..., :dn], rotate(q[..., dn:])], -1)
+    kv_a = x @ att.kv_a.weight.T
+    kv = (rms(kv_a[..., :10]) @ att.kv_b.weight.T).view(b, s, a, dn + dv)
+    k = torch.cat([kv[..., :dn], rotate(kv_a[..., None, 10:]).expand(b, s, a, dr)], -1)
+    v = kv[..., dn:]
+    scores = torch.einsum("bsad,btad->bast", q, k) / math.sqrt(dn + dr)
+    scores = scores.masked_fill(torch.ones(s, s, dtype=torch.bool).triu(1), float("-inf"))
+    y = torch.einsum("bast,btad->bsad", scores.softmax(-1), v).reshape(b, s, a * dv) @ att.o_proj.weight.T
+    assert torch.allclose(att(x), y, atol=1e-6, rtol=0)  # the RoPE tables are built in fp32, as the model's
+    with pytest.raises(ValueError, match="eager"):
+        LatentAttention(shape, attention="sdpa", dropout=0.0, tp=1, max_seq=9)
