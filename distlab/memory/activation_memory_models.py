@@ -100,7 +100,8 @@ def compare(counted: dict, terms: list) -> int:
 @experiment(
     "activation-memory-models",
     "bytes Llama, Mixtral-style MoE, DeepSeek MLA and GPT blocks keep for backward, counted with saved-tensor "
-    "hooks (eager and SDPA attention; no, selective and full recompute; TP ranks) vs the architecture-exact closed forms",
+    "hooks (eager and SDPA attention; no, selective and full recompute; TP ranks) vs the architecture-exact "
+    "closed forms",
 )
 @single_threaded
 def activation_memory_models(device: str) -> Result:
