@@ -25,9 +25,9 @@ from distlab.memory.activations import (
     published_bytes_per_layer,
     stack_peak_bytes,
 )
-from distlab.memory.saved_tensors import Checkpoint, SavedTensors
 from distlab.models.gpt import Block, GPTConfig
 from distlab.models.layers import MaskDropout
+from distlab.runtime.saved_tensors import Checkpoint, SavedTensors
 from distlab.runtime.threads import single_threaded
 
 DTYPE = torch.bfloat16

@@ -3,7 +3,7 @@ RoPE, RMSNorm, no dropout), a Mixtral-style MoE block (top-k routing, dropless o
 multi-head latent attention (eager) and the GPT block of Korthikanti et al., each with eager attention and with
 the fused SDPA kernel, with no, selective and
 full recompute, and as one rank of a tensor-parallel layer. Every buffer autograd keeps is counted with
-saved-tensor hooks (distlab.memory.saved_tensors) and set against the closed form of
+saved-tensor hooks (distlab.runtime.saved_tensors) and set against the closed form of
 distlab.memory.layer_activations, in order, tensor by tensor.
 
 Then, at the shapes of real models, the closed forms beside Korthikanti et al.'s GPT formula that planners use
@@ -23,10 +23,10 @@ from distlab.memory.activations import (
     published_bytes_per_layer,
 )
 from distlab.memory.layer_activations import formula, gpt_block, moe_slots, output_terms, saved_tensors
-from distlab.memory.saved_tensors import Checkpoint, SavedTensors
 from distlab.models.decoder import DecoderBlock
 from distlab.models.layers import norm as make_norm
 from distlab.models.shapes import BlockShape, named
+from distlab.runtime.saved_tensors import Checkpoint, SavedTensors
 from distlab.runtime.threads import single_threaded
 
 DTYPE = torch.bfloat16

@@ -1,8 +1,8 @@
 """What autograd keeps for backward, counted: a saved-tensor hook that accounts every buffer by storage, and a
 naive activation checkpoint whose own saves go through the same hooks (so a recompute is visible).
 
-Used by the experiments `activation-memory`, `checkpointing` and `activation-memory-models`; torch, but no
-experiment, so that each of them can import it.
+Instrumentation like the collective counter beside it: used by chapter 3's experiments (`activation-memory`,
+`checkpointing`, `activation-memory-models`), knows no topic.
 """
 
 from __future__ import annotations
