@@ -516,6 +516,9 @@ def _worked(r: Result) -> None:
     """The numbers of the page's worked problems and its default example."""
     default_gpu = DEFAULTS["gpu"]
     r.add("default_gpu_bytes", gpu_memory_bytes()[default_gpu], "B", f"{default_gpu} memory")
+    for precision, want in (("mixed", 2 + 2 + 12), ("mixed-fp32-grads", 2 + 4 + 12), ("mixed-fp32-accum", 2 + 6 + 12)):
+        r.claim(f"{precision}: bytes per parameter = weights + gradients + optimizer by hand",
+                sum(site_data()["bytes_per_param"][precision].values()), want, unit="B")  # fmt: skip
     r.add("bytes_per_param", bytes_per_param(DEFAULT_PRECISION), "B", "default model-state bytes per parameter")
     r.add("bytes_per_param_fp32_grads", bytes_per_param("mixed-fp32-grads"), "B", "with Megatron's fp32 main_grad")
     r.add("bytes_per_param_fp32_accum", bytes_per_param("mixed-fp32-accum"), "B", "with fp32 accumulation")
@@ -548,6 +551,11 @@ def _worked(r: Result) -> None:
     r.add("70b_dp", seventy["dp"], "", "data-parallel replicas of 70B on 64 GPUs with TP 8, PP 4")
     r.add("70b_weights", seventy["weights"], "B", "70B TP8 PP4: weights per GPU")
     r.add("70b_optimizer", seventy["optimizer"], "B", "70B TP8 PP4 ZeRO-1: optimizer per GPU")
+    m70, s = presets()["70B"], big.seq
+    by_hand = m70.layers * (8 * s * m70.hidden + 8 * s + (4 * s * m70.hidden + 4 * s * m70.hidden * m70.kv // m70.heads
+                                                          + 4 * m70.heads * s + 8 * s * m70.ffn) / 8)  # fmt: skip
+    r.claim("70B TP8 PP4: first stage's activations = L (8sbh + 8sb + (4sbh + 4sbh·g/a + 4abs + 8sbf)/t)",
+            seventy["activations"], by_hand, rel_tol=1e-12, unit="B")  # fmt: skip
     r.add("70b_activations", seventy["activations"], "B", "70B TP8 PP4, FlashAttention: activations per GPU")
     r.add("70b_total", seventy["total"], "B", "70B TP8 PP4 ZeRO-1: total per GPU")
     r.add("70b_fits", seventy["fits"], "", "does it fit")
@@ -556,8 +564,6 @@ def _worked(r: Result) -> None:
     l3 = presets()["Llama-3-8B"]
     l3job = job_from(_preset("Llama-3-8B", gpus=8, zero=3))
     l3mem = job_memory(l3job)
-    r.add("l3_seq", l3job.seq, "tokens", "Llama 3 8B's pre-training sequence")
-    r.add("l3_vocab", l3.vocab, "tokens", "Llama 3 vocabulary")
     r.add("l3_logits", l3mem["logits"], "B", "Llama 3 8B, s = 8192, b = 1: head and loss")
     r.add("l3_activations", l3mem["activations"], "B", "Llama 3 8B, s = 8192, b = 1: activations")
     r.add("l3_total", l3mem["total"], "B", "Llama 3 8B on 8 GPUs, ZeRO-3: total")
@@ -566,6 +572,14 @@ def _worked(r: Result) -> None:
     r.claim("Llama 3 8B: logits = 4sbV + 4sbh + 12sb + 4", l3mem["logits"],
             4 * s * l3.vocab + 4 * s * l3.hidden + 12 * s + 4, unit="B")  # fmt: skip
     mix = job_memory(job_from(_preset("Mixtral-8x7B", gpus=64, tp=8, zero=1, seq=4096)))
+    mx, s, t = presets()["Mixtral-8x7B"], 4096, 8  # by hand: TP 8 without sequence parallelism, dropless, flash
+    h, d, k, f = mx.hidden, mx.head_dim, mx.top_k, mx.expert_ffn
+    n = s * k
+    layer = (8 * s * h + 8 * s  # norm inputs and statistics, the q/k/v and router inputs: whole on every rank
+             + (2 * s * h + 2 * s * h + 4 * mx.heads * s) // t + 2 * 2 * s * d  # Q, O, log-sum-exp; one KV head each
+             + 12 * s * k + 18 * n + 4 * n * h + 8 * n * f // t)  # router, slots, experts at f/t  # fmt: skip
+    r.claim("Mixtral 8x7B, TP 8, s = 4096: activations = L × the MoE layer by hand", mix["activations"],
+            mx.layers * layer, unit="B")  # fmt: skip
     r.add("mixtral_activations", mix["activations"], "B", "Mixtral 8x7B, s = 4096, TP 8, dropless: activations")
     r.add("mixtral_total", mix["total"], "B", "Mixtral 8x7B on 64 GPUs, TP 8, ZeRO-1, s = 4096: total")
     r.add("mixtral_fits", mix["fits"], "", "does it fit")

@@ -232,11 +232,11 @@ def _output_head(r: Result) -> None:
         4 * seq * m.vocab + 4 * seq * m.hidden + 4 * seq + 8 * seq + 4,
         unit="B",
     )
+    r.claim(f"{m.name}, s = {seq}: one layer with FlashAttention = the architecture's expression", layer,
+            expected(m, seq, 1, "flash"), unit="B")  # fmt: skip
     r.add("llama3_8b_logits", logit, "B", f"{m.name}: what the head and the loss keep at s = {seq}, b = 1")
     r.add("llama3_8b_layer", layer, "B", f"{m.name}: one layer with FlashAttention at s = {seq}, b = 1")
     r.add("llama3_8b_logits_layers", logit / layer, "", "the head and loss, in layers' worth")
-    r.add("llama3_8b_vocab", m.vocab, "tokens", f"{m.name} vocabulary")
-    r.add("llama3_8b_seq", seq, "tokens", f"{m.name} pre-training sequence")
 
 
 def expected(m, s: int, b: int, attention: str, recompute: str = "none") -> int:

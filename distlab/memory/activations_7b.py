@@ -91,6 +91,21 @@ def activations_7b(device: str) -> Result:
     states = sum(model_state_bytes(m.params()).values()) / 8  # mixed-precision AdamW states, ZeRO-3 over 8 GPUs
     r.add("states_zero3_8", states, "B", "7B model states per GPU, sharded over 8 GPUs")
     r.add("bytes_per_param", bytes_per_param(DEFAULT_PRECISION), "B", "the default: bf16 weights and gradients")
+    bf16, fp32 = 2, 4  # bytes of one element, by hand
+    by_hand = {
+        "mixed": bf16 + bf16 + fp32 * 3,  # weights, gradients; master weights, Adam m and v
+        "mixed-fp32-grads": bf16 + fp32 + fp32 * 3,  # Megatron's main_grad replaces the bf16 gradient
+        "mixed-fp32-accum": bf16 + bf16 + fp32 + fp32 * 3,  # an fp32 accumulation buffer beside it
+    }
+    for precision, want in by_hand.items():
+        r.claim(f"{precision}: bytes per parameter = its parts by hand", bytes_per_param(precision), want, unit="B")
+        r.claim(
+            f"{precision}: 7B states per GPU over 8 GPUs = Ψ × bytes / 8",
+            sum(model_state_bytes(m.params(), precision).values()) / 8,
+            m.params() * want / 8,
+            rel_tol=1e-12,
+            unit="B",
+        )
     for precision in ("mixed-fp32-grads", "mixed-fp32-accum"):
         key = precision.removeprefix("mixed-").replace("-", "_")
         r.add(f"bytes_per_param_{key}", bytes_per_param(precision), "B", f"{precision}: per parameter")
