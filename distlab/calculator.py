@@ -52,13 +52,21 @@ PRESETS = ("1B", "7B", "13B", "70B", "Llama-3-8B", "Llama-3-70B", "Llama-3-405B"
 
 
 def gpu_memory_bytes() -> dict[str, float]:
-    """GPU name -> memory capacity in bytes (datasheet GB = 1e9 bytes), from distlab.hardware.gpus."""
-    return {name: gpu(name).hbm_bytes for name in gpu_names()}
+    """GPU name -> memory capacity in bytes as the driver reports it (an H100 "80 GB": 81,559 MiB), the
+    datasheet's bytes where no report is on file: the planner's (distlab.planner.config.device_capacity_bytes)."""
+    return {name: planner_config.device_capacity_bytes(gpu(name)) for name in gpu_names()}
 
 
-def usable_fraction() -> float:
-    """The share of a GPU's memory a plan may fill: the planner's (distlab.planner.config), never a copy."""
-    return planner_config.USABLE_FRACTION
+def usable_bytes_by_gpu() -> dict[str, float]:
+    """GPU name -> bytes a plan may fill: the planner's usable memory (capacity less the CUDA context and the
+    allocator's fragmentation margin, distlab.planner.config.usable_bytes), never a copy."""
+    return {name: planner_config.usable_bytes(gpu(name)) for name in gpu_names()}
+
+
+def usable_fraction(name: str | None = None) -> float:
+    """The share of a GPU's reported memory a plan may fill (the planner's; default GPU when none is named)."""
+    name = name or DEFAULTS["gpu"]
+    return usable_bytes_by_gpu()[name] / gpu_memory_bytes()[name]
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -187,7 +195,7 @@ def job_memory(job: Job) -> dict:
     weights, gradients, optimizer = states["params_bytes"], states["grads_bytes"], states["optimizer_bytes"]
     total = weights + gradients + optimizer + activations + logits
     capacity = gpu_memory_bytes()[job.gpu]
-    usable = capacity * usable_fraction()
+    usable = usable_bytes_by_gpu()[job.gpu]
     return {
         "params": params,
         "dp": d,
@@ -283,7 +291,7 @@ def site_data() -> dict:
     return {
         "presets": {name: preset_fields(m) for name, m in presets().items()},
         "gpus": gpu_memory_bytes(),
-        "usable_fraction": usable_fraction(),
+        "usable_bytes": usable_bytes_by_gpu(),
         "bytes_per_param": {prec: bytes_per_param_by_state(prec) for prec in PRECISIONS},
         "recompute": list(RECOMPUTE),
         "attention": list(ATTENTION),
@@ -501,15 +509,14 @@ def _presets(r: Result) -> None:
 
 def _fits(r: Result, ok: list) -> None:
     """The verdict is the planner's: total against the GPU's memory less the planner's reserve."""
-    training = planner_config.Training(global_batch_tokens=4096, seq=4096)  # the planner's own default
-    limit = {v["input"]["gpu"]: v["expected"]["capacity"] * training.usable_fraction for v in ok}
+    limit = usable_bytes_by_gpu()
     wrong = sum(v["expected"]["fits"] != (v["expected"]["total"] <= limit[v["input"]["gpu"]]) for v in ok)
     r.claim("every vector's verdict = total <= the planner's usable memory", wrong, 0, formula="vectors that differ")
     cap = gpu_memory_bytes()[DEFAULTS["gpu"]]
     r.add("usable_fraction", usable_fraction(), "fraction", "share of a GPU's memory a plan may fill (the planner's)")
     r.add("reserve_fraction", 1 - usable_fraction(), "fraction", "share kept in reserve")
-    r.add("default_usable_bytes", cap * usable_fraction(), "B", f"{DEFAULTS['gpu']}: usable memory")
-    r.add("default_reserved_bytes", cap - cap * usable_fraction(), "B", f"{DEFAULTS['gpu']}: reserved")
+    r.add("default_usable_bytes", usable_bytes_by_gpu()[DEFAULTS["gpu"]], "B", f"{DEFAULTS['gpu']}: usable memory")
+    r.add("default_reserved_bytes", cap - usable_bytes_by_gpu()[DEFAULTS["gpu"]], "B", f"{DEFAULTS['gpu']}: reserved")
 
 
 def _worked(r: Result) -> None:

@@ -18,7 +18,6 @@ from distlab.calculator import DEFAULTS, Job, evaluate, job_from, job_memory, pr
 from distlab.planner import config as planner_config
 
 LLAMA2_7B = 6_738_415_616  # the published config's parameter count
-H100_BYTES = 80e9
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -128,16 +127,20 @@ def test_logits_are_their_own_category_and_the_heavier_stage_is_shown():
 
 
 def test_verdict_uses_the_planners_usable_memory():
-    """Fits against the GPU's memory less the planner's reserve (72 of 80 GB today), read from the planner's
-    module. Would catch the calculator judging against the full 80 GB, or copying the fraction."""
+    """Fits against the planner's usable memory: the 81,559 MiB an H100 reports less the 723 MiB CUDA context and
+    5 % fragmentation, read from the planner's module. Would catch the calculator judging against the full
+    capacity, or copying a fraction."""
+    from distlab.hardware.gpus import gpu
+
     small = job_memory(_job(micro_batch=1))
-    assert small["capacity"] == H100_BYTES
-    assert small["usable"] == H100_BYTES * planner_config.USABLE_FRACTION
-    assert small["reserved"] == H100_BYTES - small["usable"]
+    assert small["capacity"] == 81559 * 2**20
+    assert small["usable"] == pytest.approx(0.95 * 81559 * 2**20 - 723 * 2**20, rel=1e-12)
+    assert small["usable"] == planner_config.usable_bytes(gpu("H100-SXM"))
+    assert small["reserved"] == small["capacity"] - small["usable"]
     b = next(b for b in range(1, 9) if job_memory(_job(micro_batch=b))["total"] > small["usable"])
     between = job_memory(_job(micro_batch=b))
     assert not between["fits"] and between["total"] > small["usable"]
-    assert site_data()["usable_fraction"] == planner_config.USABLE_FRACTION
+    assert site_data()["usable_bytes"]["H100-SXM"] == small["usable"]
 
 
 @pytest.mark.parametrize(

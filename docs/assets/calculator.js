@@ -149,7 +149,7 @@
     else { stage = "last"; activations = last; }
     const total = weights + gradients + optimizer + activations + logits;
     const capacity = data.gpus[inp.gpu];
-    const usable = capacity * data.usable_fraction;
+    const usable = data.usable_bytes[inp.gpu];
     return { params: n, dp: d, weights, gradients, optimizer, activations, logits, total, capacity, usable,
       reserved: capacity - usable, stage, fits: total <= usable };
   }

@@ -114,8 +114,8 @@ CASES += [
     ("plan", PLAN + ["--dp", "3"]),  # does not tile 8 GPUs
     (
         "plan",
-        PLAN + ["--pp", "2", "--schedule", "interleaved", "--virtual", "3"],
-    ),  # 3 does not divide 16 layers per stage
+        PLAN + ["--pp", "2", "--schedule", "interleaved", "--virtual", "17"],
+    ),  # 34 chunks for 32 layers
     ("plan", PLAN + ["--pp", "1", "--schedule", "zb-h1"]),
     ("plan", PLAN + ["--zero", "0", "--offload", "optimizer"]),
     ("plan", PLAN + ["--tp", "1", "--pp", "1", "--zero", "0", "--offload", "none", "--micro-batch", "64"]),
