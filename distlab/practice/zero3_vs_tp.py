@@ -104,7 +104,7 @@ def practice_zero3_vs_tp(device: str) -> Result:
         "nodes TP 8 stays in each node and the nodes are ZeRO-1 replicas (computed)",
     )
     r.claim(
-        "TP's collectives send more bytes than ZeRO-3's on one node (activations, not weights, at this sequence length)",
+        "TP's collectives send more bytes than ZeRO-3's on one node (activations, not weights, at this length)",
         r.quantities["tp_8_sent"].value,
         r.quantities["z3_8_sent"].value,
         relation=">=",
