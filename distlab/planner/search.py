@@ -342,7 +342,7 @@ def explain(m: ModelShape, c: Cluster, t: Training, ranked: list[Estimate]) -> l
     if p.tp > 1:
         overlap = "overlapped with the GEMMs next to them" if t.tp_overlap else "on the critical path (no overlap)"
         out.append(
-            f"Tensor parallelism {p.tp} stays inside a {c.gpus_per_node}-GPU node; its collectives, {overlap}, "
+            f"Tensor parallelism {p.tp} stays inside one {c.gpus_per_node}-GPU node; its collectives, {overlap}, "
             f"leave {_share(best, 'exposed_tp'):.1%} of the step exposed."
         )
     if p.pp > 1:
