@@ -36,7 +36,7 @@ def _normalised(path: Path) -> bytes:
 def _first_difference(a: Path, b: Path) -> str:
     x, y = _normalised(a), _normalised(b)
     i = next((k for k in range(min(len(x), len(y))) if x[k] != y[k]), min(len(x), len(y)))
-    return f"byte {i}: {x[max(0, i - 80):i + 80]!r} vs {y[max(0, i - 80):i + 80]!r}"
+    return f"byte {i}: {x[max(0, i - 80) : i + 80]!r} vs {y[max(0, i - 80) : i + 80]!r}"
 
 
 def test_two_builds_of_one_commit_are_byte_identical(built_site, require_same_code, tmp_path):
@@ -45,15 +45,24 @@ def test_two_builds_of_one_commit_are_byte_identical(built_site, require_same_co
     with a timestamp, a dict or set written in hash order, a random seed that was not fixed, a
     per-build id in a template, or a file one build writes and the other does not."""
     second = tmp_path / "site"
-    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(second)], cwd=REPO,
-                          capture_output=True, text=True, timeout=1800, env=os.environ.copy())
+    proc = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(second)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        env=os.environ.copy(),
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     require_same_code()
     first_files, second_files = _files(built_site), _files(second)
     assert sorted(first_files) == sorted(second_files), set(first_files) ^ set(second_files)
-    differ = [rel for rel in first_files
-              if first_files[rel].read_bytes() != second_files[rel].read_bytes()
-              and _normalised(first_files[rel]) != _normalised(second_files[rel])]
+    differ = [
+        rel
+        for rel in first_files
+        if first_files[rel].read_bytes() != second_files[rel].read_bytes()
+        and _normalised(first_files[rel]) != _normalised(second_files[rel])
+    ]
     if differ:
         first = _first_difference(first_files[differ[0]], second_files[differ[0]])
         pytest.fail(f"differ beyond dates: {differ[:20]}; {differ[0]} at {first}")
