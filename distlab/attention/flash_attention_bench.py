@@ -184,6 +184,7 @@ def flash_attention_bench(device: str) -> Result:
         ],
         caption="The grid: bf16, batch x N = 16,384 tokens, heads x d = 2,048; FLOPs credited to every "
         "implementation alike (4BHN^2d forward, x3.5 forward + backward, halved when causal).",
+        kind="computed",
     )
     if device != "cuda":
         return r

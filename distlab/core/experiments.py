@@ -237,7 +237,7 @@ def save(result: Result, folder: Path, stem: str) -> Path:
     for fig_name, fig in result.figures.items():
         (folder / f"{stem}--{fig_name}.png").write_bytes(fig.png)
     path = folder / f"{stem}.json"
-    tmp = path.with_suffix(".tmp")
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")  # two builds sharing a cache must not write one temp file
     tmp.write_text(json.dumps(result.to_json(), indent=1, sort_keys=True) + "\n")
     tmp.replace(path)
     return path

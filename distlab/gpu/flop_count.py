@@ -28,7 +28,7 @@ from distlab.gpu.flops import (
     mfu,
     preset_matmul_params,
 )
-from distlab.hardware.gpus import gpu
+from distlab.hardware.gpus import data_claims, gpu
 
 # ---------------------------------------------------------------- the estimate
 
@@ -306,6 +306,7 @@ def _presets(r: Result) -> None:
         rows,
         caption="Published shapes (distlab/data/models.toml): the estimate against a count of the weights "
         "that multiply (closed form).",
+        kind="computed",
     )
 
 
@@ -396,6 +397,7 @@ def _mistakes(r: Result) -> None:
 
     s = SCENARIO
     m, chip = preset(s["model"]), gpu(s["gpu"])
+    data_claims(r, [s["gpu"], s["hard_coded_gpu"]])  # the mistakes table is made of their peaks
     n, tps = m.params(), s["tokens_per_s_per_gpu"] * s["gpus"]
     right = flops_per_token(n, m.layers, m.hidden, m.seq)
     peak = chip.peak_flops("bf16")
@@ -421,6 +423,7 @@ def _mistakes(r: Result) -> None:
         "mistakes",
         ["mistake", "reported MFU", "x the right value"],
         [[name, f"{100 * v:.1f} %" + (" (impossible)" if v > 1 else ""), f"{v / correct:.2f}"] for name, v in cases],
+        kind="computed",
     )
     r.add("scenario_tokens_per_s_per_gpu", s["tokens_per_s_per_gpu"], "tokens/s", "scenario throughput per GPU")
     r.add("scenario_gpus", s["gpus"], "GPUs", "scenario GPUs")

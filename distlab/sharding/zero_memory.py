@@ -6,6 +6,7 @@ from __future__ import annotations
 from distlab.core.experiments import experiment
 from distlab.core.formatting import format_quantity
 from distlab.core.results import Quantity, Result
+from distlab.hardware.gpus import data_claims
 from distlab.sharding.zero import (
     STAGE_NAMES,
     STAGES,
@@ -25,6 +26,7 @@ def zero_memory(device: str) -> Result:
     from distlab.models.shapes import preset
 
     r = Result("zero-memory")
+    data_claims(r, ["H100-SXM"])  # its memory and peak enter the page's numbers
     n, gpus = preset("7B").params(), 8
     hbm = fact("gpus.H100-SXM.hbm_gb").value * 1e9
     r.add("params", n, "params", "Llama 2 7B parameters")

@@ -31,8 +31,15 @@ REPO = Path(__file__).resolve().parents[2]
 CHROMIUM = Path(os.environ.get("DISTLAB_CHROMIUM", "/usr/bin/chromium"))
 SCREENSHOTS = REPO / "screenshots"
 # Quiet offline: without the background-networking flags Chromium tries Google's hosts at every start.
-FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync"]
+FLAGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 # ---------------------------------------------------------------- fixtures
@@ -42,8 +49,11 @@ def server(built_site: Path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1",
-                             "-d", str(built_site)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1", "-d", str(built_site)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     base = f"http://127.0.0.1:{port}/"
     try:
         for _ in range(100):
@@ -129,8 +139,9 @@ def test_every_page_loads_clean_renders_math_and_images(built_site, page):
         page.watch.clear()
         page.goto(page.base + path, wait_until="load")
         try:
-            page.wait_for_function("() => [...document.querySelectorAll('.arithmatex')]"
-                                   ".every(e => e.dataset.rendered)", timeout=5000)
+            page.wait_for_function(
+                "() => [...document.querySelectorAll('.arithmatex')].every(e => e.dataset.rendered)", timeout=5000
+            )
             page.evaluate("() => document.fonts.ready.then(() => true)")
         except Exception:  # noqa: BLE001 - reported below with the page's state
             pass
@@ -243,8 +254,10 @@ def test_search_finds_zero(page):
     items.first.wait_for(timeout=10000)
     text = " ".join(items.all_inner_texts())
     assert "ZeRO" in text, text[:500]
-    raw = page.evaluate("() => [...document.querySelectorAll('.md-search-result__item')]"
-                        ".filter(e => /\\\\\\(/.test(e.innerText)).length")
+    raw = page.evaluate(
+        "() => [...document.querySelectorAll('.md-search-result__item')]"
+        ".filter(e => /\\\\\\(/.test(e.innerText)).length"
+    )
     assert raw == 0, "search results show raw TeX: \\( ... \\) not typeset"
     assert not page.watch.errors and not page.watch.external
 
@@ -284,7 +297,7 @@ def test_instant_navigation_keeps_math_and_calculator_working(browser, server):
 
     def proxy(route):
         try:
-            with urllib.request.urlopen(server + route.request.url[len(root):], timeout=10) as resp:
+            with urllib.request.urlopen(server + route.request.url[len(root) :], timeout=10) as resp:
                 status, headers, body = resp.status, dict(resp.headers), resp.read()
         except urllib.error.HTTPError as exc:
             status, headers, body = exc.code, dict(exc.headers), exc.read()
@@ -300,13 +313,17 @@ def test_instant_navigation_keeps_math_and_calculator_working(browser, server):
     page.locator("article a[href$='/calculator/']").first.click()  # instant navigation makes hrefs absolute
     page.wait_for_url("**/calculator/")
     page.wait_for_selector("#distlab-calculator[data-ready='true']", timeout=10000)
-    page.wait_for_function("() => [...document.querySelectorAll('.arithmatex')].every(e => e.dataset.rendered)",
-                           timeout=5000)
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('.arithmatex')].every(e => e.dataset.rendered)", timeout=5000
+    )
     assert page.evaluate("window.__distlabMarker") == 42, "the page reloaded: instant navigation did not happen"
     page.locator("a.md-nav__link[href$='/01-where-the-bytes-go/']:visible").first.click()  # its math, again
     page.wait_for_url("**/01-where-the-bytes-go/")
-    page.wait_for_function("() => document.querySelectorAll('.arithmatex').length > 0 && "
-                           "[...document.querySelectorAll('.arithmatex')].every(e => e.dataset.rendered)", timeout=5000)
+    page.wait_for_function(
+        "() => document.querySelectorAll('.arithmatex').length > 0 && "
+        "[...document.querySelectorAll('.arithmatex')].every(e => e.dataset.rendered)",
+        timeout=5000,
+    )
     assert page.evaluate("window.__distlabMarker") == 42
     page.wait_for_load_state("networkidle")
     assert not watch.errors and not watch.external, (watch.errors, watch.external)
@@ -387,10 +404,23 @@ def test_calculator_updates_as_the_reader_types(page):
     page.goto(page.base + "calculator/", wait_until="load")
     page.wait_for_selector("#distlab-calculator[data-ready='true']", timeout=10000)
     root = page.locator("#distlab-calculator")
-    inputs = json.loads(page.evaluate("JSON.stringify(Object.fromEntries(new FormData("
-                                      "document.querySelector('#distlab-calculator form'))))"))
-    defaults = {"model": inputs["model"], "seq": 0, "micro_batch": 0, "gpus": 0, "gpu": inputs["gpu"],
-                "zero": 0, "tp": 0, "pp": 0, "recompute": inputs["recompute"], "sequence_parallel": False}
+    inputs = json.loads(
+        page.evaluate(
+            "JSON.stringify(Object.fromEntries(new FormData(document.querySelector('#distlab-calculator form'))))"
+        )
+    )
+    defaults = {
+        "model": inputs["model"],
+        "seq": 0,
+        "micro_batch": 0,
+        "gpus": 0,
+        "gpu": inputs["gpu"],
+        "zero": 0,
+        "tp": 0,
+        "pp": 0,
+        "recompute": inputs["recompute"],
+        "sequence_parallel": False,
+    }
     for k in ("seq", "micro_batch", "gpus", "zero", "tp", "pp"):
         defaults[k] = int(inputs[k])
     for micro_batch, zero in ((8, defaults["zero"]), (8, 0), (1, 3)):
@@ -403,7 +433,7 @@ def test_calculator_updates_as_the_reader_types(page):
         verdict = root.locator("[data-key='verdict']").inner_text()
         assert verdict.startswith("Fits" if want["fits"] else "Does not fit"), verdict
     page.locator("input[name='gpus']").fill("7")  # 7 GPUs with the default TP x PP still computes...
-    page.locator("input[name='tp']").fill("2")    # ...but TP 2 does not divide 7: refused, not a wrong number
+    page.locator("input[name='tp']").fill("2")  # ...but TP 2 does not divide 7: refused, not a wrong number
     assert re.search(r"must be a multiple of TP x PP", root.locator("[data-key='error']").inner_text())
     assert root.locator("[data-key='total']").inner_text() == "—"
     assert not page.watch.errors and not page.watch.external
