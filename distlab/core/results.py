@@ -100,7 +100,7 @@ def _plain(value):
     return value
 
 
-ORIGINS = ("measured", "simulated", "computed")
+ORIGINS = ("measured", "simulated", "computed", "published")  # published: transcribed from a paper, sourced
 
 
 def _check_origin(kind: str, what: str) -> None:

@@ -358,8 +358,10 @@ def _worked_mfu(r: Result, device: str) -> None:
         sheet_mfu = mfu(tps, model_flops, 1, chip.peak_flops("bf16"))
         r.add("train_mfu_datasheet", sheet_mfu, "fraction", f"MFU against the {chip.name} dense bf16 peak")
         sheet = f" (against the {chip.name} datasheet's dense bf16 peak: {100 * sheet_mfu:.1f} %)"
-    r.claim("measured MFU at most 100 % of the measured matmul ceiling", m_plain, 1.0, relation="<=")
-    r.claim("recompute run: HFU at most 100 %", h_rc, 1.0, relation="<=")
+    # Timed (kind="timing"): a small model's step runs at ~30 % of its own matmul ceiling, far below the 100 %
+    # bounds; recompute does ~(8N + 16Lhs) / (6N + 12Lhs) = 4/3 the work, so its MFU sits near 3/4 of the plain one.
+    r.claim("measured MFU at most 100 % of the measured matmul ceiling", m_plain, 1.0, relation="<=", kind="timing")
+    r.claim("recompute run: HFU at most 100 %", h_rc, 1.0, relation="<=", kind="timing")
     r.claim(
         "recompute run: lower MFU than without (same model FLOPs, more work)",
         m_rc,
@@ -367,6 +369,7 @@ def _worked_mfu(r: Result, device: str) -> None:
         relation="<=",
         rel_tol=0.05,
         unit="fraction",
+        kind="timing",
     )
     r.table(
         "worked_mfu",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from distlab.core.experiments import experiment
 from distlab.core.facts import entries
 from distlab.core.results import Quantity, Result
-from distlab.hardware.gpus import GPU, KIB, MIB, data_claims, gpu, gpu_names
+from distlab.hardware.gpus import BYTES_PER_ELEMENT, GPU, KIB, MIB, data_claims, gpu, gpu_names
 
 LLAMA2_7B_PARAMS = 6_738_415_616  # the released checkpoint's tensors, counted (hand-worked case for the preset)
 
@@ -179,7 +179,7 @@ def _worked_problems(r: Result, h100: GPU) -> None:
 
     n = preset("7B").params()
     r.claim("Llama 2 7B parameters = the released checkpoint's count", n, LLAMA2_7B_PARAMS)
-    weights = 2 * n  # bf16
+    weights = BYTES_PER_ELEMENT["bf16"] * n
     r.add("wp_7b_weights", weights, "B", "Llama 2 7B bf16 weights")
     r.add("wp_7b_decode_s", weights / h100.hbm_bytes_per_s, "s", "batch-1 decode step: weights / HBM bandwidth")
     r.add("wp_7b_decode_tokens_per_s", h100.hbm_bytes_per_s / weights, "tokens/s", "batch-1 decode ceiling")

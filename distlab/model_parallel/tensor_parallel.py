@@ -22,7 +22,9 @@ from torch.nn import functional as F
 
 from distlab.core.experiments import experiment
 from distlab.core.results import Result
+from distlab.hardware.collectives import bus_bandwidth_factor
 from distlab.models.gpt import Block, GPTConfig
+from distlab.runtime.host_staging import to_host
 
 
 # ---------------------------------------------------------------- collectives that keep a log
@@ -36,10 +38,9 @@ class Comm:
         self.rank = dist.get_rank(group)
         self.phase = "forward"
         self.log: list[tuple[str, str, int]] = []
-        self.stage_on_host = dist.get_backend(group) == "gloo"  # gloo on CUDA tensors: go through the CPU
 
     def _host(self, x: torch.Tensor) -> torch.Tensor:
-        return x.detach().cpu() if self.stage_on_host else x
+        return to_host(x, self.group)  # a CUDA tensor on gloo goes through the CPU (distlab.runtime.host_staging)
 
     def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
         self.log.append(("all-reduce", self.phase, x.numel() * x.element_size()))
@@ -65,8 +66,9 @@ class Comm:
 
 def ring_wire_bytes(op: str, full_bytes: int, t: int) -> float:
     """Bytes each rank sends in a ring implementation: all-reduce 2(t-1)/t N, reduce-scatter and
-    all-gather (t-1)/t N each, for a full tensor of N bytes."""
-    return {"all-reduce": 2, "reduce-scatter": 1, "all-gather": 1}[op] * (t - 1) / t * full_bytes
+    all-gather (t-1)/t N each, for a full tensor of N bytes (nccl-tests' bus-bandwidth factor, from
+    distlab.hardware.collectives: the one place it is derived)."""
+    return bus_bandwidth_factor(op, t) * full_bytes
 
 
 # ---------------------------------------------------------------- the f and g operators

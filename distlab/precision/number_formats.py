@@ -132,7 +132,8 @@ def capture(
     }
 
 
-def flat(tensors: list[torch.Tensor]) -> torch.Tensor:
+def concat_flat(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """The tensors' values, one after another, as one 1-D tensor (dtype and device kept)."""
     return torch.cat([t.flatten() for t in tensors])
 
 
@@ -253,7 +254,11 @@ def bf16_vs_fp16(device: str) -> Result:
     divisor = 16  # the loss of one of 16 accumulated micro-batches
     x, y = counting_batch(8, device=device)
     t = capture(small_model(device=device), x, y, loss_divisor=divisor)
-    acts, grads, params = flat(t["activations"]), flat(t["activation_grads"]), flat(t["param_grads"])
+    acts, grads, params = (
+        concat_flat(t["activations"]),
+        concat_flat(t["activation_grads"]),
+        concat_flat(t["param_grads"]),
+    )
     v = params**2  # Adam's second moment after one step (1 - beta2 times this; the factor only shifts it down)
     scale = 2.0**28  # a loss scale too large for fp16
     cases = []

@@ -163,6 +163,7 @@ def dataloader_starvation(device: str) -> Result:
         rel_tol=0.4,
         unit="s",
         formula="loading and compute serialised (sleeps: a busy machine can only lengthen them)",
+        kind="timing",
     )
     r.claim(
         "one worker: step = L (loader-bound)",
@@ -171,6 +172,7 @@ def dataloader_starvation(device: str) -> Result:
         rel_tol=0.4,
         unit="s",
         formula="max(C, L/1)",
+        kind="timing",
     )
     r.claim(
         "waiting falls as workers rise: 0 -> 2 -> 4 workers",
@@ -180,6 +182,7 @@ def dataloader_starvation(device: str) -> Result:
         formula="predicted shares "
         + ", ".join(f"{100 * (1 - STEP_S / predicted_step_s(w)):.0f} %" for w in (0, 2, 4))
         + ": each strictly lower",
+        kind="timing",
     )
     r.claim(
         "compute-bound at 4 workers: waiting share",
@@ -188,6 +191,7 @@ def dataloader_starvation(device: str) -> Result:
         relation="<=",
         unit="fraction",
         formula="w = 4 > L/C: the step no longer waits (predicted 0 %; the bound is slack for scheduling noise)",
+        kind="timing",
     )
     _prefetch_sweep(r, device)
     _figure(r, waits)
@@ -224,6 +228,7 @@ def _prefetch_sweep(r: Result, device: str) -> None:
         q["pf1_wait_fraction"].value,
         relation="<=",
         formula="batches are consumed in order: a buffer hides a slow one",
+        kind="timing",
     )
 
 
