@@ -13,6 +13,7 @@ import datetime as _dt
 import functools
 import hashlib
 import importlib
+import inspect
 import json
 import os
 import platform
@@ -58,7 +59,9 @@ def experiment(name: str, description: str, *, kind: str = "measured", versions:
         raise ValueError(f"experiment {name!r}: kind must be measured, simulated or computed")
 
     def register(fn):
-        line = getattr(getattr(fn, "__code__", None), "co_firstlineno", 0)
+        # The line of the experiment's own function (its first decorator, as the source scan finds it), not of a
+        # wrapper that a decorator below @experiment returns (runtime.threads.single_threaded): the page links it.
+        line = getattr(getattr(inspect.unwrap(fn), "__code__", None), "co_firstlineno", 0)
         _REGISTRY[name] = Experiment(name, description, fn.__module__, kind, fn, line, tuple(versions))
         return fn
 
@@ -143,8 +146,6 @@ def code_hash(name: str) -> str:
     if exp.module.startswith("distlab."):
         files = code_files(exp.module)
     else:  # an experiment defined outside the package (a test, a reader's script): its own file
-        import inspect
-
         files = [Path(inspect.getsourcefile(exp.fn))]
     for f in files:
         h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")

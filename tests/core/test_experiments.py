@@ -187,3 +187,16 @@ def test_a_compilers_version_is_in_the_cache_key_of_what_it_compiled(monkeypatch
     monkeypatch.setattr(experiments, "package_version", lambda p="torch": "99.0" if p == "triton" else real(p))
     assert experiments._cache_key("flash-attention-compile", "cpu") != before["flash-attention-compile"]
     assert experiments._cache_key("adamw-bytes", "cpu") == before["adamw-bytes"]
+
+
+def test_a_wrapped_experiment_links_its_own_line_whether_imported_or_scanned():
+    """Would catch the page's source link (and so two builds of one commit) differing with whether the experiment
+    ran fresh (imported: a decorator's wrapper reported runtime/threads.py's line) or came from the cache (scanned)."""
+    import importlib
+
+    importlib.import_module("distlab.precision.loss_scaling")
+    imported = experiments.spec("loss-scaling").line
+    scanned = experiments.discover()["loss-scaling"].line
+    assert imported == scanned
+    source = experiments.spec("loss-scaling").source
+    assert source.startswith("distlab/precision/loss_scaling.py:")
