@@ -210,6 +210,28 @@ def _published(r: Result, chip) -> None:
         rel_tol=0.05,
         formula="(4 + 10) / (4 + 8)",
     )
+    gpt2 = {k: fact(f"flash_attention.GPT2-medium.{k}").value for k in ("d_model", "n_ctx")}
+    r.claim(
+        "Figure 2's GPT-2 medium: heads x head dim = the model width in the GPT-2 paper",
+        fact("flash_attention.FA1-fig2.heads").value * d,
+        gpt2["d_model"],
+    )
+    r.claim("Figure 2's sequence = GPT-2's context length", n, gpt2["n_ctx"], unit="tokens")
+    fa3 = {k: fact(f"flash_attention.FA3.{k}").value for k in ("fp16_tflops", "fp16_peak_fraction")}
+    r.claim(
+        "FlashAttention-3's 740 TFLOP/s is the 75 % of the H100's fp16 peak it states",
+        fa3["fp16_tflops"] * 1e12 / chip.peak_flops("fp16"),
+        fa3["fp16_peak_fraction"],
+        abs_tol=0.01,  # printed to a whole percent
+        unit="fraction",
+    )
+    r.claim(
+        "FlashAttention-3's '35 % on H100' for FlashAttention-2 = FlashAttention-2's own 'up to 335 TFLOP/s'",
+        fact("flash_attention.FA2-benchmark.fa2_h100_tflops_max").value * 1e12 / chip.peak_flops("bf16"),
+        fact("flash_attention.FA3.fa2_h100_peak_fraction").value,
+        abs_tol=0.015,  # two papers, each rounding
+        unit="fraction",
+    )
     exp_rate = fact("flash_attention.FA3.h100_exp_tflops").value * 1e12
     for d in (64, 128):
         # per score: 4d matmul FLOPs (QK^T and PV) and one exponential

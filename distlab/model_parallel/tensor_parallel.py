@@ -439,6 +439,7 @@ def tensor_parallel(device: str) -> Result:
 
 def _collectives(r: Result, ranks: list[dict], t: int, act_bytes: int) -> None:
     """Count and size the collectives of one block, as issued (from the logs)."""
+    from distlab.data_parallel.ring_allreduce import traffic  # the ring simulated message by message (chapter 5)
 
     def count(part, op, phase):
         return sum(1 for o, p, _ in ranks[0][(t, part)]["log"] if o == op and p == phase)
@@ -465,9 +466,26 @@ def _collectives(r: Result, ranks: list[dict], t: int, act_bytes: int) -> None:
             formula="2(t-1)/t N = (t-1)/t N + (t-1)/t N",
         )
         r.add(f"t{t}_{phase}_wire_bytes", wire("block", phase), "B", f"bytes each rank sends per block, {phase}")
+        r.claim(
+            f"t={t}: bytes each rank sends per block in {phase} = 2 all-reduces of the ring simulator",
+            wire("block", phase),
+            2 * max(traffic(act_bytes, t, "ring", element_bytes=4).sent),
+            rel_tol=1e-12,
+            unit="B",
+            formula="Megatron's f and g, each a ring all-reduce of B x N x h fp32",
+        )
+    sync = sum(b for _, p, b in ranks[0][(t, "sp")]["log"] if p == "grad-sync")
     r.add(
         f"t{t}_sp_gradsync_bytes",
-        sum(b for _, p, b in ranks[0][(t, "sp")]["log"] if p == "grad-sync"),
+        sync,
         "B",
         "LayerNorm and bias gradients summed over the group under sequence parallelism",
+    )
+    h = CONFIG["hidden"]
+    r.claim(
+        f"t={t}: sequence parallelism sums 6 vectors of h fp32 gradients over the group (2 LayerNorms' weight and "
+        "bias, the two row-parallel biases)",
+        sync,
+        6 * h * 4,
+        unit="B",
     )
