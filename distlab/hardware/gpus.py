@@ -216,6 +216,9 @@ def data_claims(r, names: list[str]) -> None:
     for dt in h100.peaks:  # the same GH100 processor: the H200 changes only the memory
         r.claim(f"H200 {dt} peak = H100 {dt} peak (same processor)", h200.peak_flops(dt), h100.peak_flops(dt))
     r.claim("H200 SMs (device query) = H100 SMs (whitepaper)", h200.sms, h100.sms)
+    r.claim(
+        "H200 shared memory per SM = H100's (same processor)", h200.smem_per_sm_bytes, h100.smem_per_sm_bytes, unit="B"
+    )
 
 
 # Device names as torch reports them -> data-file entries. Variants we do not have data for (PCIe cards,

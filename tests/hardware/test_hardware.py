@@ -217,6 +217,8 @@ def test_fp8_variant_scales_and_layout():
         ("H100-SXM", "fp32_tflops", 76, "H100-SXM: fp32 peak = FP32 lanes"),
         ("A100-SXM-80GB", "hbm_gb", 88, "A100-SXM-80GB: HBM capacity / stacks"),
         ("H200", "hbm_tbps", 4.0, "H200 / H100 HBM bandwidth"),
+        ("A100-SXM-80GB", "hbm_tbps", 2.39, "A100-SXM-80GB: HBM bandwidth = bus width"),
+        ("H200", "smem_per_sm_kib", 256, "H200 shared memory per SM"),
         ("H200", "bf16_dense_tflops", 898, "H200 bf16 peak = H100 bf16 peak"),
         ("B200", "fp8_dense_tflops", 4050, "B200: fp8 dense peak = 2 x bf16"),
         ("B200", "tf32_dense_tflops", 1010, "B200: tf32 dense peak"),
