@@ -62,7 +62,7 @@ STRESS_DIR ?= /tmp/distlab-stress
 stress: setup
 	@rm -rf $(STRESS_DIR) && mkdir -p $(STRESS_DIR); \
 	hogs=""; for i in 1 2; do sh -c 'while :; do :; done' & hogs="$$hogs $$!"; done; \
-	trap 'kill $$hogs 2>/dev/null' EXIT INT TERM; \
+	trap 'kill $$hogs 2>/dev/null' EXIT; trap 'exit 130' INT TERM; \
 	passed=0; \
 	for i in $$(seq 1 $(N)); do \
 		d=$(STRESS_DIR)/build$$i; mkdir -p $$d; start=$$(date +%s); \
