@@ -220,8 +220,6 @@ class Page:
 
     @staticmethod
     def _where(prov: dict, kind: str = "measured") -> str:
-        if kind == "computed":
-            return f"(computed from formulas and data, not measured; code {prov.get('code_version', '?')})"
         if kind == "published":
             return "(published figures, transcribed with their sources in distlab/data/; not measured here)"
         if kind != "measured":
