@@ -287,8 +287,8 @@ class Page:
         names = [f"`{e}` ({_describe(e)})" for e in self.to_come]
         listed = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
         return (
-            f'\n!!! info "Still to come: measured on a GPU"\n    {listed}: this page shows them measured on the '
-            "build machine's CPU; the GPU figures will appear here when they are measured.\n"
+            f'\n!!! info "Still to come: measured on a GPU"\n    {listed}. Until they are, this page shows what the '
+            "build machine's CPU measures, and published numbers where they exist.\n"
         )
 
     def claims_markdown(self) -> str:
