@@ -15,7 +15,7 @@ KATEX_STAMP   := $(KATEX_DIR)/.katex-$(KATEX_VERSION)
 # The browser tests drive Debian's chromium through Playwright (never a Playwright browser download).
 CHROMIUM      := /usr/bin/chromium
 
-.PHONY: setup site serve test browser lint experiments gpu-results clean
+.PHONY: setup site serve test browser lint experiments gpu-results stress clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -53,6 +53,28 @@ experiments: setup         ## run every experiment with progress, print claims
 
 gpu-results:               ## on a GPU machine, with the python that has CUDA torch (no venv, no network)
 	PYTHONPATH=$(CURDIR) $(PYTHON) -m distlab run --all --device cuda --store --no-cache
+
+# `make stress N=10`: N cold builds in a row, each with an empty result cache, while two CPU hogs (busy shell loops)
+# compete for the cores: noise must never fail a build. Prints one line per build (pass/FAIL, seconds, the failing
+# claim) and "k of N passed"; exits 1 if any failed. Logs stay in $(STRESS_DIR).
+N ?= 10
+STRESS_DIR ?= /tmp/distlab-stress
+stress: setup
+	@rm -rf $(STRESS_DIR) && mkdir -p $(STRESS_DIR); \
+	hogs=""; for i in 1 2; do sh -c 'while :; do :; done' & hogs="$$hogs $$!"; done; \
+	trap 'kill $$hogs 2>/dev/null' EXIT; trap 'exit 130' INT TERM; \
+	passed=0; \
+	for i in $$(seq 1 $(N)); do \
+		d=$(STRESS_DIR)/build$$i; mkdir -p $$d; start=$$(date +%s); \
+		if DISTLAB_CACHE=$$d/cache $(BIN)/mkdocs build --strict -d $$d/site > $$d/log 2>&1; then \
+			passed=$$((passed + 1)); echo "build $$i/$(N): passed in $$(( $$(date +%s) - start )) s"; \
+		else \
+			echo "build $$i/$(N): FAILED in $$(( $$(date +%s) - start )) s: $$(grep -m1 'page .*claim\|Error' $$d/log)"; \
+		fi; \
+		rm -rf $$d/site $$d/cache; \
+	done; \
+	echo "stress: $$passed of $(N) cold builds passed with two CPU hogs running (logs in $(STRESS_DIR))"; \
+	test $$passed -eq $(N)
 
 clean:
 	rm -rf site .cache

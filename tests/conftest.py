@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
-# Triton must run in its interpreter on machines without a GPU; the flag has to be set before the
-# first `import triton` anywhere in the session.
-os.environ.setdefault("TRITON_INTERPRET", "1")
+# Triton must run in its interpreter on machines without a GPU, decided before the first `import triton` of the
+# session: distlab/__init__.py holds that one rule, so import it first.
+import distlab  # noqa: F401
+
 os.environ.setdefault("NO_MKDOCS_2_WARNING", "1")
 os.environ.setdefault("DISABLE_MKDOCS_2_WARNING", "true")
 

@@ -18,7 +18,7 @@ from distlab.attention.hbm_traffic import (
 )
 from distlab.core.experiments import experiment
 from distlab.core.results import Quantity, Result
-from distlab.hardware.gpus import gpu
+from distlab.hardware.gpus import data_claims, gpu
 
 # ---------------------------------------------------------------- experiment: traffic across N, d, M
 SWEEP_N = [512, 1024, 2048, 4096, 8192, 16384]
@@ -32,6 +32,7 @@ SWEEP_AT = 8192  # N for the d and M sweeps
 )
 def flash_attention_io(device: str) -> Result:
     r = Result("flash-attention-io", kind="simulated")
+    data_claims(r, [H100])  # M comes from its shared memory per SM
     sram = gpu(H100).smem_per_sm_bytes // BYTES  # M in elements: one SM's shared memory, bf16
     r.add("m_elements", sram, "elements", f"M: one {H100} SM's shared memory in bf16 elements")
     r.add("m_bytes", sram * BYTES, "B", f"one {H100} SM's shared memory")

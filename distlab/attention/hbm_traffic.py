@@ -89,6 +89,14 @@ def standard_backward(n: int, d: int) -> list[tuple[str, Traffic]]:
     ]
 
 
+def standard_closed(n: int, d: int) -> tuple[int, int]:
+    """(HBM elements, matmul FLOPs) of Algorithms 0 + 3 added up by hand from the paper, independently of the step
+    lists above. Forward: reads Q, K (2Nd), S (N^2), P (N^2), V (Nd), writes S, P (2N^2), O (Nd): 4Nd + 4N^2.
+    Backward: reads P, dO for dV; dO, V for dP; P, dP for dS; dS, K for dQ; dS, Q for dK (5Nd + 5N^2), writes
+    dV, dP, dS, dQ, dK (3Nd + 2N^2): 8Nd + 7N^2. FLOPs: two N x N x d matmuls forward, four backward: 12 N^2 d."""
+    return 12 * n * d + 11 * n * n, 12 * n * n * d
+
+
 # ---------------------------------------------------------------- FlashAttention, counted in the loops
 def flash_forward(n: int, d: int, m: int) -> Traffic:
     """Algorithm 1: for each K/V block j, stream every Q/O/l/m block i through SRAM."""

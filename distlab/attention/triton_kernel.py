@@ -10,7 +10,8 @@ with the softmax scale folded into one multiply.
 Any N works (masked loads and stores on the ragged last block); head dims 16, 32, 64 and 128; fp32,
 bf16 and fp16 inputs with fp32 accumulation. fp32 dots use input_precision="ieee" (a GPU's default
 tf32 would be ~1e-3 off); 16-bit dots run on tensor cores. On a machine without a CUDA device the
-module sets TRITON_INTERPRET=1 before importing triton, so the same kernels run (slowly) on CPU tensors.
+package sets TRITON_INTERPRET=1 before triton is imported (distlab/__init__.py, the one place that rule lives), so
+the same kernels run (slowly) on CPU tensors.
 """
 
 from __future__ import annotations
@@ -19,18 +20,15 @@ import math
 import os
 
 import torch
-
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-
-import triton  # must follow the interpreter switch
+import triton  # TRITON_INTERPRET is decided by distlab/__init__.py, imported before this module
 import triton.language as tl
 
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 HEAD_DIMS = (16, 32, 64, 128)
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-LOG2E = 1.4426950408889634  # 1 / ln 2
-LN2 = 0.6931471805599453  # ln 2
+# 1 / ln 2: scores in base 2, exp(x) = exp2(x * LOG2E). A constexpr global, the kind a @triton.jit kernel may
+# read. (No ln 2 is needed anywhere: L is kept in base 2, so the backward recomputes P with no conversion.)
+LOG2E = tl.constexpr(1.4426950408889634)
 # Blocks for the interpreter and for explicit configs: (BLOCK_M, BLOCK_N, num_warps, num_stages).
 DEFAULT_FWD = (64, 64, 4, 2)
 DEFAULT_BWD = (64, 64, 4, 2)
@@ -168,7 +166,7 @@ def _fwd_kernel(
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
-    qk_scale = sm_scale * 1.4426950408889634  # 1/ln 2: scores in base 2
+    qk_scale = sm_scale * LOG2E  # scores in base 2
     k_base = K + b * skb + h * skh
     v_base = V + b * svb + h * svh
     if CAUSAL:  # keys up to the diagonal; blocks left of this query block need no mask
@@ -296,7 +294,7 @@ def _bwd_dkdv_kernel(
     v = tl.load(_tile(V, b, h, offs_n, offs_d, svb, svh, svn, svd), mask=cols, other=0.0)
     dk = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
-    qk_scale = sm_scale * 1.4426950408889634  # 1/ln 2
+    qk_scale = sm_scale * LOG2E
     lo = (start_n // BLOCK_M) * BLOCK_M if CAUSAL else 0  # causal: earlier queries see none of these keys
     for start_m in range(lo, N, BLOCK_M):
         offs_m = start_m + tl.arange(0, BLOCK_M)
@@ -366,7 +364,7 @@ def _bwd_dq_kernel(
     do = tl.load(_tile(DO, b, h, offs_m, offs_d, sdb, sdh, sdn, sdd), mask=rows, other=0.0)
     lse2, delta = _row_stats(LSE, DELTA, bh, N, offs_m)
     dq = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
-    qk_scale = sm_scale * 1.4426950408889634  # 1/ln 2
+    qk_scale = sm_scale * LOG2E
     hi = tl.minimum(N, start_m + BLOCK_M) if CAUSAL else N
     for start_n in range(0, hi, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)

@@ -100,11 +100,22 @@ def _plain(value):
     return value
 
 
+ORIGINS = ("measured", "simulated", "computed", "published")  # published: transcribed from a paper, sourced
+
+
+def _check_origin(kind: str, what: str) -> None:
+    if kind and kind not in ORIGINS:
+        raise ValueError(f"{what}: kind must be one of {', '.join(ORIGINS)} (or empty for the result's), not {kind!r}")
+
+
 @dataclass
 class Table:
     columns: list[str]
     rows: list[list]
     caption: str = ""
+    kind: str = ""
+    """How its numbers were made, when not as the result's: a formula-only table inside a measured experiment
+    is "computed", so the page stamps it "computed", never "measured on ..."."""
 
     def to_markdown(self) -> str:
         def cell(v) -> str:
@@ -125,6 +136,8 @@ class Table:
 class Figure:
     png: bytes
     caption: str
+    kind: str = ""
+    """As Table.kind: a simulated timeline inside a measured experiment is stamped "simulated"."""
 
 
 @dataclass
@@ -151,21 +164,30 @@ class Result:
         self.claims.append(c)
         return c
 
-    def table(self, name: str, columns: list[str], rows: list[list], caption: str = "") -> Table:
+    def table(self, name: str, columns: list[str], rows: list[list], caption: str = "", *, kind: str = "") -> Table:
+        """`kind` ("computed", "simulated") when the table's numbers come from formulas or a simulator although
+        the experiment measures: the page's stamp follows the numbers' origin, not the experiment's."""
         _new(self.tables, name, f"{self.name}: table")
+        _check_origin(kind, f"{self.name}: table {name!r}")
         rows = [[_to_builtin(v) if not isinstance(v, (str, Quantity)) else v for v in row] for row in rows]
-        self.tables[name] = Table(columns, rows, caption)
+        self.tables[name] = Table(columns, rows, caption, kind)
         return self.tables[name]
 
-    def figure(self, name: str, fig, caption: str) -> None:
-        """Store a matplotlib figure as PNG bytes with no timestamp, so rebuilds are byte-stable."""
+    def origin(self, what: Table | Figure) -> str:
+        """measured, simulated or computed: how a table's or figure's numbers were made."""
+        return what.kind or self.kind
+
+    def figure(self, name: str, fig, caption: str, *, kind: str = "") -> None:
+        """Store a matplotlib figure as PNG bytes with no timestamp, so rebuilds are byte-stable. `kind` as for
+        `table`."""
         import matplotlib.pyplot as plt
 
         _new(self.figures, name, f"{self.name}: figure")
+        _check_origin(kind, f"{self.name}: figure {name!r}")
         buf = io.BytesIO()
         fig.savefig(buf, format="png", dpi=110, bbox_inches="tight", metadata={"Software": None})
         plt.close(fig)
-        self.figures[name] = Figure(buf.getvalue(), caption)
+        self.figures[name] = Figure(buf.getvalue(), caption, kind)
 
     @property
     def failed_claims(self) -> list[Claim]:
@@ -178,6 +200,7 @@ class Result:
             "quantities": {k: asdict(q) for k, q in self.quantities.items()},
             "tables": {k: asdict(t) for k, t in self.tables.items()},
             "figures": {k: f.caption for k, f in self.figures.items()},
+            "figure_kinds": {k: f.kind for k, f in self.figures.items() if f.kind},
             "claims": [asdict(c) | {"passed": c.passed} for c in self.claims],
             "data": self.data,
             "provenance": self.provenance,
@@ -188,16 +211,16 @@ class Result:
         def quantity(q):
             return Quantity(**q) if isinstance(q, dict) and set(q) == {"value", "unit", "description"} else q
 
-        tables = {}
+        tables, kinds = {}, obj.get("figure_kinds", {})
         for k, t in obj["tables"].items():
             rows = [[quantity(v) for v in row] for row in t["rows"]]
-            tables[k] = Table(t["columns"], rows, t.get("caption", ""))
+            tables[k] = Table(t["columns"], rows, t.get("caption", ""), t.get("kind", ""))
         return cls(
             name=obj["name"],
             kind=obj["kind"],
             quantities={k: Quantity(**q) for k, q in obj["quantities"].items()},
             tables=tables,
-            figures={k: Figure(figures[k], cap) for k, cap in obj["figures"].items()},
+            figures={k: Figure(figures[k], cap, kinds.get(k, "")) for k, cap in obj["figures"].items()},
             claims=[Claim(**{k: v for k, v in c.items() if k != "passed"}) for c in obj["claims"]],
             data=obj.get("data", {}),
             provenance=obj.get("provenance", {}),

@@ -8,11 +8,30 @@ placeholders name (in the order they first appear) and fills them in:
     {{ table adamw-bytes.categories }}          a markdown table
     {{ figure adamw-bytes.share }}              a figure with its caption and provenance
     {{ fact gpus.H100-SXM.hbm_gb }}             an outside fact, with a footnote naming its source
-    {{ stored roofline }}                       stored GPU measurements of an experiment, stale ones marked
+    {{ stored roofline }}                       stored GPU measurements of an experiment, stale ones marked;
+                                                when there are none, the page's one "still to come on a GPU" line
+                                                names it
+    {{ stored flash-attention-bench | published flash-attention-flops.fa2_published }}
+                                                the same, and until a stored measurement exists, a table of
+                                                published numbers (sourced) in its place
     {{ claims }}                                where the "Checked on this page" box goes (default: end)
 
 An unknown name, a failed claim or an experiment error stops the build with one message that names
-the page. Only this module imports mkdocs; the library itself does not.
+the page. So do three checks over what the pages show (issue 15):
+
+- one value per quantity: the same `experiment.quantity` (or table) shown on two pages with different values
+  (compared as value and unit, not as text: one page may write 16 GB and another 16,000,000,000 B). Within one
+  build every page reads an experiment's one cached result, so this guards the paths where that breaks (a
+  result re-measured between pages, a cache that cannot be written). The same *concept* computed by two
+  experiments (TP overhead in chapters 7 and 9) cannot be recognised by name in general; where two pages state
+  one thing, they must name one experiment's quantity, and the text must say so where the bases differ;
+- a footnote marker glued to a number ("132[^1] SMs" reads as 132¹, copied it is 1321; "80 GB[^3]" reads as
+  GB³): `{{ fact }}` puts its marker after the sentence (in a table row, after the row's label), and any marker
+  right after a digit or a number's unit fails the build;
+- a table or figure is stamped by its numbers' origin: "measured on <machine>" only for measured numbers;
+  formula-only tables in a measured experiment say "computed" (`Result.table(..., kind="computed")`).
+
+Only this module imports mkdocs; the library itself does not.
 """
 
 from __future__ import annotations
@@ -30,6 +49,7 @@ from distlab.core.results import Result
 
 PLACEHOLDER = re.compile(r"\{\{\s*(.+?)\s*\}\}")
 ONLY_ENV = "DISTLAB_ONLY"  # comma-separated page paths: build just these (others become a short notice)
+FOOTNOTE = "\x01{}\x02"  # where a fact's marker was, until place_footnotes() moves it after the sentence
 
 
 class BuildError(Exception):
@@ -48,12 +68,42 @@ def _log(message: str) -> None:
     print(f"distlab: {message}", file=sys.stderr, flush=True)
 
 
+class Shown:
+    """What every page of one build showed: `experiment.quantity` -> (value, unit, page), `experiment.table` ->
+    (markdown, page). A second page showing the same name with another value fails the build."""
+
+    def __init__(self) -> None:
+        self.quantities: dict[str, tuple[object, str, str]] = {}
+        self.tables: dict[str, tuple[str, str]] = {}
+
+    def quantity(self, ref: str, value, unit: str, page: str) -> None:
+        first = self.quantities.setdefault(ref, (value, unit, page))
+        if (first[0], first[1]) != (value, unit) and not _both_nan(first[0], value):
+            _fail(
+                f"page {page}: {ref} shows {format_quantity(value, unit)} ({value!r} {unit}) but page {first[2]} "
+                f"showed {format_quantity(first[0], first[1])} ({first[0]!r} {first[1]}): one quantity, one value "
+                "on every page (was the experiment re-run between pages?)"
+            )
+
+    def table(self, ref: str, markdown: str, page: str) -> None:
+        first = self.tables.setdefault(ref, (markdown, page))
+        if first[0] != markdown:
+            _fail(f"page {page}: table {ref} differs from the one page {first[1]} showed: one table, one content")
+
+
+def _both_nan(a, b) -> bool:
+    return isinstance(a, float) and isinstance(b, float) and a != a and b != b
+
+
 class Page:
-    def __init__(self, path: str):
+    def __init__(self, path: str, shown: Shown | None = None):
         self.path = path
         self.results: dict[str, Result] = {}
         self.stored: dict[str, list[tuple[Result, bool]]] = {}
         self.footnotes: dict[str, str] = {}
+        self.shown = shown if shown is not None else Shown()
+        self.to_come: list[str] = []
+        """Experiments whose `{{ stored }}` found no GPU measurement: the page's one "to come" line names them."""
 
     def __enter__(self) -> Page:
         return self
@@ -99,8 +149,14 @@ class Page:
 
     # ------------------------------------------------------------ rendering
     def render(self, source: str) -> str:
-        body = PLACEHOLDER.sub(lambda m: self._expand(m.group(1)), source)
-        claims = self.claims_markdown()
+        body = place_footnotes(PLACEHOLDER.sub(lambda m: self._expand(m.group(1)), source))
+        glued = glued_footnotes(body)
+        if glued:
+            _fail(
+                f"page {self.path}: footnote marker right after a number ({'; '.join(glued[:5])}): it reads as an "
+                "exponent or an extra digit; put it after the noun or the sentence"
+            )
+        claims = self.to_come_markdown() + self.claims_markdown()
         body = body.replace("\x00CLAIMS\x00", claims) if "\x00CLAIMS\x00" in body else body + "\n" + claims
         if self.footnotes:
             body += "\n\n" + "\n".join(f"[^{k}]: {v}" for k, v in self.footnotes.items()) + "\n"
@@ -114,17 +170,22 @@ class Page:
             if word == "table":
                 exp, name = self._split(rest)
                 result = self._result(exp)
-                where = f"\n\n<small>{self._where(result.provenance)}</small>" if result.kind == "measured" else ""
-                return "\n" + result.tables[name].to_markdown() + where + "\n"
+                table = result.tables[name]
+                markdown = table.to_markdown()
+                self.shown.table(f"{exp}.{name}", markdown, self.path)
+                where = f"\n\n<small>{self._where(result.provenance, table.kind or result.kind)}</small>"
+                return "\n" + markdown + where + "\n"
             if word == "figure":
                 return self._figure(*self._split(rest))
             if word == "fact":
                 return self._fact(rest)
             if word == "stored":
-                return self.stored_markdown(rest.strip())
+                exp, _, fallback = (s.strip() for s in rest.partition("|"))
+                return self.stored_markdown(exp, fallback)
             ref, _, spec = (s.strip() for s in text.partition("|"))
             exp, name = self._split(ref)
             q = self._result(exp).quantities[name]
+            self.shown.quantity(f"{exp}.{name}", q.value, q.unit, self.path)
             return format_quantity(q.value, q.unit, spec)
         except KeyError as exc:
             _fail(f"page {self.path}: unknown placeholder {{{{ {text} }}}}: {exc.args[0]}")
@@ -148,16 +209,19 @@ class Page:
         target = f"figures/{exp}--{name}.png"
         _write_bytes(target, fig.png)
         href = "../" * self.path.count("/") + target
-        return f"![{fig.caption}]({href})\n\n*{fig.caption}* {self._where(result.provenance, result.kind)}"
+        where = self._where(result.provenance, fig.kind or result.kind)
+        return f"![{fig.caption}]({href})\n\n*{fig.caption}* {where}"
 
     def _fact(self, path: str) -> str:
         f = fact(path.strip())
         key = f"{f.source.key}"
         self.footnotes[key] = f.source.citation()
-        return f"{format_quantity(f.value, f.unit)}[^{key}]"
+        return format_quantity(f.value, f.unit) + FOOTNOTE.format(key)
 
     @staticmethod
     def _where(prov: dict, kind: str = "measured") -> str:
+        if kind == "published":
+            return "(published figures, transcribed with their sources in distlab/data/; not measured here)"
         if kind != "measured":
             return f"({kind}; code {prov.get('code_version', '?')})"
         return (
@@ -165,16 +229,30 @@ class Page:
             f"code {prov.get('code_version', '?')}, {prov.get('date', '?')})"
         )
 
-    def stored_markdown(self, exp: str) -> str:
+    def stored_markdown(self, exp: str, fallback: str = "") -> str:
+        """Stored GPU measurements of `exp`. None yet: nothing here (the page's one "to come" line names it) or,
+        with `fallback` = "published other-exp.table", that table of published numbers in their place."""
         if exp not in self.stored:
             raise KeyError(f"experiment {exp!r} is not run by this page's gen script")
         rows = self.stored[exp]
-        if not rows:
-            return (
-                f'!!! note "No stored GPU results for `{exp}`"\n    None exist yet. On a machine with a '
-                f"GPU, `distlab run {exp} --device cuda --store` measures them and writes "
-                f"`results/<gpu>/{exp}.json`.\n"
+        published = ""
+        if fallback:
+            word, _, ref = fallback.partition(" ")
+            if word != "published":
+                raise KeyError(f"stored {exp} | {fallback!r}: the only option is 'published experiment.table'")
+            p_exp, p_name = self._split(ref)
+            p_result = self._result(p_exp)
+            table = p_result.tables[p_name]
+            self.shown.table(f"{p_exp}.{p_name}", table.to_markdown(), self.path)
+            published = (
+                f"Published numbers, until our own GPU measurement of `{exp}` replaces them:\n\n"
+                + table.to_markdown()
+                + f"\n\n<small>{self._where(p_result.provenance, table.kind or p_result.kind)}</small>\n"
             )
+        if not rows:
+            if exp not in self.to_come:
+                self.to_come.append(exp)
+            return published
         out = []
         for result, stale in rows:
             p = result.provenance
@@ -201,6 +279,17 @@ class Page:
                     + "; ".join(f"**{c.name}** ({c.describe()})" for c in failed)
                 )
         return "\n".join(out)
+
+    def to_come_markdown(self) -> str:
+        """One line for the page: the experiments whose GPU measurements are still to come."""
+        if not self.to_come:
+            return ""
+        names = [f"`{e}` ({_describe(e)})" for e in self.to_come]
+        listed = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+        return (
+            f'\n!!! info "Still to come: measured on a GPU"\n    {listed}. Until they are, this page shows what the '
+            "build machine's CPU measures, and published numbers where they exist.\n"
+        )
 
     def claims_markdown(self) -> str:
         lines = []
@@ -250,6 +339,101 @@ class Page:
         mkdocs_gen_files.set_edit_path(self.path, self.path)
 
 
+def _describe(exp: str) -> str:
+    try:
+        return experiments.spec(exp).description
+    except experiments.UnknownExperiment:
+        return "not a registered experiment"
+
+
+# ---------------------------------------------------------------- footnotes: after the sentence, never on a digit
+# A sentence ends at . ! or ? before a space or the line's end (closing quotes, brackets and emphasis go with it),
+# not after an abbreviation.
+_NOT_AN_END = "".join(rf"(?<!\b{a})" for a in (r"e\.g", r"i\.e", "vs", "al", "cf", "Fig", "Eq"))
+_SENTENCE_END = re.compile(_NOT_AN_END + r"[.!?](?=[\s\"')*_\]]|$)[\"')*_\]]*")
+_BLOCK_START = re.compile(r"\s*(?:[-*+] |\d+\. |#|\||[?!]{3}|```|\$\$)")
+_TITLE = re.compile(r"\s*[?!]{3}")
+_MARK = re.compile("\x01([^\x02]*)\x02")
+# Units a number is written with on this site: a marker right after one reads as an exponent ("80 GB³").
+_UNIT = (
+    r"(?:[KMGTP]i?B(?:/s)?|B(?:/s)?|[kMGTP]?FLOP(?:/s)?|[kMGT]?bit/s|[GT]b/s|%|s|ms|µs|us|ns|W|[kMG]Hz"
+    r"|B/param|tokens(?:/s)?)"
+)
+_GLUED = re.compile(r"(?:\d|\d[x×]|\d\s?" + _UNIT + r")[*_)]*(\[\^[^\]\s]+\])(?!:)")
+
+
+def place_footnotes(text: str) -> str:
+    """Move each fact's footnote marker from its number to the end of its sentence (in a table row: the end of
+    the row's first cell, its label; in an admonition's title: the first sentence of its body), so that no marker
+    sits on a digit. Several markers at one place keep their order, each once."""
+    lines = text.split("\n")
+    out: list[str] = []
+    pending: list[str] = []  # markers whose sentence continues on a later line
+    for i, raw in enumerate(lines):
+        marks = [(m.start(), m.group(1)) for m in _MARK.finditer(raw)]
+        line = _MARK.sub("", raw)
+        # each marker's position in the cleaned line
+        keys, removed = [], 0
+        for pos, key in marks:
+            keys.append((pos - removed, key))
+            removed += len(FOOTNOTE.format(key))
+        if keys and line.lstrip().startswith("|"):  # a table row: after its label
+            cells = line.split("|")
+            cells[1] = cells[1].rstrip() + "".join(f"[^{k}]" for k in dict.fromkeys(k for _, k in keys)) + " "
+            out.append("|".join(cells))
+            continue
+        if not keys and not pending:
+            out.append(line)
+            continue
+        if _TITLE.match(line):  # an admonition's title cannot hold a marker: carry it into the body
+            pending += [k for _, k in keys]
+            out.append(line)
+            continue
+        inserts: dict[int, list[str]] = {}
+        todo = [(0, k) for k in pending] + keys
+        pending = []
+        ends = [m.end() for m in _SENTENCE_END.finditer(line)]
+        nxt = lines[i + 1] if i + 1 < len(lines) else ""
+        paragraph_ends = not nxt.strip() or bool(_BLOCK_START.match(nxt))
+        for pos, key in todo:
+            at = next((e for e in ends if e > pos), None)
+            if at is None and paragraph_ends:
+                at = len(line.rstrip())
+            if at is None:
+                pending.append(key)
+            else:
+                inserts.setdefault(at, []).append(key)
+        for at in sorted(inserts, reverse=True):
+            line = _insert_marks(line, at, inserts[at])
+        out.append(line)
+    if pending:
+        out[-1] = _insert_marks(out[-1], len(out[-1].rstrip()), pending)
+    return "\n".join(out)
+
+
+def _insert_marks(line: str, at: int, keys: list[str]) -> str:
+    """The markers at `at`; where that is right after a number with no sentence end (a list item "HBM: 80 GB"),
+    after the last word before the number instead ("HBM[^x]: 80 GB"), the noun it qualifies."""
+    marks = "".join(f"[^{k}]" for k in dict.fromkeys(keys))
+    if _GLUED.search(line[:at] + marks):
+        number = list(re.finditer(r"\d[\d.,]*", line[:at]))
+        word = list(re.finditer(r"[A-Za-z][\w-]*", line[: number[-1].start()])) if number else []
+        if word:
+            at = word[-1].end()
+        else:
+            return line[:at] + f" (source{marks})" + line[at:]
+    return line[:at] + marks + line[at:]
+
+
+def glued_footnotes(text: str) -> list[str]:
+    """Footnote markers right after a digit or a number's unit: "2[^x] epochs", "80 GB[^x]"."""
+    bad = []
+    for line in text.split("\n"):
+        for m in _GLUED.finditer(line):
+            bad.append(line[max(0, m.start() - 25) : m.end()].strip())
+    return bad
+
+
 def _escape(text: str) -> str:
     """Markdown-escape * and _ outside `code` spans, so a claim named "B* = 2B0" is not italicised."""
     parts = text.split("`")
@@ -297,7 +481,12 @@ def experiments_named(text: str) -> list[str]:
         if word in ("table", "figure"):
             name = rest.strip().partition(".")[0]
         elif word == "stored":
-            name = rest.strip()
+            name, _, fallback = (s.strip() for s in rest.partition("|"))
+            published = fallback.partition(" ")[2].partition(".")[0]
+            for n in (name, published):
+                if n and n not in names:
+                    names.append(n)
+            continue
         else:
             name = body.partition("|")[0].strip().partition(".")[0]
         if name not in names:
@@ -331,13 +520,14 @@ def build_pages() -> None:
 
     docs = Path(mkdocs_gen_files.config["docs_dir"])
     modules: set[str] = set()
+    shown = Shown()  # one value per quantity across the pages of this build
     for md in sorted(docs.rglob("*.md")):
         text = md.read_text(encoding="utf-8")
         if not PLACEHOLDER.search(text):
             continue  # plain prose: mkdocs serves it as it is
         names = experiments_named(text)
         modules |= {m for m in (experiments.spec(n).module for n in names if _known(n)) if m.startswith("distlab.")}
-        with Page(md.relative_to(docs).as_posix()) as page:
+        with Page(md.relative_to(docs).as_posix(), shown) as page:
             for name in names:
                 page.run(name)
     write_source_pages(modules)

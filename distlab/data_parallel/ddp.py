@@ -17,6 +17,10 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from distlab.runtime.host_staging import all_reduce_, broadcast_
+
+__all__ = ["DataParallelNaive", "all_reduce_", "ddp", "float64_vector", "mlp", "rank_device", "regression_batch"]
+
 
 def rank_device(device: str) -> torch.device:
     """The device of this rank's tensors: its GPU (the launcher has set it) or the CPU."""
@@ -27,18 +31,6 @@ def subgroups(sizes: tuple[int, ...]) -> dict[int, dist.ProcessGroup]:
     """A group of the first `w` ranks for each w in `sizes`. Every rank must call this (new_group is
     collective), in the same order, including the ranks outside a group."""
     return {w: dist.new_group(list(range(w))) for w in sizes}
-
-
-def all_reduce_(t: torch.Tensor, group=None, op=dist.ReduceOp.SUM) -> torch.Tensor:
-    """In-place all-reduce that also works for CUDA tensors on gloo (ranks sharing one GPU), by
-    staging through the host: gloo's GPU support does not cover every collective."""
-    if t.is_cuda and dist.get_backend(group) == "gloo":
-        host = t.cpu()
-        dist.all_reduce(host, op=op, group=group)
-        t.copy_(host)
-    else:
-        dist.all_reduce(t, op=op, group=group)
-    return t
 
 
 class DataParallelNaive(nn.Module):
@@ -54,12 +46,7 @@ class DataParallelNaive(nn.Module):
         self.module, self.group = module, group
         with torch.no_grad():
             for p in module.parameters():
-                if p.is_cuda and dist.get_backend(group) == "gloo":
-                    host = p.detach().cpu()
-                    dist.broadcast(host, dist.get_global_rank(group, 0) if group else 0, group=group)
-                    p.copy_(host)
-                else:
-                    dist.broadcast(p.data, dist.get_global_rank(group, 0) if group else 0, group=group)
+                broadcast_(p.data, dist.get_global_rank(group, 0) if group else 0, group)
 
     def forward(self, *args, **kwargs):
         return self.module(*args, **kwargs)
@@ -89,7 +76,7 @@ def mlp(sizes: tuple[int, ...], seed: int, dtype=torch.float32, device: str | to
     return nn.Sequential(*layers).to(dtype=dtype, device=device)
 
 
-def flat(tensors) -> torch.Tensor:
+def float64_vector(tensors) -> torch.Tensor:
     """All values of `tensors` (parameters or gradients) as one float64 CPU vector, for comparisons."""
     return torch.cat([t.detach().reshape(-1).double().cpu() for t in tensors])
 

@@ -20,7 +20,15 @@ import torch.nn.functional as F
 
 from distlab.core.experiments import experiment
 from distlab.core.results import Result
-from distlab.data_parallel.ddp import DataParallelNaive, ddp, flat, mlp, rank_device, regression_batch, subgroups
+from distlab.data_parallel.ddp import (
+    DataParallelNaive,
+    ddp,
+    float64_vector,
+    mlp,
+    rank_device,
+    regression_batch,
+    subgroups,
+)
 from distlab.runtime.launcher import launch
 
 SIZES = (2, 3, 4)
@@ -59,24 +67,24 @@ def consistency_rank(rank: int, world: int, device: str, steps: int) -> dict:
             continue
         for name, dtype in DTYPES.items():
             model = mlp(LAYERS, seed=100 + rank, dtype=dtype, device=dev)
-            init = flat(model.parameters())
+            init = float64_vector(model.parameters())
             wrapped = ddp(model, device, groups[w])
-            after_wrap = flat(model.parameters())
+            after_wrap = float64_vector(model.parameters())
             losses = _train(wrapped, lambda: None, rank, w, dtype, dev, steps, LOCAL_BATCH)
             naive = DataParallelNaive(mlp(LAYERS, seed=100 + rank, dtype=dtype, device=dev), groups[w])
             _train(naive, naive.sync_gradients, rank, w, dtype, dev, steps, LOCAL_BATCH)
             rec = {
                 "init": init,
                 "after_wrap": after_wrap,
-                "ddp": flat(model.parameters()),
-                "naive": flat(naive.parameters()),
+                "ddp": float64_vector(model.parameters()),
+                "naive": float64_vector(naive.parameters()),
                 "losses": losses,
                 "backend": torch.distributed.get_backend(),
             }
             if rank == 0:  # one process, rank 0's initial weights, the whole global batch
                 ref = mlp(LAYERS, seed=100, dtype=dtype, device=dev)
                 _train(ref, lambda: None, 0, w, dtype, dev, steps, None)
-                rec["reference"] = flat(ref.parameters())
+                rec["reference"] = float64_vector(ref.parameters())
             out[(w, name)] = rec
     return out
 

@@ -25,7 +25,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 from distlab.core.experiments import experiment
 from distlab.core.results import Result
-from distlab.data_parallel.ddp import all_reduce_, ddp, flat, mlp, rank_device, regression_batch
+from distlab.data_parallel.ddp import all_reduce_, ddp, float64_vector, mlp, rank_device, regression_batch
 from distlab.models.gpt import GPT, GPTConfig
 from distlab.runtime.launcher import launch
 
@@ -70,18 +70,18 @@ def _accumulate(rank: int, dev, device: str, *, big_batch: bool, use_no_sync: bo
             ctx = wrapped.no_sync() if use_no_sync and i < K - 1 else contextlib.nullcontext()
             with ctx:
                 (F.mse_loss(wrapped(x), y) / K).backward()  # mean over k*b samples, not k means summed
-    grads = flat(p.grad for p in model.parameters())
+    grads = float64_vector(p.grad for p in model.parameters())
     torch.optim.SGD(model.parameters(), lr=LR).step()
-    return {"grad": grads, "params": flat(model.parameters()), "calls": state["calls"]}
+    return {"grad": grads, "params": float64_vector(model.parameters()), "calls": state["calls"]}
 
 
 def _fixed_reference(dev) -> dict:
     model = mlp(LAYERS, seed=7, device=dev)
     x, y = regression_batch(0, WORLD * K * MICRO, LAYERS[0], LAYERS[-1], device=dev)
     F.mse_loss(model(x), y).backward()
-    grads = flat(p.grad for p in model.parameters())
+    grads = float64_vector(p.grad for p in model.parameters())
     torch.optim.SGD(model.parameters(), lr=LR).step()
-    return {"grad": grads, "params": flat(model.parameters())}
+    return {"grad": grads, "params": float64_vector(model.parameters())}
 
 
 # ---------------------------------------------------------------- variable-length sequences
@@ -126,7 +126,7 @@ def _variable_length(rank: int, world: int, dev, device: str, normalise: str) ->
             else:  # sum over tokens / global tokens, times W because DDP averages over ranks
                 loss = loss_sum * world / count
             loss.backward()
-    return flat(p.grad for p in model.parameters())
+    return float64_vector(p.grad for p in model.parameters())
 
 
 def _variable_reference(world: int, dev) -> dict:
@@ -140,7 +140,7 @@ def _variable_reference(world: int, dev) -> dict:
             for i in range(K):
                 loss_sum, tokens = _token_loss_sum(model, *token_batch(r, i, dev))
                 (loss_sum / total if kind == "token mean" else loss_sum / tokens / (world * K)).backward()
-        out[kind] = flat(p.grad for p in model.parameters())
+        out[kind] = float64_vector(p.grad for p in model.parameters())
     return out
 
 

@@ -277,12 +277,12 @@ def ring_allreduce(device: str) -> Result:
 
 def _seven_b(r: Result) -> None:
     """A worked problem: the bf16 gradients of Llama 2 7B, ring all-reduced in one node and across nodes."""
-    from distlab.core.facts import fact
+    from distlab.hardware.links import per_direction_bytes_per_s
     from distlab.models.shapes import presets
 
     grad = 2 * presets()["7B"].params()  # bf16: 2 bytes per parameter
-    nvlink = fact("interconnect.NVLink4-H100.bidirectional_gbytes_per_s").value * 1e9 / 2  # quoted both ways
-    ndr = fact("interconnect.InfiniBand-NDR.gbits_per_s_per_direction").value * 1e9 / 8  # bits -> bytes
+    nvlink = per_direction_bytes_per_s("NVLink4-H100")  # quoted both ways: distlab.hardware.links halves it
+    ndr = per_direction_bytes_per_s("InfiniBand-NDR")  # quoted in bits per direction
     r.add("7b_grad_bytes", grad, "B", "Llama 2 7B gradients in bf16")
     for n, link, name in ((8, nvlink, "nvlink"), (64, ndr, "ndr")):
         t = traffic(grad - grad % n, n, "ring")

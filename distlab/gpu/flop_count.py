@@ -28,7 +28,7 @@ from distlab.gpu.flops import (
     mfu,
     preset_matmul_params,
 )
-from distlab.hardware.gpus import gpu
+from distlab.hardware.gpus import data_claims, gpu
 
 # ---------------------------------------------------------------- the estimate
 
@@ -306,6 +306,7 @@ def _presets(r: Result) -> None:
         rows,
         caption="Published shapes (distlab/data/models.toml): the estimate against a count of the weights "
         "that multiply (closed form).",
+        kind="computed",
     )
 
 
@@ -331,7 +332,9 @@ def _worked_mfu(r: Result, device: str) -> None:
         Kernel("plain", training_step(cfg, batch, device), 0, 0),
         Kernel("recompute", training_step(cfg, batch, device, recompute=True), 0, 0),
     ]
-    times = {k: statistics.median(v) for k, v in time_kernels(kernels, device, rounds=spec["steps"]).items()}
+    rounds = time_kernels(kernels, device, rounds=spec["steps"])
+    times = {k: statistics.median(v) for k, v in rounds.items()}  # what the page shows
+    best = {k: min(v) for k, v in rounds.items()}  # what the recompute claim compares: steadier under load
     peak = kernels[0].flops / times["ceiling"]
     chip = match_device(device_name(device)) if device == "cuda" else None
     hw_plain = count_flops(cfg, 1, device=device)[0] / cfg.seq
@@ -357,15 +360,18 @@ def _worked_mfu(r: Result, device: str) -> None:
         sheet_mfu = mfu(tps, model_flops, 1, chip.peak_flops("bf16"))
         r.add("train_mfu_datasheet", sheet_mfu, "fraction", f"MFU against the {chip.name} dense bf16 peak")
         sheet = f" (against the {chip.name} datasheet's dense bf16 peak: {100 * sheet_mfu:.1f} %)"
-    r.claim("measured MFU at most 100 % of the measured matmul ceiling", m_plain, 1.0, relation="<=")
-    r.claim("recompute run: HFU at most 100 %", h_rc, 1.0, relation="<=")
-    r.claim(
-        "recompute run: lower MFU than without (same model FLOPs, more work)",
-        m_rc,
-        m_plain,
+    # Timed (kind="timing"): a small model's step runs at ~30 % of its own matmul ceiling, far below the 100 %
+    # bounds; recompute does ~(8N + 16Lhs) / (6N + 12Lhs) = 4/3 the work, so its MFU sits near 3/4 of the plain one.
+    r.claim("measured MFU at most 100 % of the measured matmul ceiling", m_plain, 1.0, relation="<=", kind="timing")
+    r.claim("recompute run: HFU at most 100 %", h_rc, 1.0, relation="<=", kind="timing")
+    r.claim(  # MFU ratio = plain step time / recompute step time, best rounds (medians swung by 25 % under load)
+        "recompute run: lower MFU than without (same model FLOPs, more work; best rounds)",
+        best["plain"] / best["recompute"],
+        1.0,
         relation="<=",
         rel_tol=0.05,
-        unit="fraction",
+        formula="t_plain / t_recompute, about 3/4: the recompute runs the forward again",
+        kind="timing",
     )
     r.table(
         "worked_mfu",
@@ -396,6 +402,7 @@ def _mistakes(r: Result) -> None:
 
     s = SCENARIO
     m, chip = preset(s["model"]), gpu(s["gpu"])
+    data_claims(r, [s["gpu"], s["hard_coded_gpu"]])  # the mistakes table is made of their peaks
     n, tps = m.params(), s["tokens_per_s_per_gpu"] * s["gpus"]
     right = flops_per_token(n, m.layers, m.hidden, m.seq)
     peak = chip.peak_flops("bf16")
@@ -421,6 +428,7 @@ def _mistakes(r: Result) -> None:
         "mistakes",
         ["mistake", "reported MFU", "x the right value"],
         [[name, f"{100 * v:.1f} %" + (" (impossible)" if v > 1 else ""), f"{v / correct:.2f}"] for name, v in cases],
+        kind="computed",
     )
     r.add("scenario_tokens_per_s_per_gpu", s["tokens_per_s_per_gpu"], "tokens/s", "scenario throughput per GPU")
     r.add("scenario_gpus", s["gpus"], "GPUs", "scenario GPUs")

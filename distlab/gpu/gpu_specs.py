@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from distlab.core.experiments import experiment
+from distlab.core.facts import entries
 from distlab.core.results import Quantity, Result
-from distlab.hardware.gpus import GPU, KIB, MIB, gpu, gpu_names
+from distlab.hardware.gpus import BYTES_PER_ELEMENT, GPU, KIB, MIB, data_claims, gpu, gpu_names
+
+LLAMA2_7B_PARAMS = 6_738_415_616  # the released checkpoint's tensors, counted (hand-worked case for the preset)
 
 
 # ---------------------------------------------------------------- the chapter's hardware tables
@@ -85,6 +88,7 @@ def gpu_specs(device: str) -> Result:
         ratio_rows,
         caption="Ratios derived from the data file.",
     )
+    data_claims(r, [g.name for g in chips])
     for g in chips:
         # Data-entry checks: the printed with-sparsity figure is twice the dense one we use, fp16 = bf16.
         r.claim(
@@ -118,8 +122,17 @@ def gpu_specs(device: str) -> Result:
         )
         r.add(f"{slug}_bytes_per_flop_bf16", 1 / g.ridge("bf16"), "B/FLOP", f"{g.name} HBM bytes per bf16 FLOP")
         # a square bf16 GEMM has intensity 2n / (3 x 2 B): it reaches the ridge at n = 3 x ridge
-        r.add(f"{slug}_square_gemm_n_at_ridge", 3 * g.ridge("bf16"), "", f"{g.name}: bf16 n x n GEMM at the ridge")
+        n_ridge = 3 * g.ridge("bf16")
+        r.add(f"{slug}_square_gemm_n_at_ridge", n_ridge, "", f"{g.name}: bf16 n x n GEMM at the ridge")
+        r.claim(
+            f"{g.name}: a bf16 GEMM of n = n* has intensity 2n^3 / (3 n^2 x 2 B) = the ridge",
+            2 * n_ridge**3 / (3 * n_ridge**2 * 2),
+            g.ridge("bf16"),
+            rel_tol=1e-12,
+            unit="FLOP/B",
+        )
     h100 = gpu("H100-SXM")
+    _derived_checks(r, h100, gpu("H200"))
     _worked_problems(r, h100)
     r.add("h100_smem_per_sm", h100.smem_per_sm_bytes, "B", "H100 shared memory per SM")
     r.add("h100_l2", h100.l2_bytes, "B", "H100 L2")
@@ -129,6 +142,35 @@ def gpu_specs(device: str) -> Result:
     return r
 
 
+def _derived_checks(r: Result, h100: GPU, h200: GPU) -> None:
+    """The chapter's derived numbers recomputed in float64 from the data file's printed values (TFLOP/s, TB/s,
+    KiB as typed), independently of gpus.py's unit conversions."""
+    raw = entries("gpus")
+    for g in (h100, h200):
+        printed = raw[g.name]
+        r.claim(
+            f"{g.name}: bf16 ridge = printed TFLOP/s / printed TB/s",
+            g.ridge("bf16"),
+            printed["bf16_dense_tflops"] / printed["hbm_tbps"],
+            rel_tol=1e-12,
+            unit="FLOP/B",
+            formula="the 1e12 of TFLOP/s and of TB/s cancel",
+        )
+    printed = raw["H100-SXM"]
+    r.claim(
+        "H100: all shared memory = SMs x KiB per SM x 1024",
+        h100.smem_total_bytes,
+        printed["sms"] * printed["smem_per_sm_kib"] * 1024,
+        unit="B",
+    )
+    r.claim(
+        "H100: bf16 tensor / fp32 vector = printed TFLOP/s ratio",
+        h100.peak_flops("bf16") / h100.peak_flops("fp32"),
+        printed["bf16_dense_tflops"] / printed["fp32_tflops"],
+        rel_tol=1e-12,
+    )
+
+
 REPORTED_MFU = 0.60  # worked problem: an MFU a team reports with a peak hard-coded for the A100
 
 
@@ -136,7 +178,8 @@ def _worked_problems(r: Result, h100: GPU) -> None:
     from distlab.models.shapes import preset
 
     n = preset("7B").params()
-    weights = 2 * n  # bf16
+    r.claim("Llama 2 7B parameters = the released checkpoint's count", n, LLAMA2_7B_PARAMS)
+    weights = BYTES_PER_ELEMENT["bf16"] * n
     r.add("wp_7b_weights", weights, "B", "Llama 2 7B bf16 weights")
     r.add("wp_7b_decode_s", weights / h100.hbm_bytes_per_s, "s", "batch-1 decode step: weights / HBM bandwidth")
     r.add("wp_7b_decode_tokens_per_s", h100.hbm_bytes_per_s / weights, "tokens/s", "batch-1 decode ceiling")
@@ -147,11 +190,29 @@ def _worked_problems(r: Result, h100: GPU) -> None:
         "batch-1 decode at the memory roof: share of the bf16 peak",
     )
     r.add("wp_reported_mfu", REPORTED_MFU, "fraction", "reported MFU with the A100 peak")
-    r.add(
-        "wp_true_mfu",
-        REPORTED_MFU * gpu("A100-SXM-80GB").peak_flops("bf16") / h100.peak_flops("bf16"),
-        "fraction",
-        "the same run against the H100 peak",
+    true_mfu = REPORTED_MFU * gpu("A100-SXM-80GB").peak_flops("bf16") / h100.peak_flops("bf16")
+    r.add("wp_true_mfu", true_mfu, "fraction", "the same run against the H100 peak")
+    raw = entries("gpus")
+    r.claim(
+        "batch-1 decode: a matvec does 1 FLOP per bf16 byte, so its MFU at the memory roof = 1 / ridge",
+        2 * n * h100.hbm_bytes_per_s / weights / h100.peak_flops("bf16"),
+        raw["H100-SXM"]["hbm_tbps"] / raw["H100-SXM"]["bf16_dense_tflops"],
+        rel_tol=1e-12,
+        formula="(2 FLOP / 2 B) x B / P",
+    )
+    r.claim(
+        "decode step x HBM bandwidth = bf16 weight bytes (2 per parameter)",
+        weights / h100.hbm_bytes_per_s * raw["H100-SXM"]["hbm_tbps"] * 1e12,
+        2 * LLAMA2_7B_PARAMS,
+        rel_tol=1e-12,
+        unit="B",
+    )
+    r.claim(
+        "true MFU = reported x A100 peak / H100 peak (printed TFLOP/s)",
+        true_mfu,
+        REPORTED_MFU * raw["A100-SXM-80GB"]["bf16_dense_tflops"] / raw["H100-SXM"]["bf16_dense_tflops"],
+        rel_tol=1e-12,
+        unit="fraction",
     )
 
 

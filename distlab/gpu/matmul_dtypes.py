@@ -133,6 +133,7 @@ def _matmul_dtypes(device: str) -> Result:
                 relation="<=",
                 rel_tol=0.02,
                 unit="FLOP/s",
+                kind="timing",
             )
     if chip:  # a known datacenter chip: tensor cores for bf16 and tf32
         r.claim(
@@ -141,8 +142,9 @@ def _matmul_dtypes(device: str) -> Result:
             4 * rates["fp32"],
             relation=">=",
             unit="FLOP/s",
+            kind="timing",
         )
-        r.claim("tf32 at least 2x fp32", rates["tf32"], 2 * rates["fp32"], relation=">=", unit="FLOP/s")
+        r.claim("tf32 at least 2x fp32", rates["tf32"], 2 * rates["fp32"], relation=">=", unit="FLOP/s", kind="timing")
     r.add("n", n, "", "matrix size (n x n x n)")
     r.add("u_bf16", UNIT_ROUNDOFF["bf16"], "", "bf16 unit roundoff")
     r.table(

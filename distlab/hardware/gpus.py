@@ -122,6 +122,105 @@ def gpu(name: str) -> GPU:
     )
 
 
+# ---------------------------------------------------------------- relations that guard the data file
+# Sizes of one HBM stack as JEDEC's HBM2e, HBM3 and HBM3e generations make them (GB): capacity / stacks is one.
+HBM_STACK_GB = (8, 16, 24, 32, 36)
+
+
+def data_claims(r, names: list[str]) -> None:
+    """Relations the datasheet figures must satisfy, so that a typo in gpus.toml breaks chapter 2's build: each
+    compares the data file's value with one computed from OTHER sourced values (a second source, aggregate =
+    per-unit x count, ratios the datasheets print), never with itself. Every experiment whose page shows numbers
+    made from a chip's data calls it for that chip (`r` is its Result), so the typo fails that page's build."""
+    rows = entries("gpus")
+    for g in (gpu(name) for name in names):
+        row = rows[g.name]
+        if "fp8" in g.peaks:
+            r.claim(
+                f"{g.name}: fp8 dense peak = 2 x bf16 dense peak",
+                g.peak_flops("fp8"),
+                2 * g.peak_flops("bf16"),
+                rel_tol=1e-3,
+                unit="FLOP/s",
+                formula="each halving of the operand width doubles the tensor-core rate",
+            )
+        r.claim(
+            f"{g.name}: tf32 dense peak = bf16 dense peak / 2",
+            g.peak_flops("tf32"),
+            g.peak_flops("bf16") / 2,
+            rel_tol=0.025,  # B200: 1.1 PFLOP/s printed against 2.25 / 2
+            unit="FLOP/s",
+            formula="tf32 operands are twice as wide as bf16",
+        )
+        if "fp32_lanes" in row:
+            per_sm = row["fp32_lanes"] / g.sms
+            r.claim(
+                f"{g.name}: FP32 lanes / SMs (CUs) = {per_sm:g}, one of 64 and 128",
+                per_sm if per_sm in (64, 128) else -1,
+                per_sm,
+                formula="FP32 cores (stream processors) / SMs (CUs), both printed",
+            )
+        if "boost_clock_mhz" in row and g.vendor == "NVIDIA":
+            r.claim(
+                f"{g.name}: fp32 peak = FP32 lanes x 2 FLOP x boost clock",
+                g.peak_flops("fp32"),
+                row["fp32_lanes"] * 2 * row["boost_clock_mhz"] * 1e6,
+                rel_tol=0.005,  # the datasheets round the TFLOP/s (H100: 66.9 printed as 67)
+                unit="FLOP/s",
+                formula="one fused multiply-add per lane per clock",
+            )
+        if "hbm_stacks" in row:
+            per_stack = g.hbm_bytes / 1e9 / row["hbm_stacks"]
+            r.claim(
+                f"{g.name}: HBM capacity / stacks = {per_stack:g} GB, a standard stack size",
+                per_stack if per_stack in HBM_STACK_GB else -1,
+                per_stack,
+                unit="GB",
+                formula="JEDEC stack sizes " + ", ".join(map(str, HBM_STACK_GB)) + " GB",
+            )
+        if "hbm_bus_bits" in row:
+            r.claim(
+                f"{g.name}: HBM bandwidth = bus width x 2 transfers per memory clock",
+                g.hbm_bytes_per_s,
+                row["hbm_bus_bits"] / 8 * 2 * row["hbm_clock_mhz"] * 1e6,
+                rel_tol=0.005,  # printed as 3.35 TB/s; the clocks give 3.352
+                unit="B/s",
+                formula="bus bits / 8 x 2 x memory clock (nvidia-smi)",
+            )
+        if "xcds" in row:
+            r.claim(f"{g.name}: compute units = XCDs x CUs per XCD", g.sms, row["xcds"] * row["cus_per_xcd"])
+            r.claim(
+                f"{g.name}: L2 = XCDs x L2 per XCD",
+                g.l2_bytes,
+                row["xcds"] * row["l2_mib_per_xcd"] * MIB,
+                unit="B",
+            )
+        if "smem_per_block_optin_kib" in row:
+            r.claim(
+                f"{g.name}: shared memory per SM = one block's opt-in maximum + the reserved 1 KiB",
+                g.smem_per_sm_bytes,
+                (row["smem_per_block_optin_kib"] + row["smem_reserved_per_block_kib"]) * KIB,
+                unit="B",
+                formula="CUDA programming guide vs CCCL's per-architecture traits",
+            )
+    if "H200" not in names:
+        return
+    h100, h200 = gpu("H100-SXM"), gpu("H200")
+    r.claim(
+        "H200 / H100 HBM bandwidth = the 1.4x the H200's datasheet prints",
+        h200.hbm_bytes_per_s / h100.hbm_bytes_per_s,
+        rows["H200"]["hbm_tbps_over_h100"],
+        abs_tol=0.05,  # printed to one decimal
+        formula="4.8 TB/s / 3.35 TB/s",
+    )
+    for dt in h100.peaks:  # the same GH100 processor: the H200 changes only the memory
+        r.claim(f"H200 {dt} peak = H100 {dt} peak (same processor)", h200.peak_flops(dt), h100.peak_flops(dt))
+    r.claim("H200 SMs (device query) = H100 SMs (whitepaper)", h200.sms, h100.sms)
+    r.claim(
+        "H200 shared memory per SM = H100's (same processor)", h200.smem_per_sm_bytes, h100.smem_per_sm_bytes, unit="B"
+    )
+
+
 # Device names as torch reports them -> data-file entries. Variants we do not have data for (PCIe cards,
 # NVL, 40 GB A100) match nothing rather than the wrong row.
 _DEVICE_PATTERNS = [

@@ -149,7 +149,7 @@ def _seven_b(r: Result) -> None:
     rows = [[cat, formulas[cat], Quantity(states[cat], "B")] for cat in states]
     total = sum(states.values())
     rows.append(["**total (training)**", "16Ψ", Quantity(total, "B")])
-    r.table("seven_b", ["category", "formula", "bytes"], rows)
+    r.table("seven_b", ["category", "formula", "bytes"], rows, kind="computed")  # formulas only, nothing timed
     thirteen = presets()["13B"].params()
     r.add("13b_params", thirteen, "params", "Llama 2 13B parameters")
     r.add("13b_total_bytes", 16 * thirteen, "B", "13B model states, 16 B/param")

@@ -257,3 +257,24 @@ def _long_context(r: Result, seq: int = 131072, ranks: int = 8) -> None:
     )
     r.add("overlap_tokens_per_rank_causal", 2 * c_min, "tokens", "the same with a causal mask (half the pairs)")
     r.add("long_tokens_per_rank", seq // ranks, "tokens", "tokens per rank at 128k over 8 ranks")
+    from distlab.hardware.gpus import data_claims
+
+    data_claims(r, ["H100-SXM"])  # its peak sets the overlap threshold
+    hops, block = ranks - 1, seq // ranks
+    r.claim(
+        "bytes a rank forwards = (R - 1) hops x K and V of its block, by hand",
+        fwd,
+        hops * block * kv_width * 2 * 2,
+        unit="B",
+        formula="7 x 16,384 tokens x 1,024 x (K, V) x 2 B",
+    )
+    hop_flops_s = 4 * c_min**2 * m.hidden / flops  # one unmasked hop's attention at the threshold, timed
+    hop_bytes_s = 2 * c_min * kv_width * 2 / link  # its K and V over the link
+    r.claim(
+        "at the overlap threshold one hop's attention takes exactly as long as its transfer",
+        hop_flops_s,
+        hop_bytes_s,
+        rel_tol=1e-12,
+        unit="s",
+        formula="4 c^2 h / F = 2 c kv x 2 B / link",
+    )

@@ -26,6 +26,15 @@ def replicated_bytes_saved(seq: int, batch: int, hidden: int, tp: int) -> float:
     return 10 * seq * batch * hidden * (tp - 1) / tp
 
 
+def korthikanti_table2(s: int, b: int, h: int, a: int, t: int, sp: bool, recompute: str) -> float:
+    """The paper's Table 2, transcribed here as the independent reference for the shown numbers: per layer,
+    no recompute sbh(10 + 24/t + 5as/(ht)), with SP sbh/t (34 + 5as/h); selective sbh(10 + 24/t), with SP 34sbh/t."""
+    core = 5 * a * s / h
+    if recompute == "selective":
+        return 34 * s * b * h / t if sp else s * b * h * (10 + 24 / t)
+    return s * b * h / t * (34 + core) if sp else s * b * h * (10 + 24 / t + core / t)
+
+
 def tp_wire_bytes_per_layer(seq: int, batch: int, hidden: int, tp: int, bytes_per_element: int = 2) -> float:
     """Bytes each rank sends per layer, forward and backward: four all-reduces of sbh elements (two
     forward, two backward), or with sequence parallelism four reduce-scatters and four all-gathers."""
@@ -49,6 +58,14 @@ def sequence_parallel(device: str) -> Result:
             for recompute in ("none", "selective"):
                 without = activation_bytes_per_layer(s, b, h, a, tp=t, sequence_parallel=False, recompute=recompute)
                 with_sp = activation_bytes_per_layer(s, b, h, a, tp=t, sequence_parallel=True, recompute=recompute)
+                for sp, got in ((False, without), (True, with_sp)):
+                    r.claim(
+                        f"{name}, t={t}, recompute {recompute}{', SP' if sp else ''}: per layer = Korthikanti Table 2",
+                        got,
+                        korthikanti_table2(s, b, h, a, t, sp, recompute),
+                        rel_tol=1e-12,
+                        unit="B",
+                    )
                 r.claim(
                     f"{name}, t={t}, recompute {recompute}: saving = 10sbh(t-1)/t",
                     without - with_sp,
@@ -103,6 +120,17 @@ def sequence_parallel(device: str) -> Result:
         tp_wire_bytes_per_layer(s, 1, h, 8),
         "B",
         "70B, t=8: bytes each rank sends per layer, forward + backward, bf16",
+    )
+    from distlab.data_parallel.ring_allreduce import traffic
+
+    sent = max(traffic(s * h * 2, 8, "ring").sent)  # one (s, h) bf16 all-reduce, simulated message by message
+    r.claim(
+        "70B, t=8: bytes per layer = 4 all-reduces of the ring simulator's bytes per rank",
+        tp_wire_bytes_per_layer(s, 1, h, 8),
+        4 * sent,
+        rel_tol=1e-12,
+        unit="B",
+        formula="two all-reduces forward, two backward (Megatron's f and g)",
     )
     r.add("70b_layers", m.layers, "", "layers of Llama 2 70B")
     r.add("70b_seq", s, "tokens", "training sequence of Llama 2 70B")

@@ -22,7 +22,9 @@ from torch.nn import functional as F
 
 from distlab.core.experiments import experiment
 from distlab.core.results import Result
+from distlab.hardware.collectives import bus_bandwidth_factor
 from distlab.models.gpt import Block, GPTConfig
+from distlab.runtime.host_staging import to_host
 
 
 # ---------------------------------------------------------------- collectives that keep a log
@@ -36,10 +38,9 @@ class Comm:
         self.rank = dist.get_rank(group)
         self.phase = "forward"
         self.log: list[tuple[str, str, int]] = []
-        self.stage_on_host = dist.get_backend(group) == "gloo"  # gloo on CUDA tensors: go through the CPU
 
     def _host(self, x: torch.Tensor) -> torch.Tensor:
-        return x.detach().cpu() if self.stage_on_host else x
+        return to_host(x, self.group)  # a CUDA tensor on gloo goes through the CPU (distlab.runtime.host_staging)
 
     def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
         self.log.append(("all-reduce", self.phase, x.numel() * x.element_size()))
@@ -65,8 +66,9 @@ class Comm:
 
 def ring_wire_bytes(op: str, full_bytes: int, t: int) -> float:
     """Bytes each rank sends in a ring implementation: all-reduce 2(t-1)/t N, reduce-scatter and
-    all-gather (t-1)/t N each, for a full tensor of N bytes."""
-    return {"all-reduce": 2, "reduce-scatter": 1, "all-gather": 1}[op] * (t - 1) / t * full_bytes
+    all-gather (t-1)/t N each, for a full tensor of N bytes (nccl-tests' bus-bandwidth factor, from
+    distlab.hardware.collectives: the one place it is derived)."""
+    return bus_bandwidth_factor(op, t) * full_bytes
 
 
 # ---------------------------------------------------------------- the f and g operators
@@ -437,6 +439,7 @@ def tensor_parallel(device: str) -> Result:
 
 def _collectives(r: Result, ranks: list[dict], t: int, act_bytes: int) -> None:
     """Count and size the collectives of one block, as issued (from the logs)."""
+    from distlab.data_parallel.ring_allreduce import traffic  # the ring simulated message by message (chapter 5)
 
     def count(part, op, phase):
         return sum(1 for o, p, _ in ranks[0][(t, part)]["log"] if o == op and p == phase)
@@ -463,9 +466,26 @@ def _collectives(r: Result, ranks: list[dict], t: int, act_bytes: int) -> None:
             formula="2(t-1)/t N = (t-1)/t N + (t-1)/t N",
         )
         r.add(f"t{t}_{phase}_wire_bytes", wire("block", phase), "B", f"bytes each rank sends per block, {phase}")
+        r.claim(
+            f"t={t}: bytes each rank sends per block in {phase} = 2 all-reduces of the ring simulator",
+            wire("block", phase),
+            2 * max(traffic(act_bytes, t, "ring", element_bytes=4).sent),
+            rel_tol=1e-12,
+            unit="B",
+            formula="Megatron's f and g, each a ring all-reduce of B x N x h fp32",
+        )
+    sync = sum(b for _, p, b in ranks[0][(t, "sp")]["log"] if p == "grad-sync")
     r.add(
         f"t{t}_sp_gradsync_bytes",
-        sum(b for _, p, b in ranks[0][(t, "sp")]["log"] if p == "grad-sync"),
+        sync,
         "B",
         "LayerNorm and bias gradients summed over the group under sequence parallelism",
+    )
+    h = CONFIG["hidden"]
+    r.claim(
+        f"t={t}: sequence parallelism sums 6 vectors of h fp32 gradients over the group (2 LayerNorms' weight and "
+        "bias, the two row-parallel biases)",
+        sync,
+        6 * h * 4,
+        unit="B",
     )

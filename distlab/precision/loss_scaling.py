@@ -17,7 +17,7 @@ from torch.nn import functional as F
 
 from distlab.core.experiments import experiment
 from distlab.core.results import Quantity, Result
-from distlab.precision.number_formats import capture, counting_batch, flat, flushed, fmt, small_model
+from distlab.precision.number_formats import capture, concat_flat, counting_batch, flushed, fmt, small_model
 from distlab.runtime.threads import single_threaded
 
 
@@ -72,7 +72,7 @@ def underflow(divisor: float, scale: float, *, batch: int = 8, device: str = "cp
     half = capture(small_model(dtype=torch.float16, device=device), x, y, loss_divisor=divisor, loss_scale=scale)
     out = {}
     for kind in ("activation_grads", "param_grads"):
-        a, q = flat(ref[kind]), flat(half[kind])
+        a, q = concat_flat(ref[kind]), concat_flat(half[kind])
         out[kind] = flushed(a, torch.where(torch.isfinite(q), q, 1.0))
         out[kind + "_nonfinite"] = int((~torch.isfinite(q)).sum())
     out["reference"] = ref
@@ -251,7 +251,7 @@ def loss_scaling(device: str) -> Result:
     r.add("final_flushed", final["activation_grads"], "fraction", "activation gradients flushed at that scale")
     r.add("first_loss", trace[0]["loss"], "", "loss at step 0")
     r.add("last_loss", trace[-1]["loss"], "", "loss at the last step")
-    _figure(r, flat(measured[(mid, 1.0)]["reference"]["activation_grads"]), settled, trace, mid)
+    _figure(r, concat_flat(measured[(mid, 1.0)]["reference"]["activation_grads"]), settled, trace, mid)
     return r
 
 

@@ -19,6 +19,16 @@ from distlab.core.results import Quantity, Result
 from distlab.precision.number_formats import counting_batch, small_model
 from distlab.runtime.threads import single_threaded
 
+
+def lost_from(delta: float) -> float:
+    """The smallest power of two x (in bf16) for which x + delta rounds back to x, found by trying them."""
+    for k in range(-30, 31):
+        x = torch.tensor(2.0**k, dtype=torch.bfloat16)
+        if (x + torch.tensor(delta, dtype=torch.bfloat16)).item() == x.item():
+            return 2.0**k
+    raise ValueError(f"no power of two below 2^30 loses an update of {delta}")
+
+
 DELTA, STEPS = 1e-4, 500  # a constant update (not a dyadic number: no rounding ties) and how often
 TRAIN_STEPS, LR, BATCH = 50, 1e-3, 4
 
@@ -143,7 +153,14 @@ def master_weights(device: str) -> Result:
     r.add("delta", DELTA, "", "the update")
     r.add("steps", STEPS, "", "updates applied")
     r.add("total", DELTA * STEPS, "", "the sum of the updates")
-    r.add("threshold", 2.0**-5, "", "the magnitude from which a 1e-4 update is lost in bf16 (2^-5)")
+    threshold = lost_from(DELTA)
+    r.add("threshold", threshold, "", f"the smallest power of two at which a {DELTA:g} update is lost in bf16")
+    r.claim(
+        f"bf16 loses a {DELTA:g} update from 2^-5 on (hand-worked: half the gap at 2^k is 2^(k-8) > {DELTA:g})",
+        threshold,
+        2.0**-5,
+        formula="2^(k-8) > 1e-4 first at k = -5 (2^-13 = 1.22e-4)",
+    )
 
     runs = {m: train(m, device=device) for m in (False, True)}
     groups_out = list(runs[True]["moved"])
@@ -175,7 +192,10 @@ def master_weights(device: str) -> Result:
     r.add("ln_moved_master", runs[True]["moved"][ln], "fraction", "LayerNorm gains moved with masters")
     r.add("loss_direct", runs[False]["losses"][-1], "", "final loss, AdamW on bf16 weights")
     r.add("loss_master", runs[True]["losses"][-1], "", "final loss, fp32 masters")
-    r.add("half_gap_at_one", 2.0**-8, "", "half the bf16 gap above 1.0")
+    one = torch.tensor(1.0, dtype=torch.bfloat16)
+    half_gap = (torch.nextafter(one, torch.tensor(2.0, dtype=torch.bfloat16)).float() - 1).item() / 2
+    r.add("half_gap_at_one", half_gap, "", "half the bf16 gap above 1.0")
+    r.claim("half the bf16 gap above 1.0 = 2^-8 (7 mantissa bits)", half_gap, 2.0**-8)
     _figure(r, runs)
     return r
 

@@ -132,7 +132,8 @@ def capture(
     }
 
 
-def flat(tensors: list[torch.Tensor]) -> torch.Tensor:
+def concat_flat(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """The tensors' values, one after another, as one 1-D tensor (dtype and device kept)."""
     return torch.cat([t.flatten() for t in tensors])
 
 
@@ -213,6 +214,15 @@ def number_formats(device: str) -> Result:
     tf = fmt("tf32").layout()
     r.add("tf32_eps", tf["eps"], "", "tf32 epsilon (derived)")
     r.add("tf32_max", tf["max"], "", "tf32 max (derived)")
+    # tf32 has no torch dtype to read back: the page's statement about it, checked against fp16's and fp32's
+    # torch.finfo (fp16's precision: 10 mantissa bits; fp32's range: 8 exponent bits, to one part in 2^10).
+    r.claim("tf32 epsilon = fp16's (torch.finfo)", tf["eps"], torch.finfo(torch.float16).eps)
+    r.claim(
+        "tf32 max = fp32's range (torch.finfo), to its 10-bit mantissa",
+        tf["max"],
+        torch.finfo(torch.float32).max,
+        rel_tol=2.0**-10,
+    )
     # Casting past the largest value: saturation (to max) or overflow (to inf/NaN), as this build does it.
     for f in (fmt("fp8 e4m3"), fmt("fp8 e5m2"), fmt("fp16")):
         slug = f.name.replace("fp8 ", "")
@@ -222,6 +232,17 @@ def number_formats(device: str) -> Result:
             "",
             f"{f.name}: a plain cast of twice its max",
         )
+    # What the page says this build does: e4m3fn has no inf, so a cast past its max saturates (or is NaN on
+    # builds that do not saturate); e5m2 and fp16 have inf and overflow to it.
+    sat = r.quantities["e4m3_cast_of_2max"].value
+    r.claim(
+        "e4m3 fn: a plain cast of twice its max saturates to its max (it has no inf)",
+        sat,
+        fmt("fp8 e4m3").layout()["max"],
+    )
+    for slug in ("e5m2", "fp16"):
+        value = r.quantities[f"{slug}_cast_of_2max"].value
+        r.claim(f"{slug}: a plain cast of twice its max overflows to inf (1 = inf)", int(math.isinf(value)), 1)
     if device == "cuda":
         r.add("tf32_eps_measured", _tf32_eps(), "", "smallest 2^-k that a tf32 matmul keeps in 1 + 2^-k (GPU)")
         r.claim("tf32 matmul keeps 10 mantissa bits (GPU)", r.quantities["tf32_eps_measured"].value, tf["eps"])
@@ -253,7 +274,11 @@ def bf16_vs_fp16(device: str) -> Result:
     divisor = 16  # the loss of one of 16 accumulated micro-batches
     x, y = counting_batch(8, device=device)
     t = capture(small_model(device=device), x, y, loss_divisor=divisor)
-    acts, grads, params = flat(t["activations"]), flat(t["activation_grads"]), flat(t["param_grads"])
+    acts, grads, params = (
+        concat_flat(t["activations"]),
+        concat_flat(t["activation_grads"]),
+        concat_flat(t["param_grads"]),
+    )
     v = params**2  # Adam's second moment after one step (1 - beta2 times this; the factor only shifts it down)
     scale = 2.0**28  # a loss scale too large for fp16
     cases = []

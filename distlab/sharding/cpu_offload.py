@@ -6,6 +6,7 @@ from __future__ import annotations
 from distlab.core.experiments import experiment
 from distlab.core.facts import fact
 from distlab.core.results import Quantity, Result
+from distlab.hardware.gpus import data_claims
 from distlab.hardware.links import per_direction_bytes_per_s
 from distlab.models.shapes import preset
 from distlab.sharding.offload import (
@@ -28,6 +29,7 @@ TOKENS = (512, 2048, 8192, 32768, 131072)
 )
 def cpu_offload(device: str) -> Result:
     r = Result("cpu-offload")
+    data_claims(r, [GPU])  # its bf16 peak and memory enter the page's numbers
     n, gpus = preset("7B").params(), fact(f"host_links.{NODE}.gpus").value
     pcie = per_direction_bytes_per_s(PCIE)
     host = node_memory_bytes_per_s()

@@ -144,7 +144,8 @@ def traffic_bytes_per_gpu(params: int, gpus: int, zero: int, bytes_per_elem: int
 def conventions(gpus: int) -> dict[str, tuple[str, str, float, str]]:
     """key -> (tool, what it counts, bytes per parameter per GPU at `gpus`, formula) for the conventions
     readers meet, derived from chapter 1's dtype sizes (an fp32 gradient costs what chapter 1's fp32
-    gradient costs). Sources: Megatron-LM's distributed-optimizer guide, DeepSpeed's memory estimators."""
+    gradient costs). Sources: Megatron-LM's distributed-optimizer guide, DeepSpeed's memory estimators
+    (distlab/data/zero_estimators.toml: the code's formulas, before and since DeepSpeed PR 5099)."""
     mixed = bytes_per_param_by_state("mixed")
     fp32_grad = bytes_per_param_by_state("fp32")["grads"]
     p, g, o = mixed["params"], mixed["grads"], mixed["optimizer"]
@@ -170,8 +171,14 @@ def conventions(gpus: int) -> dict[str, tuple[str, str, float, str]]:
         ),
         "zero1": ("this site, ZeRO-1", "bf16 gradients, optimizer sharded", p + g + o / n, f"{p + g} + {o}/N"),
         "deepspeed_zero2": (
-            "DeepSpeed estimator, ZeRO-2",
-            "an fp32 gradient partition beside the optimizer",
+            "DeepSpeed estimator, ZeRO-2 (since PR 5099, v0.14.3: current)",
+            "bf16 weights replicated; bf16 and fp32 gradients and the optimizer sharded",
+            p + (g + fp32_grad + o) / n,
+            f"{p} + {g + fp32_grad + o}/N",
+        ),
+        "deepspeed_zero2_old": (
+            "DeepSpeed estimator, ZeRO-2 (before PR 5099, to v0.14.2; still the docs' example)",
+            "bf16 weights and gradients replicated (ZeRO-2 shards gradients), fp32 gradients and optimizer sharded",
             p + g + (o + fp32_grad) / n,
             f"{p + g} + {o + fp32_grad}/N",
         ),

@@ -56,7 +56,7 @@ def reduce_scatter_flat(output: torch.Tensor, full: torch.Tensor, group=None) ->
     fn(output, full, group=group)
 
 
-def flat(tensors, length: int) -> torch.Tensor:
+def flat_padded(tensors, length: int) -> torch.Tensor:
     """The tensors flattened into one fp32 vector, zero-padded to `length`."""
     tensors = list(tensors)
     out = torch.zeros(length, dtype=torch.float32, device=tensors[0].device)
@@ -74,7 +74,7 @@ class Zero1AdamW:
         self.numel = sum(p.numel() for p in self.params)
         self.shard = shard_elements(self.numel, self.world)
         self.start = self.rank * self.shard
-        owned = flat(self.params, self.shard * self.world)[self.start : self.start + self.shard]
+        owned = flat_padded(self.params, self.shard * self.world)[self.start : self.start + self.shard]
         self.owned = torch.nn.Parameter(owned.clone())  # the rank's fp32 master shard
         self.opt = torch.optim.AdamW([self.owned], **adamw)
 
@@ -85,7 +85,7 @@ class Zero1AdamW:
     @torch.no_grad()
     def step(self) -> None:
         padded = self.shard * self.world
-        grads = flat((p.grad for p in self.params), padded)  # (N·⌈Ψ/N⌉,)
+        grads = flat_padded((p.grad for p in self.params), padded)  # (N·⌈Ψ/N⌉,)
         if self.naive:
             dist.all_reduce(grads, group=self.group)
             mine = grads[self.start : self.start + self.shard].clone()

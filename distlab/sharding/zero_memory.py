@@ -6,6 +6,8 @@ from __future__ import annotations
 from distlab.core.experiments import experiment
 from distlab.core.formatting import format_quantity
 from distlab.core.results import Quantity, Result
+from distlab.hardware.gpus import data_claims
+from distlab.memory.model_states import bytes_per_param
 from distlab.sharding.zero import (
     STAGE_NAMES,
     STAGES,
@@ -25,6 +27,7 @@ def zero_memory(device: str) -> Result:
     from distlab.models.shapes import preset
 
     r = Result("zero-memory")
+    data_claims(r, ["H100-SXM"])  # its memory and peak enter the page's numbers
     n, gpus = preset("7B").params(), 8
     hbm = fact("gpus.H100-SXM.hbm_gb").value * 1e9
     r.add("params", n, "params", "Llama 2 7B parameters")
@@ -68,7 +71,8 @@ def zero_memory(device: str) -> Result:
         rows,
         caption=f"Llama 2 7B, {gpus} GPUs, mixed-precision AdamW, model states only (no activations)",
     )
-    # Independent closed forms: the ZeRO paper's Figure 1 formulas with K = 12, Ψ/N rounded up.
+    # Independent closed forms: the ZeRO paper's Figure 1 formulas with K = 12, Ψ/N rounded up (typed here on
+    # purpose, not from model_states.BYTES_PER_PARAM: they are the published reference the code is checked against).
     shard = shard_elements(n, gpus)
     for z, formula, expected in (
         (0, "(2 + 2 + K)Ψ", 16 * n),
@@ -113,7 +117,8 @@ def _worked(r: Result, n: int, gpus: int, hbm: float) -> None:
             "B",
             f"70B on 64 GPUs, {STAGE_NAMES[z]}: model states per GPU",
         )
-    r.add("70b_z3_min_gpus", -(-16 * big // int(hbm)), "GPUs", "fewest GPUs whose memory holds 70B's 16Ψ")
+    min_gpus = -(-bytes_per_param() * big // int(hbm))
+    r.add("70b_z3_min_gpus", min_gpus, "GPUs", "fewest GPUs whose memory holds 70B's 16Ψ")
     for link, key in (("NVLink4-H100", "nvlink"), ("InfiniBand-NDR", "ndr")):
         bw = per_direction_bytes_per_s(link)
         r.add(f"{key}_bytes_per_s", bw, "B/s", f"{link}: bytes per second per direction")
@@ -162,11 +167,46 @@ def _traffic(r: Result, n: int, gpus: int) -> None:
 
 
 def _conventions(r: Result, gpus: int) -> None:
+    from distlab.core.facts import entries
+
     rows = []
     for key, (tool, what, bpp, formula) in conventions(gpus).items():
         rows.append([tool, what, formula, round(bpp, 3)])
         r.add(f"conv_{key}", bpp, "B/param", f"{tool}: bytes per parameter at N = {gpus}")
     r.table("conventions", ["convention", "what it counts", "bytes/param per GPU", f"at N = {gpus}"], rows)
+    # DeepSpeed's own constants (its code, transcribed in zero_estimators.toml) against our derivation from
+    # chapter 1's categories, at two data-parallel sizes so that the replicated and the sharded part both count.
+    ds = entries("zero_estimators")
+    for key, entry in (
+        ("deepspeed_zero2", "deepspeed-zero2"),
+        ("deepspeed_zero2_old", "deepspeed-zero2-before-5099"),
+        ("deepspeed_zero3", "deepspeed-zero3"),
+    ):
+        row = ds[entry]
+        for n in (gpus, 3):
+            r.claim(
+                f"{conventions(n)[key][0]} at N = {n}: our derivation = DeepSpeed's code ({row['formula']})",
+                conventions(n)[key][2],
+                row["replicated_bytes_per_param"] + row["sharded_bytes_per_param"] / n,
+                rel_tol=1e-12,
+                unit="B/param",
+            )
+    # The docs' printed t5-3b examples: the ZeRO-2 one is the old formula's, the ZeRO-3 one the current code's.
+    for example in ("deepspeed-doc-zero2-t5-3b", "deepspeed-doc-zero3-t5-3b"):
+        ex, code = ds[example], ds[ds[example]["matches"]]
+        p, n = int(ex["total_params"]), ex["gpus"]
+        got = (
+            code["replicated_bytes_per_param"] * p
+            + int(code["sharded_bytes_per_param"] * p / n)
+            + code["largest_layer_bytes_per_param"] * int(ex.get("largest_layer_params", 0))
+        )
+        r.claim(
+            f"DeepSpeed docs' t5-3b example ({example.split('-')[2].upper()}) = {ex['matches']} formula",
+            got / 2**30,
+            ex["printed_gib_per_gpu"],
+            abs_tol=0.01,  # printed to two decimals, in GiB labelled GB
+            unit="GiB",
+        )
 
 
 def _figure(r: Result, n: int, hbm: float) -> None:

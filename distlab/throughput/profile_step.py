@@ -204,6 +204,7 @@ def profile_step(device: str) -> Result:
         rel_tol=0.05,
         unit="fraction",
         formula="data + forward + backward + optimizer vs wall time of the step",
+        kind="timing",
     )
     r.claim(
         "data phase >= the transform's cost",
@@ -212,6 +213,7 @@ def profile_step(device: str) -> Result:
         relation=">=",
         unit="s",
         formula=f"{BATCH} samples x their sleep",
+        kind="timing",
     )
     if world > 1:
         r.claim(

@@ -38,8 +38,92 @@ def test_unknown_placeholder_fails_naming_page_and_known_names():
 
 def test_fact_placeholder_cites_its_source():
     out = _page_with(Result("exp")).render("{{ fact gpus.H100-SXM.hbm_gb }}")
-    assert out.startswith("80 GB[^h100-datasheet]")
+    assert out.startswith("80 GB (source[^h100-datasheet])")  # never on the number: "80 GB³"
     assert "[^h100-datasheet]: [NVIDIA H100" in out
+
+
+def test_a_fact_marker_goes_after_the_sentence_or_the_row_label():
+    """Would catch "132[^1] SMs" (read as 132¹, copied as 1321) and "80 GB[^3]" (read as GB³): the marker goes after
+    the sentence (not after "e.g." or "et al."), in a table after the row's label, in an admonition's title into
+    its body; two facts of one source in one sentence give one marker."""
+    page = _page_with(Result("exp"))
+    text = (
+        "An H100 has {{ fact gpus.H100-SXM.sms }} SMs, e.g. at\n{{ fact gpus.H100-SXM.hbm_tbps }} and "
+        "{{ fact gpus.H100-SXM.hbm_gb }}. Next sentence.\n\n"
+        "| row | {{ fact gpus.H100-SXM.hbm_gb }} |\n|---|---|\n\n"
+        '??? question "Is {{ fact gpus.H100-SXM.hbm_gb }} enough?"\n    Body one. Body two.\n\n'
+        "- HBM: {{ fact gpus.H100-SXM.hbm_gb }}\n"
+    )
+    out = page.render(text)
+    assert "An H100 has 132 SMs, e.g. at\n3.35 TB/s and 80 GB.[^hopper-whitepaper][^h100-datasheet] Next" in out
+    assert "| row[^h100-datasheet] | 80 GB |" in out
+    assert '"Is 80 GB enough?"\n    Body one.[^h100-datasheet] Body two.' in out
+    assert "- HBM[^h100-datasheet]: 80 GB" in out
+
+
+@pytest.mark.parametrize(
+    "glued",
+    ["ran 2[^x] epochs", "132[^a] SMs", "80 GB[^b] of HBM", "at 3.35 TB/s[^c].", "a **16**[^d] here", "2.5x[^e] fast"],
+)
+def test_a_footnote_marker_glued_to_a_number_fails_the_build(glued):
+    """The check of issue 15: a marker right after a digit or a number's unit stops the build, naming the page."""
+    with pytest.raises(Exception, match=r"demo\.md: footnote marker right after a number"):
+        _page_with(Result("exp")).render(f"Text that {glued} more.\n\n[^x]: a source\n")
+
+
+def test_footnote_markers_after_nouns_and_sentences_pass():
+    out = _page_with(Result("exp")).render("It has 132 SMs[^a] and ran 2 epochs.[^b]\n\n[^a]: s\n[^b]: t\n")
+    assert "132 SMs[^a]" in out
+
+
+def test_the_same_quantity_with_two_values_on_two_pages_fails_the_build():
+    """Would catch chapter 10's "67.4 %" in the text against "68.2 %" in a table when both come from one experiment's
+    quantity re-measured between pages: one build, one value per `experiment.quantity`, compared as value and unit
+    (so 16 GB on one page and 16,000,000,000 B on another is the same)."""
+    from distlab.core.site import Page, Shown
+
+    shown = Shown()
+    first, second, third = Result("exp"), Result("exp"), Result("exp")
+    first.add("up", 0.674, "fraction")
+    second.add("up", 0.674, "fraction")
+    third.add("up", 0.682, "fraction")
+    for path, result, spec in (("a.md", first, ""), ("b.md", second, " | value")):
+        page = Page(path, shown)
+        page.results["exp"], page.stored["exp"] = result, []
+        page.render("{{ exp.up" + spec + " }}")
+    page = Page("c.md", shown)
+    page.results["exp"], page.stored["exp"] = third, []
+    with pytest.raises(Exception, match=r"page c\.md: exp\.up shows 68\.2 %.*page a\.md showed 67\.4 %"):
+        page.render("{{ exp.up }}")
+
+
+def test_tables_are_stamped_by_the_origin_of_their_numbers():
+    """Would catch chapter 1's formula-only 7B table stamped "measured on AMD EPYC ...": a measured experiment's
+    table made from formulas says computed; its measured table names the machine."""
+    r = Result("exp", kind="measured", provenance={"hardware": "CPU X", "code_version": "abc"})
+    r.table("formula", ["a"], [[1]], kind="computed")
+    r.table("timed", ["a"], [[2]])
+    out = _page_with(r).render("{{ table exp.formula }}\n\n{{ table exp.timed }}")
+    formula, timed = out.split("| 2 |")
+    assert "computed" in formula and "measured" not in formula.replace("not measured", "")
+    assert "measured on CPU X" in timed
+    with pytest.raises(ValueError, match="kind must be one of"):
+        r.table("bad", ["a"], [[1]], kind="guessed")
+
+
+def test_stored_results_still_to_come_are_one_line_and_published_numbers_stand_in():
+    """Issue 15 item 8: no "No stored GPU results ... None exist yet" box per experiment; one line per page names
+    what is still to be measured on a GPU, and a published table (with its stamp) stands in where one exists."""
+    a, b, pub = Result("a"), Result("b"), Result("pub", kind="computed")
+    pub.table("fa2", ["kernel", "TFLOP/s"], [["FA2", 335]])
+    page = Page("demo.md")
+    for r in (a, b, pub):
+        page.results[r.name], page.stored[r.name] = r, []
+    out = page.render("x\n\n{{ stored a }}\n\n{{ stored b | published pub.fa2 }}\n\nend")
+    assert "None exist yet" not in out and "No stored GPU results" not in out
+    assert out.count("Still to come: measured on a GPU") == 1
+    assert "`a` (" in out and "`b` (" in out
+    assert "until our own GPU measurement of `b` replaces them" in out and "| FA2 | 335 |" in out
 
 
 def test_claims_box_lists_every_claim():
@@ -149,3 +233,4 @@ def test_a_page_runs_exactly_the_experiments_its_placeholders_name():
         "{{ stored d }} {{ a.y }}"
     )
     assert experiments_named(text) == ["b", "a", "c", "d"]
+    assert experiments_named("{{ stored d | published e.t }} {{ e.x }}") == ["d", "e"]

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from distlab.data_parallel import batch_lr_scaling as bs
-from distlab.data_parallel.ddp import DataParallelNaive, ddp, flat, mlp, regression_batch
+from distlab.data_parallel.ddp import DataParallelNaive, ddp, float64_vector, mlp, regression_batch
 from distlab.data_parallel.ddp_buckets import buckets_rank, predict_buckets, step_time, timeline
 from distlab.data_parallel.grad_accumulation import CFG, IGNORE, WORLD, K, accumulation_rank, lengths, token_batch
 from distlab.data_parallel.syncbn import BATCH, EPS, MOMENTUM, SHAPE, SIZES, rank_input, syncbn_rank
@@ -39,7 +39,7 @@ def _train_rank(rank, world, steps, local):
             if kind == "naive":
                 wrapped.sync_gradients()
             opt.step()
-        out[kind] = flat(model.parameters())
+        out[kind] = float64_vector(model.parameters())
     return out
 
 
@@ -58,7 +58,7 @@ def test_ddp_and_naive_replicas_are_identical_and_equal_one_process_on_the_globa
         opt.zero_grad()
         F.mse_loss(model(x), y).backward()
         opt.step()
-    ref = flat(model.parameters())
+    ref = float64_vector(model.parameters())
     assert float((out[0]["ddp"] - ref).abs().max()) < 1e-12
     assert float((out[0]["naive"] - ref).abs().max()) < 1e-12
 
@@ -167,7 +167,7 @@ def test_accumulation_against_a_token_mean_computed_here():
             total_loss = total_loss + F.cross_entropy(logits[keep], y.flatten()[keep], reduction="sum")
             total_tokens += int(keep.sum())
     (total_loss / total_tokens).backward()
-    ref = flat(p.grad for p in model.parameters())
+    ref = float64_vector(p.grad for p in model.parameters())
     for rec in ranks:  # every rank holds the same all-reduced gradient
         right = rec["global tokens"]
         assert float((right - ref).norm() / ref.norm()) < 1e-5

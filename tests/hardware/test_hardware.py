@@ -207,3 +207,44 @@ def test_fp8_variant_scales_and_layout():
         pytest.skip(f"torch._scaled_mm unavailable on CPU: {exc}")
     err = ((out.double() - ref).norm() / ref.norm()).item()
     assert UNIT_ROUNDOFF["fp8"] / 4 <= err <= UNIT_ROUNDOFF["fp8"]
+
+
+@pytest.mark.parametrize(
+    ("chip", "field", "typo", "guard"),
+    [
+        ("H100-SXM", "hbm_tbps", 3.53, "H100-SXM: HBM bandwidth = bus width"),
+        ("H100-SXM", "sms", 123, "H100-SXM: FP32 lanes / SMs"),
+        ("H100-SXM", "fp32_tflops", 76, "H100-SXM: fp32 peak = FP32 lanes"),
+        ("A100-SXM-80GB", "hbm_gb", 88, "A100-SXM-80GB: HBM capacity / stacks"),
+        ("H200", "hbm_tbps", 4.0, "H200 / H100 HBM bandwidth"),
+        ("A100-SXM-80GB", "hbm_tbps", 2.39, "A100-SXM-80GB: HBM bandwidth = bus width"),
+        ("H200", "smem_per_sm_kib", 256, "H200 shared memory per SM"),
+        ("H200", "bf16_dense_tflops", 898, "H200 bf16 peak = H100 bf16 peak"),
+        ("B200", "fp8_dense_tflops", 4050, "B200: fp8 dense peak = 2 x bf16"),
+        ("B200", "tf32_dense_tflops", 1010, "B200: tf32 dense peak"),
+        ("MI300X", "l2_mib", 23, "MI300X: L2 = XCDs x L2 per XCD"),
+        ("MI300X", "sms", 340, "MI300X: compute units = XCDs"),
+    ],
+)
+def test_a_typo_in_gpus_toml_breaks_a_page_claim(chip, field, typo, guard, monkeypatch):
+    """hardware.gpus.data_claims, which every experiment that shows a chip's numbers runs: a mistyped datasheet
+    figure must fail a relation (a second source, aggregate = per-unit x count, a printed ratio). Would catch a
+    typo that moves chapter 2's ridge point or chapter 8's roofline with no claim failing (issue 16)."""
+    from distlab.core.facts import dataset
+    from distlab.core.results import Result
+    from distlab.hardware.gpus import data_claims
+
+    row = dataset("gpus")[chip]
+    monkeypatch.setitem(row, field, typo)
+    gpu.cache_clear()
+    try:
+        r = Result("check")
+        data_claims(r, gpu_names())
+        failed = [c.name for c in r.failed_claims]
+    finally:
+        monkeypatch.undo()
+        gpu.cache_clear()
+    assert any(guard in name for name in failed), failed
+    clean = Result("check")
+    data_claims(clean, gpu_names())
+    assert not clean.failed_claims and len(clean.claims) >= 30

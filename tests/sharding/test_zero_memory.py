@@ -102,13 +102,14 @@ def test_bad_counts(bad):
 
 def test_megatron_and_deepspeed_conventions():
     """Megatron-LM's table: bf16 params + fp32 grads = 18 (non-distributed), 6 + 12/d distributed;
-    DeepSpeed's estimators: ZeRO-2 4 + 16/N, ZeRO-3 18/N. Would catch a convention built from the wrong
-    dtype sizes."""
+    DeepSpeed's estimators: ZeRO-2 2 + 18/N since PR 5099 (4 + 16/N before it), ZeRO-3 18/N. Would catch a
+    convention built from the wrong dtype sizes, or the stale ZeRO-2 estimate quoted as DeepSpeed's current one."""
     for d in (1, 3, 8, 64):
         got = {key: bpp for key, (_, _, bpp, _) in conventions(d).items()}
         assert got["zero_paper"] == 16 and got["megatron"] == 18
         assert got["megatron_distributed"] == pytest.approx(6 + 12 / d, rel=1e-15)
-        assert got["deepspeed_zero2"] == pytest.approx(4 + 16 / d, rel=1e-15)
+        assert got["deepspeed_zero2"] == pytest.approx(2 + 18 / d, rel=1e-15)
+        assert got["deepspeed_zero2_old"] == pytest.approx(4 + 16 / d, rel=1e-15)
         assert got["deepspeed_zero3"] == pytest.approx(18 / d, rel=1e-15)
 
 
