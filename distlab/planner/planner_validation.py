@@ -22,11 +22,13 @@ from distlab.core.experiments import experiment
 from distlab.core.facts import entries, value
 from distlab.core.results import Result
 from distlab.models.shapes import ModelShape
+from distlab.planner import fit
 from distlab.planner.config import Training, cluster
 from distlab.planner.corpus import Run, published_tokens_per_s_per_gpu, request, runs
 from distlab.planner.search import NothingFits, search
 
 MEDIAN_TARGET = 0.10  # the issue's aim: median |error| at most 10 %
+SHARE_STABLE = 0.03  # the share fitted without any one source must stay this close to the all-source fit
 ROW_TARGET = 0.20  # and every row within 20 %
 ROWS_TARGET = 25  # on at least 25 runs
 SMALL_BILLION = 8  # below 8B parameters a layer's kernels run for microseconds on an H100
@@ -166,6 +168,7 @@ def planner_validation(device: str) -> Result:
     _groups(r, cov, corpus)
     _rankings(r, corpus)
     _claims(r, cov)
+    _calibration(r, cov, corpus)
     _band(r)
     _figure(r, corpus, errors)
     _h100(r)
@@ -413,6 +416,100 @@ def _claims(r: Result, cov: dict[str, float]) -> None:
         4,
         relation=">=",
     )
+
+
+def calibration_curves(keys) -> tuple[dict, dict]:
+    """(each run's predicted tokens/s per GPU on fit.GRID, its plan fixed; each run's published tokens/s per GPU)."""
+    curves, published = {}, {}
+    for k in keys:
+        m, c, t, _ = request(runs()[k])
+        curves[k] = fit.curve(m, c, t, prediction(k)[1].plan)
+        published[k] = published_tokens_per_s_per_gpu(runs()[k])
+    return curves, published
+
+
+def _calibration(r: Result, cov: dict[str, float], corpus: dict[str, Run]) -> None:
+    """The one fitted constant: fitted on every covered run, and again without each source (that source predicted
+    by the share the others give)."""
+    from distlab.planner.kernels import training_share
+
+    curves, published = calibration_curves(list(cov))
+    share = fit.fit(curves, published, cov)
+    groups: dict[str, list[str]] = {}
+    for k in cov:
+        groups.setdefault(corpus[k].publisher, []).append(k)
+    loso = fit.leave_one_source_out(curves, published, groups)
+    at_all = fit.errors_at(curves, published, cov, share)
+    rows, held_out = [], {}
+    for name, (s_name, errs) in sorted(loso.items()):
+        held_out.update(errs)
+        rows.append(
+            [
+                name,
+                len(errs),
+                f"{s_name:.3f}",
+                f"{100 * statistics.median(abs(e) for e in errs.values()):.1f} %",
+                f"{100 * max(errs.values(), key=abs):+.1f} %",
+                f"{100 * statistics.median(abs(at_all[k]) for k in errs):.1f} %",
+                f"{100 * max((at_all[k] for k in errs), key=abs):+.1f} %",
+            ]
+        )
+    r.table(
+        "calibration",
+        [
+            "source held out",
+            "runs",
+            "share fitted without it",
+            "its median |error| at that share",
+            "its largest error",
+            "median |error|, all-source fit",
+            "largest, all-source fit",
+        ],
+        rows,
+        caption="Leave-one-source-out: the tensor-core share fitted on the other sources' runs, and the held-out "
+        "source's errors at it, beside the all-source fit (computed; each run's plan fixed, its throughput "
+        "interpolated between shares 0.6 and 1.0)",
+    )
+    stored = training_share()
+    r.add("share_fitted", share, "fraction", "tensor-core share fitted on every covered run")
+    r.add("share_stored", stored, "fraction", "the share the planner uses (planner.toml)")
+    r.add("share_h100_tflops", share * _sustained_tflops("H100-SXM"), "TFLOP/s", "an H100's matmuls in training")
+    r.add("share_a100_tflops", share * _sustained_tflops("A100-SXM-80GB"), "TFLOP/s", "an A100's matmuls in training")
+    spread = max(abs(v[0] - share) for v in loso.values())
+    r.add("share_loso_min", min(v[0] for v in loso.values()), "fraction", "smallest share fitted without a source")
+    r.add("share_loso_max", max(v[0] for v in loso.values()), "fraction", "largest share fitted without a source")
+    r.add("share_loso_spread", spread, "fraction", "largest distance of a leave-one-out share from the fit")
+    med_out = statistics.median(abs(e) for e in held_out.values())
+    worst_out = max(abs(e) for e in held_out.values())
+    r.add("loso_median_abs_error", med_out, "fraction", "median |error|, every run predicted with its source held out")
+    r.add("loso_max_abs_error", worst_out, "fraction", "largest |error|, every run predicted with its source held out")
+    r.add("loso_within_row_target", sum(abs(e) <= ROW_TARGET for e in held_out.values()), "", "held out, within 20 %")
+    r.claim("the stored tensor-core share (planner.toml) is the all-source fit", stored, share, abs_tol=0.002)
+    r.claim(
+        f"the share fitted without any one source stays within {SHARE_STABLE} of the all-source fit",
+        spread,
+        SHARE_STABLE,
+        relation="<=",
+        unit="fraction",
+    )
+    r.data["loso_median_met"] = med_out <= MEDIAN_TARGET
+    if med_out <= MEDIAN_TARGET:
+        r.claim(
+            "median |error| of every covered run predicted with its own source held out of the fit",
+            med_out,
+            MEDIAN_TARGET,
+            relation="<=",
+            unit="fraction",
+        )
+    if worst_out <= ROW_TARGET:
+        r.claim("every covered run within 20 % with its own source held out", worst_out, ROW_TARGET, relation="<=")
+
+
+def _sustained_tflops(chip: str) -> float:
+    from distlab.hardware.gpus import gpu
+    from distlab.planner.kernels import matmul_fraction
+
+    return matmul_fraction(gpu(chip)) * gpu(chip).peak_flops("bf16") / 1e12
 
 
 def _band(r: Result) -> None:
