@@ -481,6 +481,13 @@ def kernel_bytes(device: str) -> Result:
             r.claim(f"{stack}, {sh['label']}: counted backward bytes per token = the formula", counted["backward"], b)
             ff, fb = (x / tokens for x in block_bytes.layer_bytes("fused", spec(stack, sh)))
             h = sh["hidden"]
+            if sh is shapes[0]:
+                key = stack.replace("-", "_")
+                ratio = (counted["forward"] + counted["backward"]) / (ff + fb)
+                r.add(f"{key}_over_fused", ratio, "", f"{stack}: memory-bound bytes over the fused stack's (counted)")
+                r.add(f"{key}_kernels", counted["forward_kernels"] + counted["backward_kernels"], "", "its kernels")
+                r.add(f"{key}_forward_h", counted["forward"] / h, "h", f"{stack}: forward bytes per token (x h)")
+                r.add(f"{key}_backward_h", counted["backward"] / h, "h", f"{stack}: backward bytes per token (x h)")
             rows.append(
                 [
                     stack,
@@ -515,6 +522,7 @@ def kernel_bytes(device: str) -> Result:
         per_row = 128 / LOSS_VOCAB  # the per-row terms (a max, a sum, the loss, the target) the formula leaves out
         r.claim(f"{kind} cross-entropy: counted forward bytes per logit = the formula", f, ef, abs_tol=per_row)
         r.claim(f"{kind} cross-entropy: counted backward bytes per logit = the formula", b, eb, abs_tol=per_row)
-        r.add(f"{kind}_forward", f, "B/logit", f"{kind} cross-entropy, forward bytes per logit (counted)")
-        r.add(f"{kind}_backward", b, "B/logit", f"{kind} cross-entropy, backward bytes per logit (counted)")
+        key = kind.replace("-", "_")
+        r.add(f"{key}_forward", f, "B/logit", f"{kind} cross-entropy, forward bytes per logit (counted)")
+        r.add(f"{key}_backward", b, "B/logit", f"{kind} cross-entropy, backward bytes per logit (counted)")
     return r
