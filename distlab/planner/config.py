@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass
 
 from distlab.core.facts import entries, value
+from distlab.gpu.block_bytes import FRAMEWORKS
 from distlab.hardware.gpus import GPU, gpu
 from distlab.hardware.links import Link, link
 from distlab.memory.model_states import BYTES_PER_PARAM, DEFAULT_PRECISION
@@ -28,6 +29,7 @@ ATTENTION = ("flash", "standard")  # standard: the s x s scores go through HBM (
 RECOMPUTE = ("none", "selective", "full")
 OFFLOAD = ("none", "optimizer", "params")  # ZeRO-Offload (stage >= 1); ZeRO-Infinity's parameters too (stage 3)
 SCHEDULES = ("1f1b", "interleaved", "zb-h1")
+KERNELS = tuple(FRAMEWORKS)  # the training code's kernels (distlab.gpu.block_bytes): megatron's fused, eager, ...
 
 
 def model(spec: str | ModelShape) -> ModelShape:
@@ -198,9 +200,17 @@ class Training:
     Transformer Engine's userbuffers, PyTorch's async-TP); off, they sit on the critical path."""
     moe: object | None = None
     """The experts of a mixture-of-experts model (distlab.planner.moe.MoESpec), None for a dense one."""
+    kernels: str = "megatron"
+    """The training code's memory-bound kernels (distlab.gpu.block_bytes.FRAMEWORKS): megatron (Megatron-LM's fused
+    LayerNorm, bias-GeLU, bias-dropout-add and softmax; Transformer Engine), llm-foundry or torchtitan (eager
+    PyTorch, op by op), torchtitan-compile (fused blocks, eager loss)."""
+    grad_reduce_overlap: bool = True
+    """Whether the data-parallel gradient reduction overlaps the last backward (PyTorch DDP's buckets, Megatron-Core's
+    --overlap-grad-reduce, FSDP) or waits for it (Megatron-LM 2021's local DDP, DeepSpeed's pipeline engine)."""
 
     def __post_init__(self) -> None:
         for name, allowed in (
+            ("kernels", KERNELS),
             ("precision", PRECISIONS),
             ("matmul_dtype", MATMUL_DTYPES),
             ("optimizer", OPTIMIZERS),

@@ -37,6 +37,7 @@ REQUIRED = (
     "global_batch",
     "seq",
     "flop_convention",
+    "kernels",
 )
 THROUGHPUT = ("tokens_per_s_per_gpu", "tflops_per_gpu", "mfu")
 CONVENTIONS = (
@@ -48,6 +49,7 @@ CONVENTIONS = (
     "none (only tokens/s printed)",
 )
 SHARDING_ZERO = {"none": 0, "zero1": 1, "zero2": 2, "fsdp": 3}
+GRAD_REDUCE = ("overlapped", "after-backward")
 
 
 class CorpusError(ValueError):
@@ -105,6 +107,12 @@ def check_row(key: str, row: dict, sources: dict) -> None:
         raise CorpusError(f"published_runs.toml [{key}]: unknown flop_convention {row['flop_convention']!r}")
     if row["tp"] * row["pp"] * row["dp"] * row["cp"] != row["gpus"]:
         raise CorpusError(f"published_runs.toml [{key}]: tp x pp x dp x cp != gpus")
+    from distlab.gpu.block_bytes import FRAMEWORKS
+
+    if row["kernels"] not in FRAMEWORKS:
+        raise CorpusError(f"published_runs.toml [{key}]: unknown kernels {row['kernels']!r} ({', '.join(FRAMEWORKS)})")
+    if row.get("grad_reduce", "overlapped") not in GRAD_REDUCE:
+        raise CorpusError(f"published_runs.toml [{key}]: grad_reduce must be one of {', '.join(GRAD_REDUCE)}")
 
 
 def load(data: dict | None = None) -> dict[str, Run]:
@@ -176,7 +184,8 @@ def request(run: Run):
     with --tp-comm-overlap as their performance recipes do, LLM Foundry and torchtitan FlashAttention; async TP
     where torchtitan's row says so); sequence parallelism is on with TP (Megatron-Core's recommendation); the
     network is a DGX's (one NIC per GPU at the generation's rate) unless the row prints its own; gradients are
-    reduced in fp32 (Megatron's main_grad, FSDP's default reduce dtype) except in LLM Foundry's PURE bf16 mode.
+    reduced in fp32 (Megatron's main_grad, FSDP's default reduce dtype) except in LLM Foundry's PURE bf16 mode. The
+    kernels the run's code ran and whether it overlaps the gradient reduction are the row's own (cited) fields.
     """
     from distlab.models.shapes import ModelShape
     from distlab.planner.config import Training, cluster
@@ -215,6 +224,8 @@ def request(run: Run):
         dropout=fw["dropout"],
         sequence_parallel=r.get("sequence_parallel", True),
         tp_overlap=("async TP" in notes or "asyncTP" in run.key or "AsyncTP" in notes) or fw["tp_overlap"],
+        kernels=r["kernels"],
+        grad_reduce_overlap=r.get("grad_reduce", "overlapped") == "overlapped",
     )
     fixed = {k: r[k] for k in ("tp", "pp", "dp", "cp")}
     for k in ("micro_batch", "recompute"):

@@ -28,8 +28,11 @@ Overlap, as the frameworks do it:
   backward's gather and reduce-scatter behind that layer's backward, and the first layer's gather has nothing to
   hide behind. With pipelines (torchtitan's FSDP + PP) each stage's weights are gathered once per step and kept,
   its gradients accumulate unsharded and are reduce-scattered once: ZeRO-1's memory and traffic plus one gather.
-- DDP and ZeRO-1/2: the gradient reduction hides behind the last micro-batch's backward but its last bucket;
-  ZeRO-1/2 gather the updated parameters behind the next forward. ZeRO-2 reduce-scatters every micro-batch.
+- DDP and ZeRO-1: the gradient reduction hides behind the last micro-batch's backward but its last bucket; ZeRO-1
+  gathers the updated parameters behind the next forward. ZeRO-2 (FSDP's SHARD_GRAD_OP) gathers each layer's weights
+  in every micro-batch's forward and keeps them to its backward, and reduce-scatters each layer's gradients there.
+  Where the training code reduces only after the backward (Megatron-LM 2021's local DDP, DeepSpeed's pipeline
+  engine: Training.grad_reduce_overlap off), the reduction is exposed whole.
 - CP: ring attention's K/V exchange under the attention of the chunk before. EP: all-to-alls are exposed.
 - CPU offload: the gradient shard crosses PCIe every micro-step (under its backward), the update runs on the
   host (a memory-bound pass over host DRAM), the parameters come back before the next forward.
@@ -408,12 +411,21 @@ def _tp_exposed(comm: float, gemm: float, tp: int, overlap: bool, tax: float) ->
 
 
 def stage_time(
-    m: ModelShape, c: Cluster, t: Training, p: Plan, layers: int, *, first: bool, last: bool, hbm: float | None = None
+    m: ModelShape,
+    c: Cluster,
+    t: Training,
+    p: Plan,
+    layers: int,
+    *,
+    first: bool,
+    last: bool,
+    hbm: float | None = None,
+    share: float | None = None,
 ) -> StageTime:
     """One micro-batch through `layers` layers (plus the embedding on the first stage and the head on the last)."""
     tokens = p.micro_batch * t.seq // p.cp
     ls = layer_shape(m, tokens=tokens, kv_tokens=t.seq, micro_batch=p.micro_batch, tp=p.tp, sp=t.sequence_parallel, t=t)
-    lt = _layer_times(m, c.gpu, ls, hbm)
+    lt = _layer_times(m, c.gpu, ls, hbm, share)
     # tensor-parallel collectives per layer: with SP an all-gather before QKV and MLP-up, a reduce-scatter after
     # proj and MLP-down (forward; the same in backward); without SP an all-reduce after proj and after MLP-down
     act = tokens * m.hidden * 2
@@ -468,7 +480,7 @@ def stage_time(
         emb = tokens * m.hidden * 2 * 3 / (c.gpu.hbm_bytes_per_s * (hbm or MEMORY_EFFICIENCY))
         fwd, bwd, compute = fwd + emb, bwd + 2 * emb, compute + 3 * emb
     if last:
-        hf, hb = head_times(m, c.gpu, tokens, p.tp, t.compute_dtype, hbm)
+        hf, hb = head_times(m, c.gpu, tokens, p.tp, t.compute_dtype, hbm, t.kernels, share)
         fwd, bwd, compute = fwd + hf, bwd + hb, compute + hf + hb
     return StageTime(
         forward=fwd,
@@ -487,7 +499,8 @@ def data_parallel_exposed(
 ) -> tuple[float, float]:
     """(exposed seconds, total seconds) of the data-parallel and ZeRO collectives over the dp x cp group, for the
     stage with `layers` layers whose per-micro-batch time is `first`. A collective hidden under compute still costs
-    the SMs it runs on (sm_share)."""
+    the SMs it runs on (sm_share). Where the training code reduces after the backward (t.grad_reduce_overlap off:
+    Megatron-LM 2021's local DDP, DeepSpeed's pipeline engine), nothing but FSDP's per-layer gathers hides."""
     group = p.dp * p.cp
     if group == 1:
         return 0.0, 0.0
@@ -495,7 +508,7 @@ def data_parallel_exposed(
     tax = sm_share(c)
 
     def hide(comm: float, under: float) -> float:
-        hidden = min(comm, under)
+        hidden = min(comm, under) if t.grad_reduce_overlap or p.zero == 3 else 0.0  # FSDP always overlaps
         return comm - hidden + tax * hidden
 
     params = local_params(m, p)
@@ -504,17 +517,18 @@ def data_parallel_exposed(
     fwd, bwd = first.forward, first.backward
     if p.zero == 0:
         total = comms.seconds("all-reduce", params * gbytes, g)
-        last = comms.seconds("all-reduce", min(DDP_BUCKET_BYTES, params * gbytes), g)
+        last = comms.seconds("all-reduce", min(DDP_BUCKET_BYTES, params * gbytes), g) if t.grad_reduce_overlap else 0
         return hide(total, bwd) + last, total
     rs = comms.seconds("reduce-scatter", params * gbytes, g)
     ag = comms.seconds("all-gather", params * 2, g)
-    last = comms.seconds("reduce-scatter", min(DDP_BUCKET_BYTES, params * gbytes), g)
+    last = comms.seconds("reduce-scatter", min(DDP_BUCKET_BYTES, params * gbytes), g) if t.grad_reduce_overlap else 0
     if p.zero == 1 or (p.zero == 3 and p.pp > 1):
         extra = ag if p.zero == 3 else 0.0  # ZeRO-3 with pipelines: the step's gather before the first forward
         return hide(rs, bwd) + last + hide(ag, fwd) + extra, rs + ag + extra
-    if p.zero == 2:
+    if p.zero == 2 and p.pp > 1:
         return n * (hide(rs, bwd) + last) + hide(ag, fwd), n * rs + ag
-    # ZeRO-3 / FSDP: per layer, per micro-batch, each collective with its own latency
+    # ZeRO-2 / FSDP SHARD_GRAD_OP and ZeRO-3 / FSDP FULL_SHARD: per layer, per micro-batch, each collective with its
+    # own latency. SHARD_GRAD_OP keeps a layer's gathered weights from its forward to its backward: no second gather
     per_layer = math.ceil(m.params_per_layer() / p.tp)
     ag_l = comms.seconds("all-gather", per_layer * 2, g)
     rs_l = comms.seconds("reduce-scatter", per_layer * gbytes, g)
@@ -522,9 +536,10 @@ def data_parallel_exposed(
     rest = params - layers * per_layer  # embedding and head: gathered once per micro-batch, outside the layers
     ag_rest = comms.seconds("all-gather", max(rest, 0) * 2, g)
     rs_rest = comms.seconds("reduce-scatter", max(rest, 0) * gbytes, g)
+    gathers = 2 if p.zero == 3 else 1
     exposed = ag_l + ag_rest  # the first layer's gather has nothing to hide behind
-    exposed += layers * (hide(ag_l, f_l) + hide(ag_l + rs_l, b_l)) + rs_rest
-    total = layers * (2 * ag_l + rs_l) + 2 * ag_rest + rs_rest
+    exposed += layers * (hide(ag_l, f_l) + hide((gathers - 1) * ag_l + rs_l, b_l)) + rs_rest
+    total = layers * (gathers * ag_l + rs_l) + gathers * ag_rest + rs_rest
     return n * exposed, n * total
 
 
@@ -572,17 +587,25 @@ def _p2p(m: ModelShape, c: Cluster, t: Training, p: Plan) -> float:
 
 
 def step(
-    m: ModelShape, c: Cluster, t: Training, p: Plan, *, exact_pipeline: bool = True, hbm: float | None = None
+    m: ModelShape,
+    c: Cluster,
+    t: Training,
+    p: Plan,
+    *,
+    exact_pipeline: bool = True,
+    hbm: float | None = None,
+    share: float | None = None,
 ) -> StepEstimate:
     """Step time by cause, tokens/s and utilisation for one plan (exact_pipeline: simulate the schedule op by op;
-    otherwise its closed form, for searching)."""
+    otherwise its closed form, for searching; hbm and share override the memory-bound kernels' HBM efficiency and
+    the tensor-core kernels' training share, for the calibration)."""
     layers = stage_layers(m, p.pp)
     cache: dict[tuple[int, bool, bool], StageTime] = {}  # stages alike in layers and role are timed once
     per_stage = []
     for s, n in enumerate(layers):
         key = (n, s == 0, s == p.pp - 1)
         if key not in cache:
-            cache[key] = stage_time(m, c, t, p, n, first=key[1], last=key[2], hbm=hbm)
+            cache[key] = stage_time(m, c, t, p, n, first=key[1], last=key[2], hbm=hbm, share=share)
         per_stage.append(cache[key])
     slowest = max(range(p.pp), key=lambda s: per_stage[s].forward + per_stage[s].backward)
     worst = per_stage[slowest]

@@ -27,6 +27,7 @@ import math
 from dataclasses import dataclass
 
 from distlab.core.facts import entries, value
+from distlab.gpu.block_bytes import FRAMEWORKS, LayerSpec, layer_bytes, loss_bytes_per_logit
 from distlab.hardware.gpus import GPU
 from distlab.models.shapes import ModelShape
 
@@ -36,7 +37,6 @@ reaches about 90 %; the planner's kernels also read what they do not write)."""
 TILE_M, TILE_N = 128, 256
 """The output tile of one thread block of a large GEMM: 'canonical efficient tile is 128x256' (ml-engineering's
 mamf-finder notes, after arXiv 2401.14489), which sets the wave quantisation."""
-LOSS_BYTES_PER_LOGIT = 12  # cross-entropy over fp32 logits: write them, read for the max and the sum (forward)
 FLASH_BACKWARD = 2.5  # FlashAttention's backward FLOPs per forward FLOP (5 matmuls against 2: it recomputes S)
 FP8_CAST_BYTES = 4  # an fp8 GEMM input: read bf16 (2), write fp8 (1) and its transpose for the backward (1)
 
@@ -84,12 +84,29 @@ def wave_efficiency(m: int, n: int, sms: int) -> float:
     return tiles / (math.ceil(tiles / sms) * sms)
 
 
-def gemm_seconds(chip: GPU, m: int, n: int, k: int, dtype: str = "bf16", hbm_efficiency: float | None = None) -> float:
-    """One (m x k) @ (k x n) GEMM: 2mnk FLOPs at the sustained rate x wave efficiency, or its bytes at the memory
-    roof if slower."""
+@functools.cache
+def training_share() -> float:
+    """The share of their benchmarks' rates (the sustained matmul, FlashAttention's published figures) that a
+    training step's tensor-core kernels reach: the cost model's one constant fitted to published runs (chapter 13,
+    distlab.planner.calibration; stored in distlab/data/planner.toml, entry training-share)."""
+    return value("planner.training-share.tensor_core_share")
+
+
+def gemm_seconds(
+    chip: GPU,
+    m: int,
+    n: int,
+    k: int,
+    dtype: str = "bf16",
+    hbm_efficiency: float | None = None,
+    share: float | None = None,
+) -> float:
+    """One (m x k) @ (k x n) GEMM: 2mnk FLOPs at the sustained rate x wave efficiency x the training share, or its
+    bytes at the memory roof if slower."""
     if min(m, n, k) <= 0:
         return 0.0
-    rate = chip.peak_flops(dtype) * matmul_fraction(chip, dtype) * wave_efficiency(m, n, chip.sms)
+    share = training_share() if share is None else share
+    rate = chip.peak_flops(dtype) * matmul_fraction(chip, dtype) * wave_efficiency(m, n, chip.sms) * share
     element = 1 if dtype == "fp8" else (4 if dtype == "tf32" else 2)
     moved = element * (m * k + k * n) + 2 * m * n  # inputs in the GEMM's dtype, output in bf16
     eff = MEMORY_EFFICIENCY if hbm_efficiency is None else hbm_efficiency
@@ -158,6 +175,11 @@ class LayerShape:
     matmul_dtype: str
     ffn: int
     """MLP width one token passes through (an MoE layer: top-k experts' widths together)."""
+    kernels: str = "megatron"
+    """The training code's kernels (distlab.gpu.block_bytes.FRAMEWORKS)."""
+
+
+_layer_bytes = functools.lru_cache(maxsize=65536)(layer_bytes)
 
 
 @dataclass(frozen=True)
@@ -193,17 +215,22 @@ def layer_shape(m: ModelShape, *, tokens: int, kv_tokens: int, micro_batch: int,
         attention=t.attention,
         matmul_dtype=t.compute_dtype,
         ffn=m.ffn,
+        kernels=t.kernels,
     )
 
 
-def layer_times(m: ModelShape, chip: GPU, ls: LayerShape, hbm_efficiency: float | None = None) -> LayerTimes:
-    """Forward and backward seconds of one layer of `m` on one GPU for one micro-batch of shape `ls`."""
+def layer_times(
+    m: ModelShape, chip: GPU, ls: LayerShape, hbm_efficiency: float | None = None, share: float | None = None
+) -> LayerTimes:
+    """Forward and backward seconds of one layer of `m` on one GPU for one micro-batch of shape `ls` (share: the
+    tensor-core kernels' training share, default the fitted one)."""
+    share = training_share() if share is None else share
     h, f, t, T = m.hidden, ls.ffn, ls.tp, ls.tokens
     kvw = m.kv * m.head_dim
     dt = ls.matmul_dtype
     eff = MEMORY_EFFICIENCY if hbm_efficiency is None else hbm_efficiency
     swiglu = m.mlp == "swiglu"
-    gemm = lambda n, k: gemm_seconds(chip, T, n, k, dt, eff)
+    gemm = lambda n, k: gemm_seconds(chip, T, n, k, dt, eff, share)
     shapes = (  # (name, output width n, reduced width k) of each forward GEMM, per GPU
         ("qkv", (h + 2 * kvw) // t, h),
         ("proj", h, h // t),
@@ -212,55 +239,82 @@ def layer_times(m: ModelShape, chip: GPU, ls: LayerShape, hbm_efficiency: float 
     )
     forward = tuple((name, gemm(n, k)) for name, n, k in shapes)
     # backward: input gradient (tokens x n) @ (n x k) and weight gradient (k x tokens) @ (tokens x n)
-    backward = sum(gemm(k, n) + gemm_seconds(chip, k, n, T, dt, eff) for _, n, k in shapes)
+    backward = sum(gemm(k, n) + gemm_seconds(chip, k, n, T, dt, eff, share) for _, n, k in shapes)
     # the attention core
     heads = m.heads // t
     causal_fwd = 4 * ls.micro_batch * (T // ls.micro_batch) * ls.kv_tokens * m.head_dim * heads * 0.5
     if ls.attention == "flash":
-        rate = flash_flops_per_s(chip, ls.kv_tokens, m.head_dim)
+        rate = flash_flops_per_s(chip, ls.kv_tokens, m.head_dim) * share
         att_f, att_b = causal_fwd / rate, FLASH_BACKWARD * causal_fwd / rate
-        scores = 0.0
+        scores_f = scores_b = 0.0
     else:  # Megatron 2021: QK^T and PV as batched GEMMs over every score (no causal skipping), scores through HBM
         s_q = T // ls.micro_batch
-        per_head = gemm_seconds(chip, s_q, ls.kv_tokens, m.head_dim, "bf16" if dt == "fp8" else dt, eff)
+        per_head = gemm_seconds(chip, s_q, ls.kv_tokens, m.head_dim, "bf16" if dt == "fp8" else dt, eff, share)
         att_f = 2 * per_head * heads * ls.micro_batch
         att_b = 2 * att_f
         drop = 1 if ls.dropout else 0
-        # scores written (2), softmax read + written (4), (dropout mask 1 + dropped probs r + w 4), read by PV (2)
-        scores = heads * s_q * ls.kv_tokens * ls.micro_batch * (2 + 4 + 5 * drop + 2)
-    # element-wise bytes per token: what TP alone leaves whole is split by sequence parallelism
-    split = t if ls.sequence_parallel else 1
-    drop = 1 if ls.dropout else 0
-    per_token = (2 * 4 * h + 2 * (6 + drop) * h) / split  # two norms (read + write), two residual adds (+ masks)
-    per_token += (6 * f if swiglu else 4 * f) / t  # SwiGLU reads gate and up, writes one; GeLU reads and writes
-    if swiglu:
-        per_token += 4 * (h + kvw) / t  # rotary embeddings on q and k (read + write)
-    if ls.attention == "flash":
-        per_token += 2 * (2 * h + 2 * kvw) / t  # the kernel reads q, k, v and writes o, once
+        # per score, beyond the batched GEMMs' own output and input (inside their roofline): the fused scale + mask +
+        # softmax reads and writes it (4), dropout reads it and writes it and a one-byte mask (5); backward the
+        # softmax's reads the probabilities and their gradient and writes one (6), dropout's reads grad + mask (5)
+        n_scores = heads * s_q * ls.kv_tokens * ls.micro_batch
+        scores_f, scores_b = n_scores * (4 + 5 * drop), n_scores * (6 + 5 * drop)
+    # memory-bound kernels: what this run's training code reads and writes (distlab.gpu.block_bytes, the eager
+    # stacks counted op by op by distlab.gpu.kernel_bytes); the attention kernel's own traffic is inside its rate
+    stack = FRAMEWORKS[ls.kernels][0]
+    spec = LayerSpec(
+        tokens=T,
+        seq=max(1, T // ls.micro_batch),
+        hidden=h,
+        ffn=f,
+        heads=m.heads,
+        kv_heads=m.kv,
+        mlp=m.mlp,
+        norm=m.norm_kind,
+        rope=m.rope,
+        bias=m.mlp == "gelu",
+        tp=t,
+        sequence_parallel=ls.sequence_parallel,
+        dropout=ls.dropout,
+        attention="flash" if ls.attention == "flash" else "standard",
+    )
+    bytes_f, bytes_b = _layer_bytes(stack, spec)
     if dt == "fp8":  # every GEMM input cast to fp8 (and transposed for the weight gradient)
-        per_token += FP8_CAST_BYTES * (h + h / t + h + f / t)
-    moved = per_token * T + scores
+        bytes_f += FP8_CAST_BYTES * (h + h / t + h + f / t) * T
     hbm = chip.hbm_bytes_per_s * eff
+    moved_f, moved_b = bytes_f + scores_f, bytes_b + scores_b
     return LayerTimes(
         gemm_forward=sum(s for _, s in forward),
         gemm_backward=backward,
         attention_forward=att_f,
         attention_backward=att_b,
-        memory_forward=moved / hbm,
-        memory_backward=2 * moved / hbm,
+        memory_forward=moved_f / hbm,
+        memory_backward=moved_b / hbm,
         gemms=forward,
     )
 
 
-def head_times(m: ModelShape, chip: GPU, tokens: int, tp: int, dtype: str, hbm_efficiency: float | None = None):
-    """(forward, backward) seconds of the output projection and the loss on the last stage, one micro-batch."""
+def head_times(
+    m: ModelShape,
+    chip: GPU,
+    tokens: int,
+    tp: int,
+    dtype: str,
+    hbm_efficiency: float | None = None,
+    kernels: str = "megatron",
+    share: float | None = None,
+):
+    """(forward, backward) seconds of the output projection and the loss on the last stage, one micro-batch: the
+    loss's memory-bound kernels as the run's code writes them (distlab.gpu.block_bytes.loss_bytes_per_logit)."""
     eff = MEMORY_EFFICIENCY if hbm_efficiency is None else hbm_efficiency
     dt = "bf16" if dtype == "fp8" else dtype  # the head stays in bf16 (Transformer Engine keeps it out of fp8)
     n = math.ceil(m.vocab / tp)
-    fwd = gemm_seconds(chip, tokens, n, m.hidden, dt, eff)
-    bwd = gemm_seconds(chip, tokens, m.hidden, n, dt, eff) + gemm_seconds(chip, m.hidden, n, tokens, dt, eff)
-    loss = tokens * n * LOSS_BYTES_PER_LOGIT / (chip.hbm_bytes_per_s * eff)
-    return fwd + loss, bwd + loss
+    fwd = gemm_seconds(chip, tokens, n, m.hidden, dt, eff, share)
+    bwd = gemm_seconds(chip, tokens, m.hidden, n, dt, eff, share) + gemm_seconds(
+        chip, m.hidden, n, tokens, dt, eff, share
+    )
+    loss_f, loss_b = loss_bytes_per_logit(FRAMEWORKS[kernels][1])
+    hbm = chip.hbm_bytes_per_s * eff
+    return fwd + tokens * n * loss_f / hbm, bwd + tokens * n * loss_b / hbm
 
 
 def hardware_flops_per_layer(m: ModelShape, ls: LayerShape) -> tuple[float, float]:

@@ -256,20 +256,20 @@ def _fixed(r: Result, m: ModelShape, c: Cluster, t: Training) -> None:
     # a hand derivation of the compute: 6N + 6Lhs FLOPs per token (causal attention, the half FlashAttention
     # computes) at the sustained matmul rate; the planner's is larger by the memory-bound kernels and the
     # smaller GEMMs' waves, which at this size are a few per cent
-    from distlab.planner.kernels import matmul_fraction
+    from distlab.planner.kernels import matmul_fraction, training_share
 
     n = m.params()
     flops = (6 * n + 6 * m.layers * m.hidden * t.seq) * t.global_batch_tokens / c.gpus
-    by_hand = flops / (matmul_fraction(c.gpu) * c.gpu.peak_flops("bf16"))
+    by_hand = flops / (matmul_fraction(c.gpu) * c.gpu.peak_flops("bf16") * training_share())
     r.add("fixed_compute", b.compute, "s", "that plan's compute time per step")
-    r.add("fixed_compute_by_hand", by_hand, "s", "6N + 6Lhs FLOPs per token at the sustained matmul rate")
+    r.add("fixed_compute_by_hand", by_hand, "s", "6N + 6Lhs FLOPs per token at the training matmul rate")
     r.claim(
-        "70B fixed plan: compute >= 6N + 6Lhs FLOPs per token at the sustained matmul rate (its ideal)",
+        "70B fixed plan: compute >= 6N + 6Lhs FLOPs per token at the sustained matmul rate x the training share",
         b.compute,
         by_hand,
         relation=">=",
         unit="s",
-        formula="(6N + 6 L h s) x tokens / (GPUs x sustained FLOP/s)",
+        formula="(6N + 6 L h s) x tokens / (GPUs x sustained FLOP/s x training share)",
     )
     r.claim(
         "70B fixed plan: compute <= 1.3 x that ideal (partial waves, FlashAttention's lower rate, memory-bound work)",

@@ -264,6 +264,7 @@ def search(
     rules=None,
     fixed: dict | None = None,
     hbm: float | None = None,
+    share: float | None = None,
 ) -> list[Estimate]:
     """Feasible plans, fastest first (ties: less memory); the first RESIMULATE with the simulated pipeline.
     `where(plan) -> bool` restricts the search (a published configuration, one ZeRO stage, ...); `fixed` pins
@@ -288,7 +289,7 @@ def search(
     for variants in groups.values():  # time only what a faster variant that also fits does not dominate
         for p, mem in variants:
             if not any(_dominates(q, p) for q, _ in variants):
-                fits_.append(Estimate(p, mem, step(m, c, t, p, exact_pipeline=False, hbm=hbm)))
+                fits_.append(Estimate(p, mem, step(m, c, t, p, exact_pipeline=False, hbm=hbm, share=share)))
     if not seen:
         if fixed:
             raise NothingFits(f"no such plan: {_why_not(m, c, t, fixed)}")
@@ -312,7 +313,10 @@ def search(
         )
     key = lambda e: (round(e.step_seconds, 9), e.memory_bytes)
     fits_.sort(key=key)
-    head = [Estimate(e.plan, e.memory, step(m, c, t, e.plan, exact_pipeline=True, hbm=hbm)) for e in fits_[:RESIMULATE]]
+    head = [
+        Estimate(e.plan, e.memory, step(m, c, t, e.plan, exact_pipeline=True, hbm=hbm, share=share))
+        for e in fits_[:RESIMULATE]
+    ]
     return sorted(head, key=key) + fits_[RESIMULATE:]
 
 

@@ -12,7 +12,7 @@ from distlab.models.shapes import ModelShape, preset
 from distlab.planner import comms
 from distlab.planner.config import Plan, Training, cluster, usable_bytes
 from distlab.planner.cost import data_parallel_exposed, memory_per_gpu, stage_time, step
-from distlab.planner.kernels import TILE_M, TILE_N, gemm_seconds, matmul_fraction, wave_efficiency
+from distlab.planner.kernels import TILE_M, TILE_N, gemm_seconds, matmul_fraction, training_share, wave_efficiency
 
 H100 = cluster("H100-SXM", nodes=1)
 N_7B = 6_738_415_616  # Llama 2 7B, its released checkpoint
@@ -93,14 +93,18 @@ def test_hardware_flops_equal_narayanan_formula():
 def test_gemm_waves_by_hand():
     """A 4096 x 1280 output (TP 8's share of Llama 2 70B's QKV) is 32 x 5 = 160 tiles of 128 x 256 on 132 SMs:
     two waves, 160/264 of the chip busy; its time is 2mnk FLOPs at the sustained rate (744.8 TFLOP/s measured on
-    Hopper) over that share. Would catch the wave loss at high TP dropping out, or the burst MAMF (848.4) used
-    where the sustained rate is meant."""
+    Hopper) over that share, and in a training step at the fitted training share of that rate. Would catch the
+    wave loss at high TP dropping out, the burst MAMF (848.4) used where the sustained rate is meant, or the
+    training share applied twice or not at all."""
     chip = H100.gpu
     assert (TILE_M, TILE_N, chip.sms) == (128, 256, 132)
     assert wave_efficiency(4096, 1280, 132) == pytest.approx(160 / 264, rel=1e-12)
     assert matmul_fraction(chip) * chip.peak_flops("bf16") == pytest.approx(744.8e12, rel=1e-12)
     expected = 2 * 4096 * 1280 * 8192 / (744.8e12 * 160 / 264)
-    assert gemm_seconds(chip, 4096, 1280, 8192) == pytest.approx(expected, rel=1e-12)
+    assert gemm_seconds(chip, 4096, 1280, 8192, share=1.0) == pytest.approx(expected, rel=1e-12)
+    share = training_share()
+    assert 0.6 < share < 1.0  # a share of the benchmark, fitted (chapter 13)
+    assert gemm_seconds(chip, 4096, 1280, 8192) == pytest.approx(expected / share, rel=1e-12)
     # a skinny GEMM is memory-bound: 1 x 8192 @ 8192 x 8192 moves 2 x 8192^2 bytes of weights at 80 % of 3.35 TB/s
     assert gemm_seconds(chip, 1, 8192, 8192) == pytest.approx(
         (2 * (8192 + 8192 * 8192) + 2 * 8192) / (chip.hbm_bytes_per_s * 0.8), rel=1e-12
@@ -224,3 +228,55 @@ def test_single_gpu_step_by_hand():
     assert b.compute >= 6 * matmul_params * 1024 / (744.8e12)
     # AdamW in mixed precision touches 2 + 2 x 12 + 2 bytes per parameter at 80 % of HBM bandwidth
     assert b.optimizer == pytest.approx(m.params() * 28 / (c.gpu.hbm_bytes_per_s * 0.8), rel=1e-9)
+
+
+def test_zero2_pays_one_gather_and_one_scatter_per_layer_per_micro_batch():
+    """FSDP's SHARD_GRAD_OP keeps a layer's gathered weights from its forward to its backward: per layer and
+    micro-batch one all-gather and one reduce-scatter, each with its latency, and no backward gather. On the tiny
+    model of the ZeRO-3 test that is n x (2 L + 2) latencies. Would catch ZeRO-2 priced as one whole-model
+    collective per step (DeepSpeed's buckets) or with ZeRO-3's second gather."""
+    from distlab.hardware.collectives import protocol_latency_s
+
+    m = ModelShape(layers=3, hidden=16, heads=2, ffn=64, vocab=32, seq=64, mlp="gelu")
+    c = cluster("H100-SXM", gpus_per_node=1, nodes=2)
+    t = Training(global_batch_tokens=2 * 4 * 64, seq=64)
+    p = Plan(dp=2, zero=2, micro_batch=1, microbatches=4)
+    st = stage_time(m, c, t, p, 3, first=True, last=True)
+    _, total = data_parallel_exposed(m, c, t, p, st, 3)
+    ll = protocol_latency_s("all-gather", 2, 2, "ll")
+    assert total == pytest.approx(4 * (2 * 3 + 2) * ll, rel=0.05)
+
+
+def test_gradient_reduction_after_the_backward_is_exposed_whole():
+    """Megatron-LM 2021's local DDP all-reduces the gradients after the last backward: the whole all-reduce shows
+    (no hiding, no SM tax, no separate last bucket); PyTorch DDP hides all but its last 25 MB bucket. For Llama 2 7B
+    on 2 x 8 H100s at DP 16, fp32 gradients: exposed = all-reduce(4 B x N) exactly. Would catch the flag ignored."""
+    from dataclasses import replace
+
+    m = preset("7B")
+    c = cluster("H100-SXM", nodes=2)
+    t = Training(global_batch_tokens=16 * 4096, seq=4096, precision="mixed-fp32-grads")
+    p = Plan(dp=16, zero=0, micro_batch=1, microbatches=1)
+    st = stage_time(m, c, t, p, m.layers, first=True, last=True)
+    g = comms.group(c, 16, 1)
+    whole = comms.seconds("all-reduce", m.params() * 4, g)
+    exposed, total = data_parallel_exposed(m, c, replace(t, grad_reduce_overlap=False), p, st, m.layers)
+    assert total == pytest.approx(whole, rel=1e-12) and exposed == pytest.approx(whole, rel=1e-12)
+    hidden, _ = data_parallel_exposed(m, c, t, p, st, m.layers)
+    assert hidden < 0.5 * whole
+
+
+def test_loss_bytes_follow_the_training_code():
+    """The last stage's loss reads and writes the logits as the run's code does: Megatron's fp32 vocab-parallel
+    cross-entropy (38 bytes per logit forward, 14 backward) against flash-attn's fused one (2 and 4). For 4096 tokens
+    over a 50,304 vocabulary on an H100, the head's time differs by tokens x V x (36, 10) bytes at 80 % of HBM. Would
+    catch the loss priced the same whatever the code."""
+    from distlab.planner.kernels import head_times
+
+    m = ModelShape(layers=2, hidden=1024, heads=8, ffn=4096, vocab=50304, seq=4096, mlp="gelu")
+    chip = H100.gpu
+    mf, mb = head_times(m, chip, 4096, 1, "bf16", kernels="megatron")
+    ff, fb = head_times(m, chip, 4096, 1, "bf16", kernels="llm-foundry")
+    hbm = chip.hbm_bytes_per_s * 0.8
+    assert mf - ff == pytest.approx(4096 * 50304 * 36 / hbm, rel=1e-12)
+    assert mb - fb == pytest.approx(4096 * 50304 * 10 / hbm, rel=1e-12)

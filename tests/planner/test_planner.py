@@ -168,7 +168,8 @@ def test_done_when_command_prints_one_plan_with_the_keys():
     assert set(p["step_breakdown"]) == causes
     assert sum(p["step_breakdown"].values()) == pytest.approx(p["step_seconds"], rel=1e-9)
     low, high = p["mfu_band"]
-    assert low < high <= p["mfu"] * 1.01 and p["tflops_per_gpu"] == pytest.approx(p["mfu"] * 989, rel=1e-6)
+    assert low < p["mfu"] < high  # the corpus's errors have both signs: the band straddles the prediction
+    assert p["tflops_per_gpu"] == pytest.approx(p["mfu"] * 989, rel=1e-6)
 
 
 def test_plan_cli_json_175b_on_1024_gpus():
