@@ -19,8 +19,7 @@ KATEX_STAMP   := $(KATEX_DIR)/.katex-$(KATEX_VERSION)
 PYODIDE_VERSION := 314.0.7
 PYODIDE_DIR     := $(VENV)/share/pyodide
 PYODIDE_STAMP   := $(PYODIDE_DIR)/.pyodide-$(PYODIDE_VERSION)
-PYODIDE_FILES   := pyodide.js pyodide.mjs pyodide.asm.mjs pyodide.asm.wasm pyodide-lock.json python_stdlib.zip \
-                   package.json README.md
+PYODIDE_FILES   := pyodide.mjs pyodide.asm.mjs pyodide.asm.wasm pyodide-lock.json python_stdlib.zip package.json
 # The browser tests drive Debian's chromium through Playwright (never a Playwright browser download).
 CHROMIUM      := /usr/bin/chromium
 

@@ -393,6 +393,49 @@ def test_the_bundle_answers_every_vector_alone_under_cpython(site, vectors, tmp_
             assert len(a["stderr"].strip().splitlines()) == 1
 
 
+def test_each_plans_stage_times_reproduce_its_step(vectors):
+    """The per-stage times `distlab plan --json` gives (stage_seconds, what the page's timeline is drawn from), fed to
+    `distlab pipeline`, give a pipeline that, with the causes that come after the last backward (exposed data-parallel
+    communication, offload, the optimizer), adds up to the plan's step time; and the busiest stage's idle time is the
+    plan's bubble. Two independent routes to one number: the simulator's longest path and the cost model's
+    breakdown. Would catch stage_seconds of another plan or stage, a bubble the breakdown counts differently from the
+    simulator, or a cause of the step left out of the breakdown."""
+    checked = 0
+    for v in vectors:
+        for plan in v.get("plans", []):
+            st, b = plan["stage_seconds"], plan["step_breakdown"]
+            argv = [
+                "pipeline",
+                "--stages",
+                str(plan["pp"]),
+                "--microbatches",
+                str(plan["grad_accumulation"]),
+                "--schedule",
+                plan["schedule"],
+                "--forward",
+                ",".join(map(repr, st["forward"])),
+                "--backward",
+                ",".join(map(repr, st["backward"])),
+                "--p2p",
+                repr(st["p2p"]),
+                "--json",
+            ]
+            if plan["virtual"] > 1:
+                argv += ["--virtual", str(plan["virtual"])]
+            rc, out, err = run_cli(argv, {})
+            assert rc == 0, err
+            sim = json.loads(out)
+            tail = b["exposed_dp"] + b["offload"] + b["optimizer"]
+            assert math.isclose(sim["step_time"] + tail, plan["step_seconds"], rel_tol=1e-12), (
+                v["name"],
+                plan["label"],
+            )
+            idle = sim["step_time"] - max(sim["busy"])
+            assert math.isclose(idle, b["pipeline_bubble"], rel_tol=1e-9, abs_tol=1e-12), (plan["label"], idle, b)
+            checked += 1
+    assert checked >= 20
+
+
 # ---------------------------------------------------------------- the page
 def test_plan_page_answers_as_the_command_line_offline(page, vectors, form):
     """One page, one Python start, every vector: opened through its address, the page runs the same request as the
