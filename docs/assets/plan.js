@@ -235,7 +235,8 @@
     c.dataset.flag = opt.flag;
     const id = "plan-" + opt.dest;
     c.id = id;
-    return el("div", { class: "plan-field" + (opt.kind === "switch" ? " plan-switch" : ""), dataset: { dest: opt.dest } },
+    const wide = opt.dest === "model" ? " plan-wide" : ""; // long names: the menu gets the whole width
+    return el("div", { class: "plan-field" + (opt.kind === "switch" ? " plan-switch" : "") + wide, dataset: { dest: opt.dest } },
       el("label", { for: id }, el("code", { text: opt.flag })), c,
       el("small", { text: (opt.help || "").replace(/\s+/g, " ") }));
   }
@@ -455,91 +456,121 @@
     const tailSeconds = tail.reduce((s, [, v]) => s + v, 0);
     const total = sim.step_time + tailSeconds;
     const stages = sim.timeline.length;
+    const kinds = { F: "forward", B: sim.schedule === "zb-h1" ? "backward (input gradient)" : "backward",
+                    W: "weight gradient" };
+    // the interesting parts of a long step are its ends, where stages wait: a window of a few micro-batches' time
+    const slowest = Math.max(...sim.timeline.map((s) => Math.max(...s.end.map((e, k) => e - s.start[k]))));
+    const span = Math.min(total, (6 * stages + 10) * slowest);
+    const views = span < 0.6 * total
+      ? [["whole step", 0, total], ["its start", 0, span], ["its end", total - span, total]] : [["whole step", 0, total]];
     const rowH = Math.max(6, Math.min(22, Math.floor(360 / stages)));
-    const left = 58, right = 8, top = 6, axis = 22;
-    const cssWidth = Math.max(320, box.clientWidth || 640);
-    const cssHeight = top + stages * rowH + axis;
-    const dpr = window.devicePixelRatio || 1;
-    const canvas = el("canvas", { width: Math.round(cssWidth * dpr), height: Math.round(cssHeight * dpr),
-      style: `width:${cssWidth}px;height:${cssHeight}px`, role: "img",
-      "aria-label": `timeline of one step: ${stages} pipeline stages, ${pyG(sim.step_time, 4)} s of pipeline, ` +
-                    `then ${pyG(tailSeconds, 3)} s after the last backward` });
-    const ctx = canvas.getContext("2d");
-    ctx.scale(dpr, dpr);
-    const x = (t) => left + (cssWidth - left - right) * t / total;
-    const fg = getComputedStyle(box).color;
-    ctx.font = "11px sans-serif";
-    ctx.textBaseline = "middle";
-    sim.timeline.forEach((s, d) => {
-      const y = top + d * rowH;
-      ctx.fillStyle = fg;
-      ctx.fillText(`stage ${d}`, 2, y + rowH / 2);
-      for (let k = 0; k < s.kind.length; k++) {
-        ctx.fillStyle = COLORS[s.kind[k]];
-        ctx.globalAlpha = s.chunk[k] % 2 ? 0.7 : 1;
-        const a = x(s.start[k]), b = x(s.end[k]);
-        ctx.fillRect(a, y + 1, Math.max(0.5, b - a - (b - a > 3 ? 0.5 : 0)), rowH - 2);
-      }
-      ctx.globalAlpha = 1;
-      let t = sim.step_time;
-      tail.forEach(([, v], i) => {
-        ctx.fillStyle = TAIL_COLORS[i % TAIL_COLORS.length];
-        ctx.fillRect(x(t), y + 1, Math.max(0.5, x(t + v) - x(t)), rowH - 2);
-        t += v;
-      });
-    });
-    // seconds on the axis
-    ctx.fillStyle = fg;
-    ctx.strokeStyle = fg;
-    const yAxis = top + stages * rowH + 2;
-    ctx.beginPath(); ctx.moveTo(left, yAxis); ctx.lineTo(cssWidth - right, yAxis); ctx.stroke();
-    const rough = total / 6, mag = Math.pow(10, Math.floor(Math.log10(rough)));
-    const step = [1, 2, 5, 10].map((m) => m * mag).find((s) => s >= rough);
-    for (let t = 0; t <= total + 1e-12; t += step) {
-      ctx.beginPath(); ctx.moveTo(x(t), yAxis); ctx.lineTo(x(t), yAxis + 4); ctx.stroke();
-      ctx.textAlign = "center";
-      ctx.fillText(pyG(t, 3) + " s", Math.min(x(t), cssWidth - 24), yAxis + 13);
-    }
+    const left = 58, right = 10, top = 6, axis = 24;
+    const canvas = el("canvas", { role: "img", "aria-label": `timeline of one step: ${stages} pipeline stage` +
+      `${stages === 1 ? "" : "s"}, ${pyG(sim.step_time, 4)} s of pipeline, then ${pyG(tailSeconds, 3)} s after the ` +
+      "last backward" });
     const caption = el("p", { class: "plan-caption", text: "Point at an op to see what it is." });
+    let view = views[0];
+
+    function paint() {
+      const [, t0, t1] = view;
+      const cssWidth = Math.max(320, box.clientWidth || 640);
+      const cssHeight = top + stages * rowH + axis;
+      const dpr = window.devicePixelRatio || 1;
+      canvas.width = Math.round(cssWidth * dpr);
+      canvas.height = Math.round(cssHeight * dpr);
+      canvas.style.width = cssWidth + "px";
+      canvas.style.height = cssHeight + "px";
+      const ctx = canvas.getContext("2d");
+      ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+      ctx.clearRect(0, 0, cssWidth, cssHeight);
+      const x = (t) => left + (cssWidth - left - right) * (t - t0) / (t1 - t0);
+      const fg = getComputedStyle(box).color;
+      ctx.font = "11px sans-serif";
+      ctx.textBaseline = "middle";
+      ctx.save();
+      ctx.beginPath();
+      ctx.rect(left, 0, cssWidth - left - right, cssHeight);
+      ctx.clip();
+      sim.timeline.forEach((s, d) => {
+        const y = top + d * rowH;
+        for (let k = 0; k < s.kind.length; k++) {
+          if (s.end[k] < t0 || s.start[k] > t1) continue;
+          ctx.fillStyle = COLORS[s.kind[k]];
+          ctx.globalAlpha = s.chunk[k] % 2 ? 0.65 : 1;
+          const a = x(s.start[k]), b = x(s.end[k]);
+          ctx.fillRect(a, y + 1, Math.max(0.5, b - a - (b - a > 3 ? 1 : 0)), rowH - 2);
+        }
+        ctx.globalAlpha = 1;
+        let t = sim.step_time;
+        tail.forEach(([, v], i) => {
+          ctx.fillStyle = TAIL_COLORS[i % TAIL_COLORS.length];
+          ctx.fillRect(x(t), y + 1, Math.max(0.5, x(t + v) - x(t)), rowH - 2);
+          t += v;
+        });
+      });
+      ctx.restore();
+      ctx.fillStyle = fg;
+      ctx.strokeStyle = fg;
+      sim.timeline.forEach((s, d) => { if (rowH >= 9) ctx.fillText(`stage ${d}`, 2, top + d * rowH + rowH / 2); });
+      const yAxis = top + stages * rowH + 2;
+      ctx.beginPath(); ctx.moveTo(left, yAxis); ctx.lineTo(cssWidth - right, yAxis); ctx.stroke();
+      const rough = (t1 - t0) / 6, mag = Math.pow(10, Math.floor(Math.log10(rough)));
+      const step = [1, 2, 5, 10].map((m) => m * mag).find((v) => v >= rough);
+      ctx.textAlign = "center";
+      for (let t = Math.ceil(t0 / step) * step; t <= t1 + 1e-9 * t1; t += step) {
+        ctx.beginPath(); ctx.moveTo(x(t), yAxis); ctx.lineTo(x(t), yAxis + 4); ctx.stroke();
+        ctx.fillText(pyG(t, 4) + " s", Math.min(Math.max(x(t), left + 12), cssWidth - 24), yAxis + 14);
+      }
+      ctx.textAlign = "start";
+    }
+
     canvas.addEventListener("mousemove", (event) => {
+      const [, t0, t1] = view;
       const r = canvas.getBoundingClientRect();
       const d = Math.floor((event.clientY - r.top - top) / rowH);
-      const t = (event.clientX - r.left - left) / (cssWidth - left - right) * total;
-      if (d < 0 || d >= stages || t < 0) return;
+      const t = t0 + (event.clientX - r.left - left) / (r.width - left - right) * (t1 - t0);
+      if (d < 0 || d >= stages || t < t0 || t > t1) return;
       if (t >= sim.step_time) {
-        let s = sim.step_time;
+        let a = sim.step_time;
         for (const [k, v] of tail) {
-          if (t < s + v) { caption.textContent = `${timeName(k)}: ${pyG(s, 4)}–${pyG(s + v, 4)} s, after the last backward`; return; }
-          s += v;
+          if (t < a + v) { caption.textContent = `${timeName(k)}: ${pyG(a, 4)}–${pyG(a + v, 4)} s, after the last backward`; return; }
+          a += v;
         }
         return;
       }
       const s = sim.timeline[d];
       let lo = 0, hi = s.start.length - 1;
       while (lo < hi) { const mid = (lo + hi + 1) >> 1; if (s.start[mid] <= t) lo = mid; else hi = mid - 1; }
-      if (t > s.end[lo]) { caption.textContent = `stage ${d}: idle (bubble) at ${pyG(t, 4)} s`; return; }
-      const what = { F: "forward", B: sim.schedule === "zb-h1" ? "backward (input gradient)" : "backward", W: "weight gradient" }[s.kind[lo]];
-      caption.textContent = `stage ${d}: ${what} of micro-batch ${s.microbatch[lo] + 1}` +
+      if (t < s.start[lo] || t > s.end[lo]) { caption.textContent = `stage ${d} idles (the bubble) at ${pyG(t, 4)} s`; return; }
+      caption.textContent = `stage ${d}: ${kinds[s.kind[lo]]} of micro-batch ${s.microbatch[lo] + 1}` +
         (sim.virtual > 1 ? `, chunk ${s.chunk[lo] + 1} of ${sim.virtual}` : "") +
         `, ${pyG(s.start[lo], 4)}–${pyG(s.end[lo], 4)} s`;
     });
+    const buttons = views.length > 1 ? el("span", { class: "plan-views" }, "Show ", views.map((v, i) => el("button", {
+      type: "button", class: "plan-view" + (i ? "" : " plan-view--on"), text: v[0], onclick: (event) => {
+        view = v;
+        buttons.querySelectorAll("button").forEach((b) => b.classList.toggle("plan-view--on", b === event.target));
+        paint();
+      } }))) : null;
     const legend = el("p", { class: "plan-legend" },
-      Object.entries({ F: "forward", B: sim.schedule === "zb-h1" ? "backward (input gradient)" : "backward", W: "weight gradient" })
-        .filter(([k]) => sim.timeline.some((s) => s.kind.includes(k)))
+      Object.entries(kinds).filter(([k]) => sim.timeline.some((s) => s.kind.includes(k)))
         .map(([k, name]) => el("span", {}, el("i", { style: `background:${COLORS[k]}` }), name)),
       tail.map(([k], i) => el("span", {}, el("i", { style: `background:${TAIL_COLORS[i % TAIL_COLORS.length]}` }),
-        timeName(k))));
+        timeName(k))),
+      buttons);
     const busy = Math.max(...sim.busy);
     box.replaceChildren(legend, canvas, caption,
       el("p", { class: "plan-note" }, "Simulated by distlab's pipeline simulator from this plan's per-stage times " +
-        "(a micro-batch's forward and backward, recomputation and exposed tensor, context and expert-parallel " +
-        "communication included; lighter boxes are odd chunks): the pipeline takes ",
-        out("timeline.pipeline_seconds", sim.step_time, pyG(sim.step_time, 4)), " s, of which the busiest stage " +
-        "idles ", out("timeline.idle_seconds", sim.step_time - busy, pyG(sim.step_time - busy, 3)), " s; then ",
-        out("timeline.tail_seconds", tailSeconds, pyG(tailSeconds, 3)), " s after the last backward. One step: ",
-        out("timeline.step_seconds", total, pyG(total, 4)), " s (the plan's step: ", pyG(plan.step_seconds, 4), " s). ",
+        "(a micro-batch's forward and backward with its recomputation and exposed tensor, context and " +
+        "expert-parallel communication" + (sim.virtual > 1 ? "; lighter boxes are odd chunks" : "") + "): the " +
+        "pipeline takes ", out("timeline.pipeline_seconds", sim.step_time, pyG(sim.step_time, 4)), " s, in which the " +
+        "busiest stage idles ", out("timeline.idle_seconds", sim.step_time - busy, pyG(sim.step_time - busy, 3)),
+        " s; then ", out("timeline.tail_seconds", tailSeconds, pyG(tailSeconds, 3)), " s after the last backward. " +
+        "One step: ", out("timeline.step_seconds", total, pyG(total, 4)), " s (the plan's: ",
+        pyG(plan.step_seconds, 4), " s). The same simulation in a terminal: ",
         el("code", { class: "plan-cli-small", text: "distlab " + argv.filter((a) => a !== "--json" && a !== "--timeline")
           .map(shellQuote).join(" ") })));
+    paint();
     box.dataset.state = "drawn";
     box.dataset.argv = JSON.stringify(argv);
     box.dataset.ops = String(sim.timeline.reduce((n, s) => n + s.kind.length, 0));
