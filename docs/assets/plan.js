@@ -758,8 +758,10 @@
       }
       setTimeout(() => { copy.textContent = "Copy CLI command"; }, 1500);
     });
+    const here = location.pathname;
     window.addEventListener("popstate", function onPop() {
       if (!document.body.contains(root)) { window.removeEventListener("popstate", onPop); return; }
+      if (location.pathname !== here) return; // back to another page: Material's instant navigation handles it
       applyQuery(form, spec, new URLSearchParams(location.search));
       current = null; // the address is the question now, its choice of plan included
       selected = chosen();

@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 import zipfile
 from pathlib import Path
@@ -54,7 +55,7 @@ FLAGS = [
 REL_TOL = 1e-12
 FIRST_PLAN_TARGET_S, REPLAN_TARGET_S = 5.0, 1.0  # the issue's targets (README, "Benchmarks: the Plan page")
 SLACK = 2.0  # the bounds asserted: a shared, loaded machine must not fail the suite (the README has the numbers)
-STATE = "document.getElementById('distlab-plan').dataset"
+STATE = "(document.getElementById('distlab-plan')?.dataset ?? {})"
 
 
 # ---------------------------------------------------------------- fixtures
@@ -526,13 +527,22 @@ def test_plan_page_answers_as_the_command_line_offline(page, vectors, form):
     print(
         f"\nPlan page timings: first plan {timings['first_plan_s']:.2f} s after opening (target "
         f"{FIRST_PLAN_TARGET_S} s), re-plan {timings['replan_s']:.2f} s (best of {len(replans)}; target "
-        f"{REPLAN_TARGET_S} s)"
+        f"{REPLAN_TARGET_S} s); load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
     )
     (SCREENSHOTS / "plan-timings.json").write_text(json.dumps(timings | {"replans_s": replans}, indent=1))
     assert not page.errors, page.errors
     assert not page.external, f"requests to other hosts: {page.external}"
     assert any("/assets/pyodide/pyodide.asm.wasm" in u for u in page.requests)
-    assert timings["first_plan_s"] < SLACK * FIRST_PLAN_TARGET_S, timings
+    # a timing depends on the machine's load: re-measured on fresh pages (3 opens in all) before it may fail
+    attempts = [timings["first_plan_s"]]
+    while min(attempts) >= SLACK * FIRST_PLAN_TARGET_S and len(attempts) < 3:
+        again = Page(pg.context.browser, page.base)
+        try:
+            again.page.goto(page.base + address(vectors[first], form), wait_until="domcontentloaded")
+            attempts.append(float(wait_answer(again.page, vectors[first]["argv"])["firstPlanAt"]) / 1000)
+        finally:
+            again.close()
+    assert min(attempts) < SLACK * FIRST_PLAN_TARGET_S, f"first plan after opening, {len(attempts)} opens: {attempts}"
     assert timings["replan_s"] < SLACK * REPLAN_TARGET_S, timings
 
 
@@ -579,6 +589,52 @@ def test_an_address_the_page_wrote_reproduces_its_plan(page, form):
     finally:
         fresh.close()
     assert not page.errors and not page.external, (page.errors, page.external)
+
+
+def test_instant_navigation_reaches_the_planner_and_keeps_python_warm(browser, server):
+    """Readers reach the page through Material's instant navigation (the content swapped, no reload), for the URLs
+    its sitemap lists, which carry site_url's host and port; so the browser opens the site there and Playwright
+    answers from the test server, as tests/site/test_browser.py does. The page must plan, and after a chapter and
+    back (still no reload) plan again with the same Python, started once. Would catch a script that only runs on
+    a full page load, a worker started twice, or a stale popstate handler planning on another page."""
+    import re
+
+    canonical = re.search(r"<loc>(.*?)</loc>", urllib.request.urlopen(server + "sitemap.xml").read().decode())
+    root = canonical.group(1)[: canonical.group(1).index("/", len("http://")) + 1]
+    p = Page(browser, root)
+
+    def proxy(route):
+        try:
+            with urllib.request.urlopen(server + route.request.url[len(root) :], timeout=30) as resp:
+                route.fulfill(status=resp.status, headers=dict(resp.headers), body=resp.read())
+        except urllib.error.HTTPError as exc:
+            route.fulfill(status=exc.code, headers=dict(exc.headers), body=exc.read())
+        except Exception:  # noqa: BLE001 - a request still in flight when the context closes
+            pass
+
+    p.context.route(lambda url: url.startswith(root), proxy)
+    pg = p.page
+    try:
+        pg.goto(root, wait_until="networkidle")  # the sitemap is fetched after load
+        pg.evaluate("window.__distlabMarker = 42")
+        pg.locator("a.md-nav__link[href$='/plan/']:visible").first.click()
+        pg.wait_for_url("**/plan/")
+        first = wait_answer(pg)
+        assert first["state"] == "planned", first
+        started = pg.evaluate("window.__distlabPlanner.bootSeconds")
+        pg.locator("a.md-nav__link[href$='/12-planner/']:visible").first.click()
+        pg.wait_for_url("**/12-planner/")
+        pg.go_back()  # Material's popstate: the Plan page again, from its own history entry
+        pg.wait_for_url("**/plan/**")
+        again = wait_answer(pg)
+        assert again["state"] == "planned" and again["argv"] == first["argv"]
+        assert pg.evaluate("window.__distlabMarker") == 42, "a page reloaded: instant navigation did not happen"
+        assert pg.evaluate("window.__distlabPlanner.bootSeconds") == started, "Python started a second time"
+        workers = [u for u in p.requests if u.endswith("/pyodide.asm.wasm")]
+        assert len(workers) == 1, workers
+        assert not p.errors and not p.external, (p.errors, p.external)
+    finally:
+        p.close()
 
 
 def test_other_pages_do_not_load_python(page):
