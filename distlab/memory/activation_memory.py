@@ -26,26 +26,14 @@ from distlab.memory.activations import (
     stack_peak_bytes,
 )
 from distlab.models.gpt import Block, GPTConfig
+from distlab.models.layers import MaskDropout
+from distlab.runtime.saved_tensors import Checkpoint, SavedTensors
 from distlab.runtime.threads import single_threaded
 
 DTYPE = torch.bfloat16
 NORM_STAT_BYTES = {"cpu": 2, "cuda": 4}  # LayerNorm's saved mean and 1/std: input dtype on CPU, fp32 on CUDA
 SHAPES = [(97, 1, 64, 4), (128, 2, 64, 4), (257, 2, 96, 4), (200, 3, 120, 5), (256, 1, 192, 12), (512, 1, 96, 4)]
 MAIN = (257, 2, 96, 4)  # (s, b, h, a) of the term-by-term table; head dim 24
-
-
-class MaskDropout(nn.Module):
-    """Dropout that keeps a 1-byte bool mask for backward (torch.native_dropout), as PyTorch's CUDA
-    kernel and Megatron do. nn.Dropout on CPU keeps its mask in the activation dtype (2 bytes in bf16)."""
-
-    def __init__(self, p: float):
-        super().__init__()
-        self.p = p
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not self.training or self.p == 0:
-            return x
-        return torch.native_dropout(x, self.p, True)[0]
 
 
 def block(h: int, a: int, *, dropout: float = 0.1, device: str = "cpu", seed: int = 0) -> Block:
@@ -55,82 +43,6 @@ def block(h: int, a: int, *, dropout: float = 0.1, device: str = "cpu", seed: in
     for parent, name in ((blk.attn, "attn_drop"), (blk.attn, "resid_drop"), (blk.mlp, "drop")):
         setattr(parent, name, MaskDropout(dropout))
     return blk.to(device=device, dtype=DTYPE)
-
-
-class SavedTensors:
-    """Accounts every tensor autograd saves for backward while active, in forward and in backward.
-
-    Bytes are those of a saved tensor's storage, each storage counted once while it is held (a buffer
-    saved by two operations, or three views of one buffer, is one allocation); parameters apart. A saved
-    buffer is released when backward has unpacked every save of it (autograd frees it right after).
-    `live` is what is held now, `peak` the most ever held, `by_module` the bytes by the innermost module
-    running when a buffer was first saved.
-    """
-
-    def __init__(self, model: nn.Module):
-        self.model = model
-        self.params = {p.untyped_storage().data_ptr() for p in model.parameters()}
-        self.param_bytes, self.live, self.peak = 0, 0, 0
-        self.by_module: dict[str, int] = defaultdict(int)
-        self._params_seen: set[int] = set()
-        self._held: dict[int, list[int]] = {}  # storage pointer -> [saves not yet unpacked, bytes]
-        self._where = ["(outside)"]
-        self._handles: list = []
-        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
-
-    def __enter__(self) -> SavedTensors:
-        for name, mod in self.model.named_modules():
-            self._handles.append(mod.register_forward_pre_hook(self._enter(name or "block")))
-            self._handles.append(mod.register_forward_hook(self._leave))
-        self._hooks.__enter__()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._hooks.__exit__(*exc)
-        for handle in self._handles:
-            handle.remove()
-
-    def _enter(self, name: str):
-        def hook(module, args) -> None:
-            self._where.append(name)
-
-        return hook
-
-    def _leave(self, module, args, out) -> None:
-        self._where.pop()
-
-    @property
-    def buffers(self) -> int:
-        return len(self._held)
-
-    def _pack(self, t: torch.Tensor):
-        storage = t.untyped_storage()
-        ptr, nbytes = storage.data_ptr(), storage.nbytes()
-        if ptr in self.params:
-            if ptr not in self._params_seen:
-                self._params_seen.add(ptr)
-                self.param_bytes += nbytes
-            return None, t
-        if nbytes == 0:
-            return None, t
-        if ptr in self._held:
-            self._held[ptr][0] += 1
-        else:
-            self._held[ptr] = [1, nbytes]
-            self.live += nbytes
-            self.peak = max(self.peak, self.live)
-            self.by_module[self._where[-1]] += nbytes
-        return ptr, t
-
-    def _unpack(self, packed):
-        ptr, t = packed
-        held = self._held.get(ptr)
-        if held is not None:
-            held[0] -= 1
-            if held[0] == 0:
-                self.live -= held[1]
-                del self._held[ptr]
-        return t
 
 
 # ---------------------------------------------------------------- one block
@@ -164,35 +76,6 @@ def allocator_bytes(s: int, b: int, h: int, a: int, device: str = "cuda") -> int
 
 
 # ---------------------------------------------------------------- checkpointing
-def _rng_state(device: torch.device):
-    return torch.get_rng_state(), (torch.cuda.get_rng_state(device) if device.type == "cuda" else None)
-
-
-class Checkpoint(torch.autograd.Function):
-    """Naive activation checkpointing (Chen et al. 2016, https://arxiv.org/abs/1604.06174): save only
-    the inputs, run `fn` without a graph; in backward run it again with one, and back-propagate through it.
-    The RNG state is restored for the second run, so dropout draws the same masks."""
-
-    @staticmethod
-    def forward(ctx, fn, *inputs):
-        ctx.fn, ctx.rng = fn, _rng_state(inputs[0].device)
-        ctx.save_for_backward(*inputs)
-        with torch.no_grad():
-            return fn(*inputs)
-
-    @staticmethod
-    def backward(ctx, *grads):
-        inputs = [x.detach().requires_grad_(x.requires_grad) for x in ctx.saved_tensors]
-        cpu, cuda = ctx.rng
-        with torch.random.fork_rng(devices=[inputs[0].device] if cuda is not None else []), torch.enable_grad():
-            torch.set_rng_state(cpu)
-            if cuda is not None:
-                torch.cuda.set_rng_state(cuda, inputs[0].device)
-            out = ctx.fn(*inputs)
-        torch.autograd.backward(out, grads)
-        return (None, *(x.grad for x in inputs))
-
-
 def measure_stack(
     layers: list[nn.Module],
     x: torch.Tensor,

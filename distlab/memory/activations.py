@@ -12,10 +12,12 @@ the paper's; `distlab.memory.activation_memory` counts the real block's saved te
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import argparse
+from dataclasses import dataclass, replace
 
 from distlab.core.cli import MAX_GPUS, MAX_TOKENS, MAX_WIDTH, command, emit, parser, positive
-from distlab.models.shapes import ModelShape
+from distlab.memory.layer_activations import layer_bytes, output_terms
+from distlab.models.shapes import BlockShape, ModelShape
 
 RECOMPUTE = ("none", "selective", "full")
 
@@ -39,7 +41,9 @@ def activation_bytes_per_layer(
 
     none:       sbh(10 + 24/t + 5as/(ht))       (with sequence parallelism: sbh/t (34 + 5as/h))
     selective:  sbh(10 + 24/t)                   (with sequence parallelism: sbh/t * 34)
-    full:       2sbh                             (the layer input only; /t with sequence parallelism)
+    full:       2sbh                             (the layer input only; Table 2 prints 2sbh for every row; the
+                                                 /t with sequence parallelism is this site's extension: the
+                                                 layer input is then split t ways by the sequence)
     """
     if recompute not in RECOMPUTE:
         raise ValueError(f"recompute must be one of {', '.join(RECOMPUTE)}, not {recompute!r}")
@@ -58,6 +62,12 @@ def activation_bytes_per_layer(
 ATTENTION = ("flash", "eager")  # flash: the s x s scores never reach HBM; eager: they are saved for backward
 
 
+def model_block(m: ModelShape, *, moe: bool | None = None, dropout: bool | None = None) -> BlockShape:
+    """One layer of `m` as distlab.models.decoder builds it; `dropout` overrides the model's own."""
+    block = m.block(moe=moe)
+    return block if dropout is None else replace(block, dropout=dropout)
+
+
 def model_activation_bytes_per_layer(
     m: ModelShape,
     seq: int,
@@ -67,19 +77,54 @@ def model_activation_bytes_per_layer(
     sequence_parallel: bool = False,
     recompute: str = "none",
     attention: str = "flash",
-) -> float:
+    dropout: bool | None = None,
+    capacity_factor: float | None = None,
+) -> int:
     """Bytes one layer of model `m` keeps for backward, per GPU: the one function the calculator, the CLI, the
-    planner and the worked plans size activations with, chosen by the model's architecture.
+    planner and the worked plans size activations with.
 
-    Today it is Korthikanti's GPT block for every model, FlashAttention counted as dropping the s x s terms
-    (what selective recompute drops); the architecture-exact closed forms (SwiGLU, GQA, no dropout, MoE) replace
-    its inside, not its signature."""
-    if attention not in ATTENTION:
-        raise ValueError(f"attention must be one of {', '.join(ATTENTION)}, not {attention!r}")
-    effective = "selective" if (attention == "flash" and recompute == "none") else recompute
-    return activation_bytes_per_layer(
-        seq, batch, m.hidden, m.heads, tp=tp, sequence_parallel=sequence_parallel, recompute=effective
+    Architecture-exact (distlab.memory.layer_activations, checked tensor by tensor on counted blocks by the
+    experiment activation-memory-models): the model's MLP (SwiGLU or GeLU, its own width), its key/value heads,
+    its norm, dropout as the model trains (or `dropout`), FlashAttention ("flash") or the s x s matrices
+    materialised ("eager"; "standard" and "sdpa" are accepted as the planner's and torch's names), an MoE layer
+    with top-k routing, dropless or with a `capacity_factor`. For an MoE model with leading dense layers it is
+    the heavier of the two kinds of layer (what one layer may need); `model_activation_bytes` sums them.
+    """
+    kinds = [True, False] if m.experts and m.dense_layers else [None]
+    return max(
+        layer_bytes(
+            model_block(m, moe=kind, dropout=dropout),
+            seq,
+            batch,
+            attention=attention,
+            recompute=recompute,
+            tp=tp,
+            sequence_parallel=sequence_parallel,
+            capacity_factor=capacity_factor,
+        )
+        for kind in kinds
     )
+
+
+def model_activation_bytes(
+    m: ModelShape, seq: int, batch: int, *, layers: int | None = None, dropout: bool | None = None, **kw
+) -> int:
+    """Bytes all of `m`'s layers (or its first `layers`) keep for backward, per GPU: dense and MoE layers each
+    with their own closed form (keyword arguments as model_activation_bytes_per_layer)."""
+    layers = m.layers if layers is None else layers
+    if not m.experts:
+        return layers * layer_bytes(model_block(m, dropout=dropout), seq, batch, **kw)
+    dense = min(layers, m.dense_layers)
+    moe = layer_bytes(model_block(m, moe=True, dropout=dropout), seq, batch, **kw)
+    plain = layer_bytes(model_block(m, moe=False, dropout=dropout), seq, batch, **kw) if dense else 0
+    return dense * plain + (layers - dense) * moe
+
+
+def logits_bytes(m: ModelShape, seq: int, batch: int, *, tp: int = 1, sequence_parallel: bool = False) -> int:
+    """What the final norm, the output head and the loss keep for backward (s·b·V·4 bytes of fp32
+    log-probabilities dominate at a 128k vocabulary): distlab.memory.layer_activations.output_terms."""
+    terms = output_terms(m.hidden, m.vocab, seq, batch, norm=m.norm_kind, tp=tp, sequence_parallel=sequence_parallel)
+    return sum(x.bytes for x in terms)
 
 
 # ---------------------------------------------------------------- our block, term by term
@@ -187,7 +232,8 @@ def layer_forward_flops(s: int, b: int, h: int) -> dict[str, int]:
     return {"layer": 24 * s * b * h * h + 4 * b * s * s * h, "core": 4 * b * s * s * h}
 
 
-FORMULAS = {  # the paper's per-layer expression for each row
+SITE_EXTENSIONS = {(True, "full")}  # rows the paper does not print: Table 2 gives full recompute as 2sbh
+FORMULAS = {  # the paper's per-layer expression for each row (with SITE_EXTENSIONS, this site's)
     (False, "none"): "sbh(10 + 24/t + 5as/(ht))",
     (True, "none"): "sbh/t (34 + 5as/h)",
     (False, "selective"): "sbh(10 + 24/t)",
@@ -199,24 +245,81 @@ FORMULAS = {  # the paper's per-layer expression for each row
 
 # ---------------------------------------------------------------- the calculator
 CONVENTION = (
-    "Convention (Korthikanti et al. 2022, Table 2): a GPT layer (LayerNorm, attention, LayerNorm, 4h "
-    "GeLU MLP) with 16-bit activations and dropout (1-byte masks); LayerNorm statistics, the causal "
-    "mask, embeddings and the loss are left out. Per GPU: tensor parallelism splits heads t ways; "
-    "sequence parallelism also splits what tensor parallelism leaves whole. Bytes are exact; 1 GB = 1e9 B."
+    "Architecture-exact (distlab.memory.layer_activations, checked tensor by tensor against counted blocks on "
+    "chapter 3): 16-bit activations, fp32 norm statistics, 1-byte dropout masks; the model's MLP (SwiGLU or "
+    "GeLU) and width, its key/value heads, its norm, dropout as the model trains; FlashAttention keeps O and a "
+    "log-sum-exp per row instead of the s x s matrices. Without --model the layer is Korthikanti et al.'s "
+    "GPT block (LayerNorm, 4h GeLU MLP, dropout, eager attention), and the paper's Table 2 value is printed "
+    "beside it. Embeddings, the logits and the loss are left out. Per GPU: tensor parallelism splits heads "
+    "and the MLP t ways; sequence parallelism also splits what tensor parallelism leaves whole. Bytes are "
+    "exact; 1 GB = 1e9 B."
 )
 
 
-@command("activations", "activation bytes per layer and per GPU (Korthikanti et al. 2022, Table 2)")
+def _cli_model(args) -> ModelShape:
+    """The model the flags describe: --model's, with any flag given overriding it; or a custom one."""
+    from distlab.models.shapes import named
+
+    given = {
+        k: getattr(args, k)
+        for k in ("layers", "hidden", "heads", "kv_heads", "ffn", "mlp", "norm", "dropout", "experts", "top_k")
+        if getattr(args, k) is not None
+    }
+    if args.model:
+        base = named(args.model)
+        fields = {"layers", "hidden", "heads", "kv_heads", "ffn", "mlp", "norm", "dropout", "experts", "top_k"}
+        row = {f: getattr(base, f) for f in fields} | {"vocab": base.vocab, "seq": base.seq, "name": base.name}
+        row |= {"moe_ffn": base.moe_ffn, "dense_layers": base.dense_layers}
+        row |= {"norm": base.norm_kind, "dropout": base.trains_with_dropout}  # the model's own, not a family's
+        if "hidden" in given or "heads" in given:
+            row["kv_heads"] = given.get("kv_heads")  # a new head count: KV heads default to it again
+        row |= given
+        if row["hidden"] % row["heads"]:
+            raise ValueError(f"--hidden ({row['hidden']}) must be divisible by --heads ({row['heads']})")
+        return ModelShape(**row)
+    missing = [f"--{k}" for k in ("layers", "hidden", "heads") if k not in given]
+    if missing:
+        raise ValueError(f"give --model NAME, or the shape: {', '.join(missing)} missing")
+    if given["hidden"] % given["heads"]:
+        raise ValueError(f"--hidden ({given['hidden']}) must be divisible by --heads ({given['heads']})")
+    mlp = given.get("mlp", "swiglu" if given.get("experts") else "gelu")  # else Korthikanti et al.'s GPT block
+    given.setdefault("ffn", 4 * given["hidden"])
+    return ModelShape(name="custom", vocab=1, **({"mlp": mlp} | given))
+
+
+@command("activations", "activation bytes per layer and per GPU, architecture-exact (Llama, GPT, MoE)")
 def activations_command(argv: list[str]) -> int:
+    from distlab.core.cli import number
+    from distlab.memory.layer_activations import formula, saved_tensors
+    from distlab.models.shapes import catalog, named
+
     p = parser(
         "activations",
         "Activation bytes a transformer keeps for backward, per layer and in total per GPU.\n\n" + CONVENTION,
     )
-    p.add_argument("--layers", type=positive(int, MAX_WIDTH), required=True, help="transformer layers L (on this GPU)")
-    p.add_argument("--hidden", type=positive(int, MAX_WIDTH), required=True, help="hidden size h")
-    p.add_argument("--heads", type=positive(int, MAX_WIDTH), required=True, help="attention heads a")
-    p.add_argument("--seq", type=positive(int, MAX_TOKENS), required=True, help="sequence length s")
-    p.add_argument("--batch", type=positive(int, MAX_TOKENS), required=True, help="micro-batch b (sequences)")
+    p.add_argument("--model", choices=list(catalog()), help="a named model; its shape and training defaults")
+    p.add_argument("--layers", type=positive(int, MAX_WIDTH), help="transformer layers L (on this GPU)")
+    p.add_argument("--hidden", type=positive(int, MAX_WIDTH), help="hidden size h")
+    p.add_argument("--heads", type=positive(int, MAX_WIDTH), help="attention heads a")
+    p.add_argument("--kv-heads", type=positive(int, MAX_WIDTH), help="key/value heads g (default: the model's, or a)")
+    p.add_argument("--ffn", type=positive(int, MAX_WIDTH), help="MLP width f (default: the model's, or 4h)")
+    p.add_argument("--mlp", choices=("gelu", "swiglu"), help="MLP type (default: the model's, or gelu)")
+    p.add_argument("--norm", choices=("rmsnorm", "layernorm"), help="norm (default: the MLP family's)")
+    p.add_argument(
+        "--dropout",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="dropout masks (default: as the model trains: Llama without, GPT with)",
+    )
+    p.add_argument("--experts", type=positive(int, MAX_WIDTH), help="routed experts E of an MoE layer")
+    p.add_argument("--top-k", type=positive(int, MAX_WIDTH), help="experts per token k (with --experts)")
+    p.add_argument(
+        "--capacity-factor",
+        type=number(float, minimum=0, strict_minimum=True, maximum=MAX_WIDTH),
+        help="MoE expert capacity factor cf (default: dropless)",
+    )
+    p.add_argument("--seq", type=positive(int, MAX_TOKENS), help="sequence length s (default: the model's)")
+    p.add_argument("--batch", type=positive(int, MAX_TOKENS), default=1, help="micro-batch b (sequences, default 1)")
     p.add_argument("--tp", type=positive(int, MAX_GPUS), default=1, help="tensor-parallel size t (default 1)")
     p.add_argument("--sequence-parallel", action="store_true", help="Megatron sequence parallelism (with --tp)")
     p.add_argument(
@@ -225,41 +328,82 @@ def activations_command(argv: list[str]) -> int:
         default="none",
         help="none (default), selective (attention core) or full (keep layer inputs only)",
     )
+    p.add_argument(
+        "--attention",
+        choices=ATTENTION,
+        help="flash (FlashAttention: no s x s matrices) or eager (default: flash for Llama-family models, "
+        "eager for GPT-family ones)",
+    )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     args = p.parse_args(argv)
-    if args.hidden % args.heads:
-        raise ValueError(f"--hidden ({args.hidden}) must be divisible by --heads ({args.heads})")
-    if args.heads % args.tp:
-        raise ValueError(f"--heads ({args.heads}) must be divisible by --tp ({args.tp})")
-    per_layer = activation_bytes_per_layer(
-        args.seq,
+    if args.experts is not None and args.top_k is None and not args.model:
+        raise ValueError("--experts needs --top-k")
+    m = _cli_model(args)
+    seq = args.seq or (m.seq if args.model else None)
+    if seq is None:
+        raise ValueError("give --seq (or --model NAME, whose training sequence is the default)")
+    if m.heads % args.tp:
+        raise ValueError(f"--heads ({m.heads}) must be divisible by --tp ({args.tp})")
+    family = named(args.model).mlp if args.model else m.mlp  # the named model's kind sets the default
+    attention = args.attention or ("flash" if family == "swiglu" else "eager")
+    kw = dict(
+        tp=args.tp,
+        sequence_parallel=args.sequence_parallel,
+        recompute=args.recompute,
+        attention=attention,
+        capacity_factor=args.capacity_factor,
+    )
+    block = m.block()
+    terms = saved_tensors(block, seq, args.batch, **kw)
+    per_layer = model_activation_bytes_per_layer(m, seq, args.batch, **kw)
+    total = model_activation_bytes(m, seq, args.batch, **kw)
+    published = activation_bytes_per_layer(
+        seq,
         args.batch,
-        args.hidden,
-        args.heads,
+        m.hidden,
+        m.heads,
         tp=args.tp,
         sequence_parallel=args.sequence_parallel,
         recompute=args.recompute,
     )
-    per_layer = int(per_layer) if float(per_layer).is_integer() else per_layer
-    total = args.layers * per_layer
-    formula = FORMULAS[(args.sequence_parallel, args.recompute)]
+    published = int(published) if float(published).is_integer() else published
     out = {
-        "layers": args.layers,
-        "hidden": args.hidden,
-        "heads": args.heads,
-        "seq": args.seq,
+        "model": args.model or "custom",
+        "layers": m.layers,
+        "hidden": m.hidden,
+        "heads": m.heads,
+        "kv_heads": m.kv,
+        "ffn": block.ffn,
+        "mlp": m.mlp,
+        "norm": m.norm_kind,
+        "dropout": block.dropout,
+        "attention": attention,
+        "seq": seq,
         "batch": args.batch,
         "tp": args.tp,
         "sequence_parallel": args.sequence_parallel,
         "recompute": args.recompute,
-        "formula": formula,
+        "formula": formula(terms),
         "bytes_per_layer": per_layer,
         "total_bytes": total,
+        "published_formula": FORMULAS[(args.sequence_parallel, args.recompute)],
+        "published_bytes_per_layer": published,
+        "terms": [{"module": x.module, "what": x.what, "notation": x.notation, "bytes": x.bytes} for x in terms],
     }
+    if m.experts:
+        out |= {"experts": m.experts, "top_k": m.top_k, "capacity_factor": args.capacity_factor}
     text = (
-        f"per layer  {per_layer:,} B ({per_layer / 1e9:.3g} GB)   {formula}\n"
-        f"per GPU    {total:,} B ({total / 1e9:.3g} GB)   {args.layers} layers\n"
-        "16-bit activations with dropout (Korthikanti et al. 2022, Table 2); see --help for the convention"
+        f"per layer  {per_layer:,} B ({per_layer / 1e9:.3g} GB)   {out['formula']}\n"
+        f"per GPU    {total:,} B ({total / 1e9:.3g} GB)   {m.layers} layers\n"
+        f"Korthikanti et al. Table 2 ({out['published_formula']}): {published:,} B per layer, for its GPT block"
+        + (
+            " (/t: this site's extension; Table 2 gives 2sbh)"
+            if (args.sequence_parallel, args.recompute) in SITE_EXTENSIONS
+            else ""
+        )
+        + "\n"
+        f"{m.name}: {m.mlp}, {m.kv} KV heads, {m.norm_kind}, dropout {'on' if block.dropout else 'off'}, "
+        f"{attention} attention; see --help for the convention"
     )
     emit(out, args.json, text)
     return 0

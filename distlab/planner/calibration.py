@@ -20,15 +20,6 @@ def stored_error_range() -> tuple[float, float]:
     return value("planner.mfu-band.error_min"), value("planner.mfu-band.error_max")
 
 
-def error_range() -> tuple[float, float]:
-    """(e_min, e_max): the smallest and largest signed error of the planner on the corpus runs it covers, computed
-    (seconds: the whole validation)."""
-    from distlab.planner.planner_validation import covered_errors
-
-    errors = covered_errors().values()
-    return min(errors), max(errors)
-
-
 def mfu_band(mfu: float) -> tuple[float, float]:
     """(low, high): the MFU a run predicted at `mfu` would reach, given the planner's errors on published runs."""
     e_min, e_max = stored_error_range()

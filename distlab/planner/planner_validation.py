@@ -259,6 +259,34 @@ def _check_published_relations(r: Result, corpus: dict[str, Run]) -> None:
                 Run(run.key, {k: v for k, v in run.row.items() if k != "tokens_per_s_per_gpu"})
             )
             worst = max(worst, abs(via / run.get("tokens_per_s_per_gpu") - 1))
+    from distlab.hardware.gpus import gpu
+
+    agg, util, n_agg, n_util = 0.0, 0.0, 0, 0
+    for run in corpus.values():
+        g = run.row
+        if "aggregate_pflops" in g and "tflops_per_gpu" in g:  # printed per GPU x GPUs = printed aggregate
+            agg = max(agg, abs(g["tflops_per_gpu"] * g["gpus"] / 1000 / g["aggregate_pflops"] - 1))
+            n_agg += 1
+        field = "hfu" if g["flop_convention"] == "megatron-96Bslh2" else "mfu"  # Narayanan's count includes rc
+        if field in g and "tflops_per_gpu" in g:  # printed TFLOP/s over the dense peak = the printed utilisation
+            peak = gpu(g["gpu"]).peak_flops("fp8" if g.get("dtype") == "fp8" else "bf16") / 1e12
+            util = max(util, abs(g["tflops_per_gpu"] / peak - g[field]))
+            n_util += 1
+    r.claim(
+        f"every corpus row printing both ({n_agg}): TFLOP/s per GPU x GPUs = the printed aggregate PFLOP/s",
+        agg,
+        0.0,
+        abs_tol=0.01,
+        formula="to the printed rounding",
+    )
+    r.claim(
+        f"every corpus row printing both ({n_util}): TFLOP/s / dense peak = the printed MFU (or HFU)",
+        util,
+        0.0,
+        abs_tol=0.006,
+        unit="fraction",
+        formula="MFU printed to 1 % at worst",
+    )
     r.claim(
         "BLOOM: printed TFLOP/s through 96 B s l h^2 (1 + s/6h + V/16lh) give the printed tokens/s",
         worst,

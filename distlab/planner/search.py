@@ -174,13 +174,13 @@ def _rest(m, t, fixed, tp, pp, dp, cp, b, n, flash, moe):
         v_fixed = fixed.get("virtual")
         if fixed["schedule"] == "interleaved":
             vs = [v_fixed] if v_fixed else [v for v in VIRTUAL_CHUNKS if m.layers % (pp * v) == 0] or [2]
-            scheds = [("interleaved", v) for v in vs if m.layers % (pp * v) == 0]  # each chunk the same layers
+            scheds = [("interleaved", v) for v in vs if pp * v <= m.layers]  # every chunk holds a layer
         else:
             scheds = [(fixed["schedule"], 1)]
     elif "virtual" in fixed:
         v = fixed["virtual"]
-        scheds = [("interleaved", v)] if v > 1 and m.layers % (pp * v) == 0 else [s for s in scheds if s[1] == 1]
-        if v > 1 and m.layers % (pp * v):
+        scheds = [("interleaved", v)] if v > 1 else [s for s in scheds if s[1] == 1]
+        if pp * v > m.layers:  # uneven chunks are allowed when fixed (Megatron splits 126 layers over 8 x 8), empty not
             scheds = []
     recs = _options(fixed, "recompute", ("none", "full") if flash else ("none", "selective", "full"))
     for ep in eps:
@@ -256,8 +256,8 @@ def _why_not(m: ModelShape, c: Cluster, t: Training, fixed: dict) -> str:
     if pp > 1 and b and per // b < pp:
         return f"{per // b} micro-batches per step cannot fill {pp} pipeline stages"
     v = fixed.get("virtual", 1)
-    if v > 1 and m.layers % (pp * v):
-        return f"{v} model chunks on each of {pp} stages do not divide the {m.layers} layers evenly"
+    if pp * v > m.layers:
+        return f"{v} model chunks on each of {pp} stages are more chunks than the {m.layers} layers"
     return "no plan of the fixed dimensions exists (an interleaved schedule needs micro-batches divisible by PP)"
 
 
@@ -348,7 +348,7 @@ def explain(m: ModelShape, c: Cluster, t: Training, ranked: list[Estimate]) -> l
     if p.tp > 1:
         overlap = "overlapped with the GEMMs next to them" if t.tp_overlap else "on the critical path (no overlap)"
         out.append(
-            f"Tensor parallelism {p.tp} stays inside a {c.gpus_per_node}-GPU node; its collectives, {overlap}, "
+            f"Tensor parallelism {p.tp} stays inside one {c.gpus_per_node}-GPU node; its collectives, {overlap}, "
             f"leave {_share(best, 'exposed_tp'):.1%} of the step exposed."
         )
     if p.pp > 1:

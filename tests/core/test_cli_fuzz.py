@@ -50,6 +50,26 @@ CASES += [
     ("activations", with_value(ACTIVATIONS, "--heads", "3")),
     ("activations", with_value(ACTIVATIONS, "--recompute", "some")),
 ]
+# The architecture flags (issue 19): every numeric one malformed, every choice unknown, and shapes that cannot be.
+MODEL_70B = ["--model", "70B", "--attention", "flash"]
+for flag in ("--kv-heads", "--ffn", "--experts", "--top-k"):
+    CASES += [("activations", MODEL_70B + [flag, v]) for v in ("-1", "0", "inf", "1e308", "٧", "2.5")]
+CASES += [("activations", MODEL_70B + ["--capacity-factor", v]) for v in ("-1", "0", "inf", "nan", "1e308", "١")]
+CASES += [
+    ("activations", with_value(MODEL_70B, "--model", "7Q")),
+    ("activations", with_value(MODEL_70B, "--attention", "ring")),
+    ("activations", MODEL_70B + ["--mlp", "relu"]),
+    ("activations", MODEL_70B + ["--norm", "batchnorm"]),
+    ("activations", MODEL_70B + ["--kv-heads", "7"]),  # 64 heads are not divisible by 7 KV heads
+    ("activations", MODEL_70B + ["--tp", "3"]),  # 64 heads do not split over 3 ranks
+    ("activations", MODEL_70B + ["--ffn", "1001", "--tp", "2"]),  # the MLP width does not split over 2
+    ("activations", MODEL_70B + ["--tp", "8", "--sequence-parallel", "--seq", "4097"]),  # nor does the sequence
+    ("activations", MODEL_70B + ["--experts", "4", "--top-k", "5"]),  # top-k beyond the experts
+    ("activations", with_value(ACTIVATIONS, "--experts", "4")),  # experts without --top-k
+    ("activations", ["--hidden", "4096", "--heads", "32", "--seq", "4096"]),  # neither --model nor --layers
+    ("activations", ["--layers", "32", "--hidden", "4096", "--heads", "32"]),  # no --seq and no --model
+    ("activations", MODEL_70B + ["--dropout", "yes"]),  # --dropout takes no value
+]
 for flag in ("--ranks", "--bytes"):
     CASES += [("allreduce", with_value(ALLREDUCE, flag, v)) for v in ("-8", "0", "nan", "1e308", "1.5")]
 CASES += [("allreduce", ALLREDUCE + ["--algorithm", "butterfly"]), ("allreduce", ALLREDUCE + ["--latency", "-1"])]
@@ -102,8 +122,8 @@ CASES += [
     ("plan", PLAN + ["--dp", "3"]),  # does not tile 8 GPUs
     (
         "plan",
-        PLAN + ["--pp", "2", "--schedule", "interleaved", "--virtual", "3"],
-    ),  # 3 does not divide 16 layers per stage
+        PLAN + ["--pp", "2", "--schedule", "interleaved", "--virtual", "17"],
+    ),  # 34 chunks for 32 layers
     ("plan", PLAN + ["--pp", "1", "--schedule", "zb-h1"]),
     ("plan", PLAN + ["--zero", "0", "--offload", "optimizer"]),
     ("plan", PLAN + ["--tp", "1", "--pp", "1", "--zero", "0", "--offload", "none", "--micro-batch", "64"]),

@@ -119,19 +119,75 @@ def distlab(*args):
 
 
 def test_cli_json_keys_and_values():
+    """Without --model the layer is Korthikanti et al.'s GPT block: the paper's Table 2 plus the four fp32
+    LayerNorm statistics per row (16sb) the paper leaves out. Would catch the CLI losing the paper's value or a
+    JSON key, or dividing the statistics wrongly under sequence parallelism."""
     base = ["--layers", "32", "--hidden", "4096", "--heads", "32", "--seq", "4096", "--batch", "2"]
     out = json.loads(distlab(*base, "--json").stdout)
-    assert out["bytes_per_layer"] == 4096 * 2 * 4096 * (34 + 160)
+    s, b, h = 4096, 2, 4096
+    assert out["published_bytes_per_layer"] == s * b * h * (34 + 160)
+    assert out["bytes_per_layer"] == s * b * h * (34 + 160) + 16 * s * b
     assert out["total_bytes"] == 32 * out["bytes_per_layer"]
+    assert sum(x["bytes"] for x in out["terms"]) == out["bytes_per_layer"]
     out = json.loads(distlab(*base, "--tp", "8", "--sequence-parallel", "--recompute", "selective", "--json").stdout)
-    assert out["bytes_per_layer"] == 34 * 4096 * 2 * 4096 // 8
-    assert {"tp", "sequence_parallel", "recompute", "formula"} <= set(out)
+    assert out["bytes_per_layer"] == (34 * s * b * h + 16 * s * b) // 8
+    assert out["published_bytes_per_layer"] == 34 * s * b * h // 8
+    assert {"tp", "sequence_parallel", "recompute", "formula", "attention", "kv_heads", "mlp", "ffn"} <= set(out)
     assert isinstance(out["total_bytes"], int)
+
+
+def test_cli_model_70b_flash_is_architecture_exact():
+    """The issue's check: Llama 2 70B (SwiGLU f = 28672, 8 KV heads of 64, RMSNorm, no dropout) with
+    FlashAttention, written out by hand: 12sbh + 4sbh·g/a + 8sbf + 4abs + 8sb. Would catch the GPT formula
+    (34sbh) applied to Llama, GQA ignored, or the MLP width ignored."""
+    out = json.loads(distlab("--model", "70B", "--attention", "flash", "--json").stdout)
+    s, b, h, a, g, f = 4096, 1, 8192, 64, 8, 28672
+    sbh = s * b * h
+    assert out["bytes_per_layer"] == 12 * sbh + 4 * sbh * g // a + 8 * s * b * f + 4 * a * b * s + 8 * s * b
+    assert out["total_bytes"] == 80 * out["bytes_per_layer"]
+    assert (out["mlp"], out["kv_heads"], out["ffn"], out["dropout"], out["norm"]) == ("swiglu", 8, f, False, "rmsnorm")
+    assert out["formula"] == "12sbh + 8sb + 4sbh·g/a + 4abs + 8sbf"
+
+
+def test_cli_flags_override_the_named_model():
+    """--model sets defaults; each flag overrides one. Would catch a flag silently ignored with --model."""
+    base = ["--model", "7B", "--seq", "1000", "--json"]
+    plain = json.loads(distlab(*base).stdout)["bytes_per_layer"]
+    s, h, f = 1000, 4096, 11008
+    assert plain == 16 * s * h + 8 * s * f + 4 * 32 * s + 8 * s  # MHA: 12sbh + 4sbh
+    wider = json.loads(distlab(*base, "--ffn", str(4 * f)).stdout)["bytes_per_layer"]
+    assert wider - plain == 8 * s * 3 * f  # quadrupling the MLP width moves only the 8sbf term
+    gelu = json.loads(distlab(*base, "--mlp", "gelu").stdout)["bytes_per_layer"]
+    assert plain - gelu == 4 * s * f
+    gqa = json.loads(distlab(*base, "--kv-heads", "8").stdout)["bytes_per_layer"]
+    assert plain - gqa == 4 * s * h - 4 * s * h * 8 // 32
+    drop = json.loads(distlab(*base, "--dropout").stdout)["bytes_per_layer"]
+    assert drop - plain == 2 * s * h  # two 1-byte masks; FlashAttention regenerates its own
+    eager = json.loads(distlab(*base, "--attention", "eager").stdout)["bytes_per_layer"]
+    assert eager - plain == 2 * 32 * s * s - 4 * 32 * s  # the scores in, the log-sum-exp out (MHA: Q, K, V, O alike)
+    gpt3 = json.loads(distlab("--model", "175B", "--json").stdout)
+    assert (gpt3["attention"], gpt3["dropout"], gpt3["seq"]) == ("eager", True, 2048)
+
+
+def test_cli_moe_model_counts_k_experts_per_token():
+    """Mixtral 8x7B, dropless, s = 32768: the experts process N = sbk slots. Would catch an MoE layer sized
+    as one dense MLP."""
+    out = json.loads(distlab("--model", "Mixtral-8x7B", "--seq", "4096", "--json").stdout)
+    s, h, f, k, a, g = 4096, 4096, 14336, 2, 32, 8
+    n = s * k
+    attention = 12 * s * h + 4 * s * h * g // a + 4 * a * s + 8 * s
+    assert out["bytes_per_layer"] == attention + 12 * s * k + 18 * n + 4 * n * h + 8 * n * f
+    capped = json.loads(
+        distlab("--model", "Mixtral-8x7B", "--seq", "4096", "--capacity-factor", "1.5", "--json").stdout
+    )
+    slots = 8 * -(-int(1.5 * s * k) // 8)
+    assert capped["bytes_per_layer"] - out["bytes_per_layer"] == (slots - n) * (18 + 4 * h + 8 * f)
 
 
 def test_cli_text_and_help_state_the_convention():
     proc = distlab("--help")
     assert proc.returncode == 0 and "16-bit activations" in proc.stdout and "dropout" in proc.stdout
+    assert "Architecture-exact" in proc.stdout and "--kv-heads" in proc.stdout
     proc = distlab("--layers", "2", "--hidden", "64", "--heads", "4", "--seq", "97", "--batch", "3")
     assert proc.returncode == 0 and "per GPU" in proc.stdout
 
@@ -144,6 +200,13 @@ def test_cli_text_and_help_state_the_convention():
         (["--tp", "3"], "divisible by --tp"),
         (["--recompute", "partial"], "invalid choice"),
         (["--seq", "1.5"], "whole number"),
+        (["--model", "7Q"], "invalid choice"),
+        (["--kv-heads", "3"], "not divisible by kv_heads"),
+        (["--mlp", "relu"], "invalid choice"),
+        (["--attention", "ring"], "invalid choice"),
+        (["--capacity-factor", "0"], "must be positive"),
+        (["--experts", "4"], "needs --top-k"),
+        (["--ffn", "7", "--tp", "2", "--heads", "4"], "divisible by TP"),
     ],
 )
 def test_cli_bad_input_is_one_line_exit_2(args, message):

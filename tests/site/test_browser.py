@@ -325,25 +325,30 @@ SET_AND_READ = """(inp) => {
   };
   set('model', inp.model);
   if (inp.model === 'custom')
-    for (const k of ['layers', 'hidden', 'heads', 'kv_heads', 'ffn', 'vocab', 'mlp', 'tie_embeddings']) set(k, inp[k]);
-  for (const k of ['seq', 'micro_batch', 'gpus', 'gpu', 'zero', 'tp', 'pp', 'recompute', 'sequence_parallel'])
+    for (const k of ['layers', 'hidden', 'heads', 'kv_heads', 'ffn', 'vocab', 'mlp', 'tie_embeddings', 'context',
+                     'experts', 'top_k']) set(k, inp[k]);
+  for (const k of ['seq', 'micro_batch', 'gpus', 'gpu', 'zero', 'tp', 'pp', 'recompute', 'sequence_parallel',
+                   'attention', 'dropout', 'precision', 'capacity_factor'])
     set(k, inp[k]);
-  const out = {state: root.dataset.state, values: {}, text: {},
+  const stage = root.querySelector('[data-key=stage]');
+  const out = {state: root.dataset.state, values: {}, text: {}, stage: stage.dataset.stage || null,
                verdict: root.querySelector('[data-key=verdict]').dataset.fits,
-               error: root.querySelector('[data-key=error]').dataset.error || null};
+               error: root.querySelector('[data-key=error]').dataset.error || null,
+               search: window.location.search};
   root.querySelectorAll('.calc-out').forEach(o => {
     out.values[o.dataset.key] = o.dataset.value === undefined ? null : Number(o.dataset.value);
     out.text[o.dataset.key] = o.textContent;
   });
   return out;
 }"""
-NUMBERS = ("params", "dp", "weights", "gradients", "optimizer", "activations", "total", "capacity")
+NUMBERS = ("params", "dp", "weights", "gradients", "optimizer", "activations", "logits", "total", "capacity", "usable",
+           "reserved")
 
 
 def _compare(shown: dict, expected: dict) -> list[str]:
     """Numbers within 1e-12 relative (the JavaScript does the same IEEE-754 double operations in the
     same order, so they agree to the last bit unless an operation moved); the text exactly as the
-    site's format_quantity prints it; the verdict exactly."""
+    site's format_quantity prints it; the verdict and the stage shown exactly."""
     if "error" in expected:
         return [] if shown["state"] == "error" and shown["error"] else [f"expected refusal ({expected['error']})"]
     bad = []
@@ -359,16 +364,22 @@ def _compare(shown: dict, expected: dict) -> list[str]:
             bad.append(f"{k} text: page {got!r}, distlab {want!r}")
     if shown["verdict"] != str(expected["fits"]).lower():
         bad.append(f"verdict: page fits={shown['verdict']}, distlab fits={expected['fits']}")
+    if shown["stage"] != expected["stage"]:
+        bad.append(f"stage: page {shown['stage']}, distlab {expected['stage']}")
     return bad
 
 
 def test_calculator_agrees_with_distlab_on_every_vector(built_site, page):
     """The build's vectors (computed by distlab.calculator) entered into the live page, one by one:
-    every number, its printed text and the verdict must match, and every refused input must be
-    refused. Would catch the JavaScript drifting from the Python (a changed formula, a preset or GPU
-    capacity typed into the page, a ZeRO stage off by one, a rounding rule that differs)."""
+    every number, its printed text, the verdict and the stage shown must match, and every refused input must
+    be refused. They include Llama, GPT and MoE presets with FlashAttention on and off. Would catch the
+    JavaScript drifting from the Python (a changed formula, a preset or GPU capacity typed into the page, a
+    ZeRO stage off by one, a rounding rule that differs, a preset that does not bring its sequence)."""
     vectors = json.loads((built_site / "assets" / "calculator" / "vectors.json").read_text())
-    assert len(vectors) >= 30
+    assert len(vectors) >= 100
+    flash = {(v["input"]["model"], v["input"]["attention"]) for v in vectors}
+    assert {("7B", "flash"), ("7B", "eager"), ("175B", "flash"), ("175B", "eager"), ("Mixtral-8x7B", "flash"),
+            ("Mixtral-8x7B", "eager")} <= flash
     page.goto(page.base + "calculator/", wait_until="load")
     page.wait_for_selector("#distlab-calculator[data-ready='true']", timeout=10000)
     failures = []
@@ -381,18 +392,28 @@ def test_calculator_agrees_with_distlab_on_every_vector(built_site, page):
     assert not page.watch.errors and not page.watch.external
 
 
+def _form_inputs(page) -> dict:
+    """What the form holds, as the keys of distlab.calculator.evaluate's inputs."""
+    raw = page.evaluate("""() => {
+      const f = document.querySelector('#distlab-calculator form'), out = {};
+      for (const e of f.elements) if (e.name) out[e.name] = e.type === 'checkbox' ? e.checked : e.value;
+      return out;
+    }""")
+    inputs = {k: raw[k] for k in ("model", "gpu", "recompute", "attention", "precision")}
+    for k in ("seq", "micro_batch", "gpus", "zero", "tp", "pp"):
+        inputs[k] = int(raw[k])
+    inputs |= {"sequence_parallel": raw["sequence_parallel"], "dropout": raw["dropout"]}
+    inputs["capacity_factor"] = float(raw["capacity_factor"] or 0)
+    return inputs
+
+
 def test_calculator_updates_as_the_reader_types(page):
     """Typing, not scripting: keystrokes into the micro-batch field and a ZeRO stage picked from the
     menu change the numbers and the verdict at once, to what distlab computes for the same inputs."""
     page.goto(page.base + "calculator/", wait_until="load")
     page.wait_for_selector("#distlab-calculator[data-ready='true']", timeout=10000)
     root = page.locator("#distlab-calculator")
-    inputs = json.loads(page.evaluate("JSON.stringify(Object.fromEntries(new FormData("
-                                      "document.querySelector('#distlab-calculator form'))))"))
-    defaults = {"model": inputs["model"], "seq": 0, "micro_batch": 0, "gpus": 0, "gpu": inputs["gpu"],
-                "zero": 0, "tp": 0, "pp": 0, "recompute": inputs["recompute"], "sequence_parallel": False}
-    for k in ("seq", "micro_batch", "gpus", "zero", "tp", "pp"):
-        defaults[k] = int(inputs[k])
+    defaults = _form_inputs(page)
     for micro_batch, zero in ((8, defaults["zero"]), (8, 0), (1, 3)):
         box = page.locator("input[name='micro_batch']")
         box.click(click_count=3)
@@ -406,4 +427,41 @@ def test_calculator_updates_as_the_reader_types(page):
     page.locator("input[name='tp']").fill("2")    # ...but TP 2 does not divide 7: refused, not a wrong number
     assert re.search(r"must be a multiple of TP x PP", root.locator("[data-key='error']").inner_text())
     assert root.locator("[data-key='total']").inner_text() == "—"
+    assert not page.watch.errors and not page.watch.external
+
+
+def test_calculator_presets_bring_their_sequence_and_flash_default(page):
+    """Choosing GPT-3 sets s = 2048 and eager attention with dropout (how it trained); Llama 3 8B sets 8192 and
+    FlashAttention. Would catch the issue's 175B that kept 4096, or a missing FlashAttention default."""
+    page.goto(page.base + "calculator/", wait_until="load")
+    page.wait_for_selector("#distlab-calculator[data-ready='true']", timeout=10000)
+    for name, seq, attention, dropout in (("175B", 2048, "eager", True), ("Llama-3-8B", 8192, "flash", False)):
+        page.select_option("select[name='model']", name)
+        got = _form_inputs(page)
+        assert (got["seq"], got["attention"], got["dropout"]) == (seq, attention, dropout), name
+        want = evaluate(got)
+        assert page.locator("#distlab-calculator [data-key='total']").inner_text() == want["display"]["total"]
+    assert not page.watch.errors and not page.watch.external
+
+
+def test_calculator_url_holds_the_inputs(page):
+    """A shared link opens the same configuration, and typing writes the inputs back into the address. Would
+    catch a query string that is ignored, or a form whose state cannot be shared."""
+    query = "model=Llama-3-70B&gpus=64&tp=8&pp=4&zero=1&sequence_parallel=1&micro_batch=2&precision=mixed-fp32-grads"
+    page.goto(page.base + "calculator/?" + query, wait_until="load")
+    page.wait_for_selector("#distlab-calculator[data-ready='true']", timeout=10000)
+    got = _form_inputs(page)
+    assert (got["model"], got["gpus"], got["tp"], got["pp"], got["zero"]) == ("Llama-3-70B", 64, 8, 4, 1)
+    assert got["sequence_parallel"] and got["micro_batch"] == 2 and got["seq"] == 8192
+    want = evaluate(got)
+    assert page.locator("#distlab-calculator [data-key='total']").inner_text() == want["display"]["total"]
+    box = page.locator("input[name='micro_batch']")
+    box.click(click_count=3)
+    page.keyboard.type("3")
+    search = page.evaluate("window.location.search")
+    assert "micro_batch=3" in search and "model=Llama-3-70B" in search and "precision=mixed-fp32-grads" in search
+    page.goto(page.base + "calculator/" + search, wait_until="load")  # the written address opens the same job
+    page.wait_for_selector("#distlab-calculator[data-ready='true']", timeout=10000)
+    again = _form_inputs(page)
+    assert again == got | {"micro_batch": 3}
     assert not page.watch.errors and not page.watch.external

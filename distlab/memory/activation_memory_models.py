@@ -1,0 +1,382 @@
+"""Activation memory of the models people train, counted: a Llama-style block (SwiGLU, grouped-query attention,
+RoPE, RMSNorm, no dropout), a Mixtral-style MoE block (top-k routing, dropless or with a capacity), DeepSeek's
+multi-head latent attention (eager) and the GPT block of Korthikanti et al., each with eager attention and with
+the fused SDPA kernel, with no, selective and
+full recompute, and as one rank of a tensor-parallel layer. Every buffer autograd keeps is counted with
+saved-tensor hooks (distlab.runtime.saved_tensors) and set against the closed form of
+distlab.memory.layer_activations, in order, tensor by tensor.
+
+Then, at the shapes of real models, the closed forms beside Korthikanti et al.'s GPT formula that planners use
+for every model; those numbers are the closed form's (computed), each checked against the architecture's
+expression written out independently here.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from distlab.core.experiments import experiment
+from distlab.core.results import Quantity, Result
+from distlab.memory.activations import (
+    logits_bytes,
+    model_activation_bytes_per_layer,
+    published_bytes_per_layer,
+)
+from distlab.memory.layer_activations import formula, gpt_block, moe_slots, output_terms, saved_tensors
+from distlab.models.decoder import DecoderBlock
+from distlab.models.layers import norm as make_norm
+from distlab.models.shapes import BlockShape, named
+from distlab.runtime.saved_tensors import Checkpoint, SavedTensors
+from distlab.runtime.threads import single_threaded
+
+DTYPE = torch.bfloat16
+S, B = 97, 2  # an odd sequence length on purpose
+LLAMA = BlockShape(hidden=96, heads=6, kv_heads=2, ffn=168)  # head dim 16, 3 query heads per KV head, f = 1.75h
+LLAMA_DROPOUT = BlockShape(hidden=96, heads=6, kv_heads=3, ffn=168, dropout=True)
+GPT = gpt_block(96, 4)  # head dim 24, f = 4h, LayerNorm, dropout
+MOE = BlockShape(hidden=64, heads=4, kv_heads=2, ffn=40, experts=8, top_k=2)  # Mixtral's E and k, small widths
+MLA = BlockShape(  # DeepSeek-V3's proportions, small: rotary width half the other head widths
+    hidden=96, heads=4, kv_heads=4, ffn=168, q_lora_rank=32, kv_lora_rank=16, qk_nope_head_dim=16,
+    qk_rope_head_dim=8, v_head_dim=16,
+)  # fmt: skip
+CONFIGS = [  # (label, shape, attention, recompute, tp, capacity factor)
+    *[("Llama", LLAMA, att, rc, 1, None) for att in ("sdpa", "eager") for rc in ("none", "selective", "full")],
+    ("Llama, dropout on", LLAMA_DROPOUT, "eager", "none", 1, None),
+    ("Llama, dropout on", LLAMA_DROPOUT, "eager", "selective", 1, None),
+    *[("GPT", GPT, "eager", rc, 1, None) for rc in ("none", "selective", "full")],
+    ("GPT, dropout off", gpt_block(96, 4, dropout=False), "sdpa", "none", 1, None),
+    *[("MoE, dropless", MOE, att, rc, 1, None) for att in ("sdpa", "eager") for rc in ("none", "selective")],
+    ("MoE, dropless", MOE, "sdpa", "full", 1, None),
+    ("MoE, capacity 1.25", MOE, "sdpa", "none", 1, 1.25),
+    ("MoE, capacity 0.5", MOE, "eager", "none", 1, 0.5),
+    *[("Llama, TP rank", LLAMA, "sdpa", "none", t, None) for t in (2, 6)],  # t = 6 > g: KV heads replicated
+    ("Llama, dropout on, TP rank", LLAMA_DROPOUT, "eager", "selective", 3, None),
+    ("GPT, TP rank", GPT, "eager", "none", 2, None),
+    ("MoE, TP rank", MOE, "sdpa", "none", 2, None),
+    *[("MLA (DeepSeek-style)", MLA, "eager", rc, 1, None) for rc in ("none", "selective", "full")],
+    ("MLA, TP rank", MLA, "eager", "none", 2, None),
+]
+TERM_TABLES = {  # the configurations whose buffers the page lists one by one
+    "llama_flash": ("Llama", "sdpa", "none"),
+    "llama_eager": ("Llama", "eager", "none"),
+    "moe": ("MoE, dropless", "sdpa", "none"),
+    "mla": ("MLA (DeepSeek-style)", "eager", "none"),
+}
+REAL = ["175B", "7B", "70B", "Llama-3-8B", "Llama-3-405B", "Mixtral-8x7B"]  # shapes for the comparison
+REAL_SEQ = 4096
+
+
+def group(module: str) -> str:
+    """Every expert's buffers under one name (which expert saves the shared slot rows first is an accident)."""
+    return "mlp.experts" if module.startswith("mlp.experts") else module
+
+
+def count(shape: BlockShape, attention: str, recompute: str, *, tp: int = 1, capacity_factor=None, seed=0) -> dict:
+    """One block's forward and backward in bf16 under saved-tensor hooks: the buffers kept after the forward,
+    in the order they were saved, and what is left after backward (must be nothing)."""
+    torch.manual_seed(seed)
+    blk = DecoderBlock(shape, attention=attention, tp=tp, capacity_factor=capacity_factor, max_seq=S).to(DTYPE)
+    x = torch.randn(B, S, shape.hidden, dtype=DTYPE, requires_grad=True)
+    if recompute == "selective":  # checkpoint the attention core: it keeps its inputs, runs again in backward
+        core = blk.attn.core
+        inner = type(core).forward.__get__(core)
+        core.forward = lambda q, k, v: Checkpoint.apply(inner, q, k, v)
+    with SavedTensors(blk, outside="checkpoint") as saved:
+        y = Checkpoint.apply(blk, x) if recompute == "full" else blk(x)
+        out = {"records": list(saved.records), "bytes": saved.live}
+        y.backward(torch.randn_like(y))
+    out["left"] = saved.live
+    out["loads"] = list(blk.mlp.loads) if shape.moe and recompute != "full" else None
+    return out
+
+
+def compare(counted: dict, terms: list) -> int:
+    """Buffers that match the closed form in order: the same module and the same bytes."""
+    got = [(group(r.module), r.bytes) for r in counted["records"]]
+    want = [(t.module, t.bytes) for t in terms]
+    return sum(g == w for g, w in zip(got, want)) if len(got) == len(want) else -1
+
+
+@experiment(
+    "activation-memory-models",
+    "bytes Llama, Mixtral-style MoE, DeepSeek MLA and GPT blocks keep for backward, counted with saved-tensor "
+    "hooks (eager and SDPA attention; no, selective and full recompute; TP ranks) vs the architecture-exact "
+    "closed forms",
+)
+@single_threaded
+def activation_memory_models(device: str) -> Result:
+    r = Result("activation-memory-models")
+    rows, counted_runs, left = [], {}, 0
+    for label, shape, att, rc, tp, cf in CONFIGS:
+        run = count(shape, att, rc, tp=tp, capacity_factor=cf)
+        terms = saved_tensors(shape, S, B, attention=att, recompute=rc, tp=tp, capacity_factor=cf, loads=run["loads"])
+        closed = sum(t.bytes for t in terms)
+        name = f"{label}, {att}, recompute {rc}" + (f", t = {tp}" if tp > 1 else "")
+        matched = compare(run, terms)
+        r.claim(f"{name}: counted bytes = closed form", run["bytes"], closed, unit="B")
+        r.claim(f"{name}: buffers in order = closed form, tensor by tensor", matched, len(terms))
+        if run["loads"] is not None:
+            r.claim(
+                f"{name}: slots the experts processed = N",
+                sum(run["loads"]),
+                moe_slots(S * B, shape.experts, shape.top_k, cf),
+                formula="sbk dropless; E·⌈cf·sbk/E⌉ with a capacity",
+            )
+        left = max(left, run["left"])
+        counted_runs[(label, att, rc, tp)] = (run, terms)
+        summed = saved_tensors(shape, S, B, attention=att, recompute=rc, tp=tp, capacity_factor=cf)  # experts summed
+        rows.append(
+            [
+                label,
+                "flash (SDPA)" if att == "sdpa" else att,
+                rc,
+                tp,
+                len(run["records"]),
+                run["bytes"],
+                closed,
+                formula(summed),
+            ]
+        )
+    r.claim("every saved buffer released by the end of backward", left, 0, unit="B")
+    r.table(
+        "counted",
+        ["block", "attention", "recompute", "t", "buffers", "counted (B)", "closed form (B)", "closed form"],
+        rows,
+        caption=f"One bf16 block at s = {S}, b = {B}, counted with saved-tensor hooks ({device}); t > 1 is one rank "
+        "of a tensor-parallel layer. Llama: h = 96, a = 6, g = 2, f = 168; GPT: h = 96, a = 4, f = 4h; MoE: "
+        "h = 64, a = 4, g = 2, 8 experts of width 40, top-2; MLA: h = 96, a = 4, r_q = 32, r_kv = 16, d_n = d_v = 16, "
+        "d_r = 8",
+    )
+    r.add("configs", len(CONFIGS), "", "block configurations counted")
+    r.add("buffers", sum(len(run["records"]) for run, _ in counted_runs.values()), "", "buffers counted in all")
+    for key, (label, att, rc) in TERM_TABLES.items():
+        run, terms = counted_runs[(label, att, rc, 1)]
+        table: dict[tuple[str, str], list] = {}  # the experts' buffers one row per kind, summed over experts
+        for term, rec in zip(terms, run["records"]):
+            what = term.what.split(": ", 1)[1] if term.what.startswith("expert ") else term.what
+            row = table.setdefault((term.module, what), [term.module, what, term.notation, 0, 0, set()])
+            row[3] += term.bytes
+            row[4] += rec.bytes
+            row[5].add(rec.dtype)
+        experts = " (each expert's buffers summed over the 8 experts)" if key == "moe" else ""
+        r.table(
+            f"terms_{key}",
+            ["module", "tensor kept for backward", "notation", "closed form (B)", "counted (B)", "dtype"],
+            [row[:5] + [", ".join(sorted(row[5]))] for row in table.values()],
+            caption=f"{label} block, {'FlashAttention (SDPA)' if att == 'sdpa' else 'eager attention'}: the buffers "
+            f"in the order they are saved{experts}, s = {S}, b = {B} ({device})",
+        )
+    _gpt_special_case(r, counted_runs)
+    _output_head(r)
+    _real_models(r)
+    _tensor_parallel(r)
+    _per_token_figure(r)
+    return r
+
+
+def _gpt_special_case(r: Result, runs: dict) -> None:
+    """Korthikanti et al.'s formula is our closed form for the GPT block, less the norm statistics."""
+    s, b, h, a = S, B, GPT.hidden, GPT.heads
+    stats = 4 * 4 * s * b  # two LayerNorms, a mean and 1/std per row each, fp32
+    for rc, paper in (
+        ("none", 34 * s * b * h + 5 * a * s * s * b),  # sbh(34 + 5as/h) in exact integers
+        ("selective", 34 * s * b * h),
+    ):
+        run, _ = runs[("GPT", "eager", rc, 1)]
+        r.claim(
+            f"GPT block, recompute {rc}: counted − Korthikanti et al. = the LayerNorm statistics 16sb",
+            run["bytes"] - paper,
+            stats,
+            unit="B",
+            formula="sbh(34 + 5as/h) (none), 34sbh (selective); 16sb = 4 statistics × 4 B per row",
+        )
+    run, _ = runs[("GPT", "eager", "full", 1)]
+    r.claim("GPT block, full recompute: counted = 2sbh", run["bytes"], 2 * s * b * h, unit="B")
+    r.add("gpt_stats_bytes", stats, "B", "LayerNorm statistics of the counted GPT block, 16sb")
+    r.add("gpt_published_bytes", published_bytes_per_layer(s, b, h, a), "B", "sbh(34 + 5as/h) at the counted shape")
+
+
+def _output_head(r: Result) -> None:
+    """The final norm, the output head and the loss on a real (small) model head, counted."""
+    import torch.nn.functional as F
+    from torch import nn
+
+    h, vocab = LLAMA.hidden, 1000
+    torch.manual_seed(1)
+    head = nn.ModuleDict({"norm": make_norm("rmsnorm", h), "head": nn.Linear(h, vocab, bias=False)}).to(DTYPE)
+    x = torch.randn(B, S, h, dtype=DTYPE, requires_grad=True)
+    targets = torch.randint(0, vocab, (B, S))
+    with SavedTensors(head, outside="loss") as saved:
+        logits = head["head"](head["norm"](x))  # (B, S, V) bf16
+        loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
+        got = [(rec.module, rec.bytes) for rec in saved.records]
+        loss.backward()
+    terms = output_terms(h, vocab, S, B)
+    r.claim(
+        "output head and loss: buffers in order = closed form",
+        sum(g == (t.module, t.bytes) for g, t in zip(got, terms)) if len(got) == len(terms) else -1,
+        len(terms),
+    )
+    r.claim(
+        "output head and loss: the fp32 log-probabilities are 4sbV",
+        dict(zip([t.what for t in terms], [g[1] for g in got]))["log-softmax of the fp32 logits"],
+        4 * S * B * vocab,
+        unit="B",
+    )
+    m, seq = named("Llama-3-8B"), named("Llama-3-8B").seq
+    logit = logits_bytes(m, seq, 1)
+    layer = model_activation_bytes_per_layer(m, seq, 1)
+    r.claim(
+        f"{m.name}, s = {seq}: head and loss = 4sbV + 4sbh + 4sb + 8sb + 4",
+        logit,
+        4 * seq * m.vocab + 4 * seq * m.hidden + 4 * seq + 8 * seq + 4,
+        unit="B",
+    )
+    r.claim(f"{m.name}, s = {seq}: one layer with FlashAttention = the architecture's expression", layer,
+            expected(m, seq, 1, "flash"), unit="B")  # fmt: skip
+    r.add("llama3_8b_logits", logit, "B", f"{m.name}: what the head and the loss keep at s = {seq}, b = 1")
+    r.add("llama3_8b_layer", layer, "B", f"{m.name}: one layer with FlashAttention at s = {seq}, b = 1")
+    r.add("llama3_8b_logits_layers", logit / layer, "", "the head and loss, in layers' worth")
+
+
+def expected(m, s: int, b: int, attention: str, recompute: str = "none") -> int:
+    """The closed form collected by hand per architecture (the page's formulas), independent of the term list."""
+    h, a, g, f = m.hidden, m.heads, m.kv, m.expert_ffn if m.experts else m.ffn
+    sbh, sb = s * b * h, s * b
+    if recompute == "full":
+        return 2 * sbh
+    stats = (1 if m.norm_kind == "rmsnorm" else 2) * 4 * sb  # fp32 statistics of one norm
+    drop = m.trains_with_dropout
+    common = 6 * sbh + 2 * stats + (2 * sbh if drop else 0)  # two norm inputs, the q/k/v input; dropout masks
+    kv = 4 * sbh * g // a  # K and V at g heads
+    if attention == "flash" or recompute == "selective":  # Q, K, V, O (and the log-sum-exp, unless recomputed)
+        attn = 4 * sbh + kv + (4 * a * b * s if recompute == "none" else 0)
+    else:  # Kᵀ, Q, V (K and V repeated to a heads), the output projection's input; the s x s terms
+        attn = 8 * sbh + (5 if drop else 2) * a * s * s * b
+    if m.experts:
+        k = m.top_k
+        n = sb * k  # dropless: N = sbk
+        mlp = 2 * sbh + 12 * sb * k + 18 * n + 4 * n * h + 8 * n * f
+    else:
+        mlp = 2 * sbh + (8 if m.mlp == "swiglu" else 4) * sb * f
+    return common + attn + mlp
+
+
+def _real_models(r: Result) -> None:
+    """GPT vs Llama vs MoE per layer, eager vs flash, beside the formula planners use for every model."""
+    s, b, rows = REAL_SEQ, 1, []
+    for key in REAL:
+        m = named(key)
+        eager, flash, selective = (
+            model_activation_bytes_per_layer(m, s, b, attention=att, recompute=rc)
+            for att, rc in (("eager", "none"), ("flash", "none"), ("flash", "selective"))
+        )
+        for what, v, att, rc in (
+            ("eager", eager, "eager", "none"),
+            ("flash", flash, "flash", "none"),
+            ("selective", selective, "flash", "selective"),
+        ):
+            r.claim(
+                f"{m.name}, s = {s}, {what}: closed form = the architecture's expression",
+                v,
+                expected(m, s, b, att, rc),
+                unit="B",
+            )
+        paper = published_bytes_per_layer(s, b, m.hidden, m.heads)
+        paper_selective = 34 * s * b * m.hidden
+        rows.append(
+            [
+                m.name,
+                m.mlp if not m.experts else f"{m.experts} × swiglu, top-{m.top_k}",
+                f"{m.kv}/{m.heads}",
+                Quantity(eager, "B"),
+                Quantity(flash, "B"),
+                Quantity(paper, "B"),
+                Quantity(paper_selective, "B"),
+                Quantity(flash / paper_selective - 1, "fraction"),
+            ]
+        )
+        slug = key.lower().replace("-", "_").replace(".", "")
+        r.add(f"{slug}_eager", eager, "B", f"{m.name}: one layer, eager attention, s = {s}, b = 1")
+        r.add(f"{slug}_flash", flash, "B", f"{m.name}: one layer, FlashAttention, s = {s}, b = 1")
+        r.add(f"{slug}_paper_selective", paper_selective, "B", f"{m.name}: 34sbh")
+        r.add(f"{slug}_flash_vs_34", flash / paper_selective - 1, "fraction", f"{m.name}: flash / 34sbh − 1")
+    r.table(
+        "real",
+        [
+            "model",
+            "MLP",
+            "KV / query heads",
+            "eager",
+            "FlashAttention",
+            "sbh(34 + 5as/h)",
+            "34sbh",
+            "FlashAttention / 34sbh − 1",
+        ],
+        rows,
+        caption=f"Bytes one layer keeps for backward at s = {s}, b = 1, t = 1, no recompute (computed from the "
+        "closed forms counted above), against Korthikanti et al.'s GPT formula and its selective-recompute "
+        "row, which planners apply to every model with FlashAttention",
+    )
+    r.add("real_seq", s, "tokens", "sequence of the comparison")
+
+
+def _tensor_parallel(r: Result) -> None:
+    """TP and SP from the same per-tensor terms, for Llama 2 70B at t = 8 (g = 8: every head splits)."""
+    m, s, b, t = named("70B"), REAL_SEQ, 1, 8
+    rows = []
+    one = {rc: model_activation_bytes_per_layer(m, s, b, recompute=rc) for rc in ("none", "selective", "full")}
+    residual = 8 * s * b * m.hidden + 8 * s * b  # norm inputs, projection inputs, fp32 statistics: whole on a rank
+    for rc in ("none", "selective", "full"):
+        tp = model_activation_bytes_per_layer(m, s, b, tp=t, recompute=rc)
+        sp = model_activation_bytes_per_layer(m, s, b, tp=t, sequence_parallel=True, recompute=rc)
+        whole = residual if rc != "full" else 2 * s * b * m.hidden
+        r.claim(f"70B, {rc}: tensor + sequence parallel at t = 8 divides every term by t", sp, one[rc] / t, unit="B")
+        r.claim(
+            f"70B, {rc}: tensor parallel alone leaves the residual-stream terms whole",
+            tp,
+            one[rc] / t + whole * (1 - 1 / t),
+            rel_tol=1e-12,
+            unit="B",
+            formula="A/t + (1 − 1/t)(8sbh + 8sb); full recompute: 2sbh whole",
+        )
+        rows.append([rc, Quantity(one[rc], "B"), Quantity(tp, "B"), Quantity(sp, "B")])
+        r.add(f"tp70_{rc}", tp, "B", f"70B, t = 8, {rc}")
+        r.add(f"sp70_{rc}", sp, "B", f"70B, t = 8 with sequence parallelism, {rc}")
+    r.table(
+        "tensor_parallel",
+        ["recompute", "t = 1", "t = 8", "t = 8, sequence parallel"],
+        rows,
+        caption=f"{m.name}, FlashAttention, s = {s}, b = 1: bytes one layer keeps per GPU (computed)",
+    )
+
+
+def _per_token_figure(r: Result) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    seqs = [1024, 2048, 4096, 8192, 16384, 32768]
+    fig, ax = plt.subplots(figsize=(6.8, 3.6))
+    for key, att, style in (
+        ("175B", "eager", "-"),
+        ("Llama-3-8B", "eager", "--"),
+        ("Llama-3-8B", "flash", "-"),
+        ("Mixtral-8x7B", "flash", "-."),
+    ):
+        m = named(key)
+        ys = [model_activation_bytes_per_layer(m, s, 1, attention=att) / (s * m.hidden) for s in seqs]
+        ax.plot(seqs, ys, style, marker="o", ms=3, label=f"{m.name}, {att}")
+    ax.axhline(34, color="gray", lw=0.8, ls=":", label="34: Korthikanti et al., selective")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("sequence length s")
+    ax.set_ylabel("bytes per (token × h), one layer")
+    ax.legend(fontsize=7)
+    r.figure(
+        "per_token",
+        fig,
+        "Bytes one layer keeps per token per unit of width (b = 1, no recompute, computed from the counted closed "
+        "forms): eager attention grows with s, FlashAttention stays flat; an MoE layer keeps k experts' worth",
+    )
