@@ -77,7 +77,8 @@ for flag in ("--stages", "--microbatches", "--backward", "--p2p"):
     CASES += [("pipeline", with_value(PIPELINE, flag, v)) for v in ("-2", "inf", "nan", "1e308")]
 CASES += [("pipeline", PIPELINE + ["--schedule", "zigzag"]), ("pipeline", PIPELINE + ["--virtual", "2"])]
 # per-stage times (the Plan page's timeline): each entry checked, one per stage, and --timeline's size bound
-for value in ("1,-1,1,1", "1,inf,1,1", "1,nan,1,1", "1,1e308,1,1", "1,,1,1", "1,٣,1,1", "1,1,1", "1,1,1,1,1", "1;1;1;1"):
+STAGE_TIMES = ["1,-1,1,1", "1,inf,1,1", "1,nan,1,1", "1,1e308,1,1", "1,,1,1", "1,٣,1,1", "1,1,1", "1,1,1,1,1", "1;1"]
+for value in STAGE_TIMES:
     CASES += [("pipeline", with_value(PIPELINE, flag, value)) for flag in ("--forward", "--backward")]
 CASES += [
     ("pipeline", PIPELINE + ["--forward", "0"]),
