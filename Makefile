@@ -12,6 +12,14 @@ export DISABLE_MKDOCS_2_WARNING := true
 KATEX_VERSION := 0.19.1
 KATEX_DIR     := $(VENV)/share/katex
 KATEX_STAMP   := $(KATEX_DIR)/.katex-$(KATEX_VERSION)
+# The Plan page runs distlab's planner in the reader's browser on Pyodide (CPython compiled to WebAssembly): its
+# core from the npm registry, pinned, into the venv, and its standard library compiled to bytecode once by
+# Pyodide itself under Node (gen/pyodide_compile.mjs: the page then starts in half the time); gen/assets.py
+# copies what the site serves.
+PYODIDE_VERSION := 314.0.7
+PYODIDE_DIR     := $(VENV)/share/pyodide
+PYODIDE_STAMP   := $(PYODIDE_DIR)/.pyodide-$(PYODIDE_VERSION)
+PYODIDE_FILES   := pyodide.mjs pyodide.asm.mjs pyodide.asm.wasm pyodide-lock.json python_stdlib.zip package.json
 # The browser tests drive Debian's chromium through Playwright (never a Playwright browser download).
 CHROMIUM      := /usr/bin/chromium
 
@@ -32,7 +40,15 @@ $(KATEX_STAMP): | $(STAMP)
 		&& mv dist/* . && rmdir dist && rm katex-$(KATEX_VERSION).tgz
 	touch $(KATEX_STAMP)
 
-setup: $(STAMP) $(KATEX_STAMP)
+$(PYODIDE_STAMP): gen/pyodide_compile.mjs | $(STAMP)
+	rm -rf $(PYODIDE_DIR) && mkdir -p $(PYODIDE_DIR)
+	cd $(PYODIDE_DIR) && npm pack --silent pyodide@$(PYODIDE_VERSION) > /dev/null \
+		&& tar -xzf pyodide-$(PYODIDE_VERSION).tgz --strip-components=1 $(addprefix package/,$(PYODIDE_FILES)) \
+		&& rm pyodide-$(PYODIDE_VERSION).tgz
+	node gen/pyodide_compile.mjs stdlib $(PYODIDE_DIR) $(PYODIDE_DIR)/python_stdlib.zip $(PYODIDE_DIR)/python_stdlib.pyc.zip
+	touch $(PYODIDE_STAMP)
+
+setup: $(STAMP) $(KATEX_STAMP) $(PYODIDE_STAMP)
 
 browser:                   ## Debian's chromium for the browser tests; nothing to do when it is installed
 	@test -x $(CHROMIUM) || { apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium; }

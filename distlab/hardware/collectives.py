@@ -277,8 +277,10 @@ def fit_bus_bandwidth(name: str, *, from_bytes: float = FIT_FROM_BYTES, arch: st
     op = {"all_reduce": "all-reduce", "all_gather": "all-gather", "reduce_scatter": "reduce-scatter"}[c["collective"]]
 
     def loss(bus: float) -> float:
+        # fsum, correctly rounded: near the minimum the loss is flat, so a last-bit difference in the sum decides
+        # the search's comparisons, and plain sum() rounds differently in CPython 3.12+ (compensated) than in 3.11
         kw = {"bus_bytes_per_s": bus, "nodes": c["nodes"], "arch": arch}
-        return sum(math.log(nccl_seconds(op, s, c["ranks"], **kw) / t) ** 2 for s, t in points)
+        return math.fsum(math.log(nccl_seconds(op, s, c["ranks"], **kw) / t) ** 2 for s, t in points)
 
     lo, hi = 1e9, 2e12
     g = (math.sqrt(5) - 1) / 2

@@ -35,6 +35,7 @@ import functools
 import gc
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import accumulate, chain, compress
 from numbers import Integral
@@ -542,6 +543,20 @@ def ascii_timeline(sim: Simulation, max_cells: int = 160) -> str | None:
 
 # ---------------------------------------------------------------- CLI
 MAX_CLI_CHUNK_PASSES = 2_000_000  # ~2-3 ops each, well under a microsecond per op: the CLI answers within seconds
+MAX_CLI_TIMELINE_OPS = 500_000  # --timeline prints five numbers per op: a few tens of MB of JSON at most
+
+
+def stage_times(maximum: float) -> Callable[[str], float | list[float]]:
+    """argparse type: one positive time for every stage, or one per stage separated by commas ("1.1,1,1,1.2"),
+    each checked as `positive` checks a number."""
+    one = positive(float, maximum)
+
+    def parse(text: str):
+        values = [one(part) for part in text.split(",")]
+        return values[0] if len(values) == 1 else values
+
+    parse.__name__ = "times"
+    return parse
 
 
 @command("pipeline", "simulate a pipeline schedule: bubble fraction, step time, activations in flight")
@@ -549,7 +564,7 @@ def pipeline_command(argv: list[str]) -> int:
     p = parser(
         "pipeline",
         "Simulate one training step of a pipeline schedule, op by op.\n"
-        "Times are in units of one micro-batch's forward through one stage.",
+        "Times are in units of one micro-batch's forward through one stage, unless --forward gives that time.",
     )
     p.add_argument("--stages", type=positive(int), required=True, help="pipeline stages p (one per GPU)")
     p.add_argument("--microbatches", type=positive(int), required=True, help="micro-batches m per step")
@@ -560,11 +575,23 @@ def pipeline_command(argv: list[str]) -> int:
         default=None,
         help="model chunks per GPU for --schedule interleaved (default 2)",
     )
-    p.add_argument("--backward", type=positive(float, 1e6), default=2.0, help="backward time (default 2)")
+    p.add_argument(
+        "--forward",
+        type=stage_times(1e6),
+        default=1.0,
+        help="forward time of one micro-batch through a stage: one number, or one per stage separated by commas "
+        "(default 1, the unit of the other times)",
+    )
+    p.add_argument("--backward", type=stage_times(1e6), default=2.0, help="backward time, the same way (default 2)")
     p.add_argument(
         "--p2p", type=non_negative(float, 1e6), default=0.0, help="point-to-point send time between stages (default 0)"
     )
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument(
+        "--timeline",
+        action="store_true",
+        help="with --json: every op of every stage (kind, micro-batch, chunk, start, end), to draw the step",
+    )
     args = p.parse_args(argv)
     virtual = args.virtual or (2 if args.schedule == "interleaved" else 1)
     if args.virtual and args.schedule != "interleaved" and args.virtual != 1:
@@ -574,23 +601,48 @@ def pipeline_command(argv: list[str]) -> int:
             f"distlab pipeline: at most {MAX_CLI_CHUNK_PASSES:,} stages x microbatches x virtual "
             f"(a few seconds of simulation), got {args.stages * args.microbatches * virtual:,}"
         )
-    start = time.perf_counter()
-    sim = simulate(args.stages, args.microbatches, args.schedule, virtual=virtual, backward=args.backward, p2p=args.p2p)
-    seconds = time.perf_counter() - start
     ops = args.stages * args.microbatches * virtual * (3 if args.schedule == "zb-h1" else 2)
-    out = sim.to_dict() | {"forward": 1.0, "backward": args.backward, "p2p": args.p2p}
-    if args.schedule == "zb-h1":
+    if args.timeline and ops > MAX_CLI_TIMELINE_OPS:
+        raise UsageError(f"distlab pipeline: --timeline prints at most {MAX_CLI_TIMELINE_OPS:,} ops, got {ops:,}")
+    start = time.perf_counter()
+    sim = simulate(
+        args.stages,
+        args.microbatches,
+        args.schedule,
+        virtual=virtual,
+        forward=args.forward,
+        backward=args.backward,
+        p2p=args.p2p,
+    )
+    seconds = time.perf_counter() - start
+    out = sim.to_dict() | {"forward": args.forward, "backward": args.backward, "p2p": args.p2p}
+    uniform = not isinstance(args.forward, list) and not isinstance(args.backward, list)
+    if not uniform:  # the closed forms assume every stage takes the same time
+        out["bubble_fraction_formula"] = None
+    elif args.schedule == "zb-h1":
         out["bubble_fraction_formula"] = zb_h1_bubble_fraction(
-            args.stages, args.microbatches, 1.0, args.backward / 2, args.backward / 2
+            args.stages, args.microbatches, args.forward, args.backward / 2, args.backward / 2
         )
     else:
         out["bubble_fraction_formula"] = bubble_fraction(args.stages, args.microbatches, virtual)
+    if args.timeline:
+        out["timeline"] = [
+            {"kind": [KIND_NAMES[k] for k in t["kind"]]} | {k: t[k] for k in ("microbatch", "chunk", "start", "end")}
+            for t in sim.timeline
+        ]
+    formula = out["bubble_fraction_formula"]
+    unit = "one micro-batch forward = 1" if args.forward == 1.0 else "the unit of --forward"
     text = [
         f"{args.schedule}: p={args.stages} stages, m={args.microbatches} micro-batches"
         + (f", v={virtual} chunks per GPU" if virtual > 1 else ""),
-        f"  step time        {sim.step_time:.6g} (one micro-batch forward = 1; ideal {sum(sim.busy) / sim.stages:.6g})",
-        f"  bubble fraction  {sim.bubble_fraction:.4%} measured, {out['bubble_fraction_formula']:.4%} formula"
-        + (" (holds for m >= p, p2p = 0)" if args.schedule == "zb-h1" else " (p2p = 0)"),
+        f"  step time        {sim.step_time:.6g} ({unit}; ideal {sum(sim.busy) / sim.stages:.6g})",
+        f"  bubble fraction  {sim.bubble_fraction:.4%} measured, "
+        + (
+            "no closed form for stages of unequal times"
+            if formula is None
+            else f"{formula:.4%} formula"
+            + (" (holds for m >= p, p2p = 0)" if args.schedule == "zb-h1" else " (p2p = 0)")
+        ),
         f"  peak in flight   stage 0: {sim.peak_inflight[0]:g} micro-batches of activations, "
         f"last stage: {sim.peak_inflight[-1]:g}",
         f"  simulated {ops:,} ops in {seconds:.2f} s",

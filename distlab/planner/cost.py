@@ -178,6 +178,9 @@ class StepEstimate:
     p2p_seconds: float
     traffic_seconds: dict[str, float] = field(default_factory=dict)
     """Total collective time per kind (tp, dp, cp, ep), hidden or not."""
+    stage_forward_seconds: tuple[float, ...] = ()
+    """One micro-batch's forward on each pipeline stage: what the pipeline simulator was given."""
+    stage_backward_seconds: tuple[float, ...] = ()
 
     def time_by_component(self) -> dict[str, float]:
         """The breakdown under the names `distlab plan --json` has always printed in time_by_component."""
@@ -670,6 +673,8 @@ def step(
             "cp": n * worst.traffic["cp"],
             "ep": n * worst.traffic["ep"],
         },
+        stage_forward_seconds=tuple(st.forward for st in per_stage),
+        stage_backward_seconds=tuple(st.backward for st in per_stage),
     )
 
 

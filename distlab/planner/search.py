@@ -95,6 +95,12 @@ class Estimate:
             "hfu": t.hfu,
             "tflops_per_gpu": t.tflops_per_gpu,
             "tokens_per_second": t.tokens_per_second,
+            # the pipeline simulator's inputs, per stage and micro-batch (the Plan page draws the step from them)
+            "stage_seconds": {
+                "forward": list(t.stage_forward_seconds),
+                "backward": list(t.stage_backward_seconds),
+                "p2p": t.p2p_seconds,
+            },
         }
 
 

@@ -76,6 +76,15 @@ CASES += [("allreduce", ALLREDUCE + ["--algorithm", "butterfly"]), ("allreduce",
 for flag in ("--stages", "--microbatches", "--backward", "--p2p"):
     CASES += [("pipeline", with_value(PIPELINE, flag, v)) for v in ("-2", "inf", "nan", "1e308")]
 CASES += [("pipeline", PIPELINE + ["--schedule", "zigzag"]), ("pipeline", PIPELINE + ["--virtual", "2"])]
+# per-stage times (the Plan page's timeline): each entry checked, one per stage, and --timeline's size bound
+STAGE_TIMES = ["1,-1,1,1", "1,inf,1,1", "1,nan,1,1", "1,1e308,1,1", "1,,1,1", "1,٣,1,1", "1,1,1", "1,1,1,1,1", "1;1"]
+for value in STAGE_TIMES:
+    CASES += [("pipeline", with_value(PIPELINE, flag, value)) for flag in ("--forward", "--backward")]
+CASES += [
+    ("pipeline", PIPELINE + ["--forward", "0"]),
+    ("pipeline", PIPELINE + ["--timeline=yes"]),
+    ("pipeline", ["--stages", "64", "--microbatches", "4096", "--timeline", "--json"]),  # 524,288 ops to print
+]
 for flag in ("--params", "--tokens-per-second", "--gpus"):
     CASES += [("mfu", with_value(MFU, flag, v)) for v in ("-1", "inf", "1e308", "٣")]
 CASES += [("mfu", with_value(MFU, "--gpu", "TPU-v9"))]

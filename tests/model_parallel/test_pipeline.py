@@ -267,3 +267,33 @@ def test_cli_bad_input_is_one_line_exit_2(args, message):
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0] and "Traceback" not in proc.stderr
+
+
+def test_cli_per_stage_times_and_timeline_by_hand():
+    """Two stages of unequal speed (forward 1 and 2, backward 2 and 4), two micro-batches, 1F1B, worked by hand:
+    stage 0 runs F0 [0,1], F1 [1,2]; stage 1 F0 [1,3], B0 [3,7], F1 [7,9], B1 [9,13]; stage 0's B0 waits for
+    stage 1's, [7,9], and B1 [13,15]. Step 15, busy 6 + 12 of 2 x 15: bubble 0.4; no closed form for unequal
+    stages. Would catch per-stage times applied to the wrong stage, a list read as one number, or --timeline
+    printing ops out of order or with the wrong kinds."""
+    proc = _cli("--stages", "2", "--microbatches", "2", "--forward", "1,2", "--backward", "2,4", "--timeline", "--json")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["step_time"] == 15 and out["bubble_fraction"] == pytest.approx(0.4, rel=1e-12)
+    assert out["bubble_fraction_formula"] is None and out["forward"] == [1.0, 2.0]
+    s0, s1 = out["timeline"]
+    assert s0["kind"] == ["F", "F", "B", "B"] and s0["start"] == [0, 1, 7, 13] and s0["end"] == [1, 2, 9, 15]
+    assert s1["kind"] == ["F", "B", "F", "B"] and s1["start"] == [1, 3, 7, 9] and s1["end"] == [3, 7, 9, 13]
+    assert s0["microbatch"] == [0, 1, 0, 1] and s1["microbatch"] == [0, 0, 1, 1]
+
+
+def test_cli_one_forward_time_scales_every_time():
+    """--forward 0.5 with --backward 1 is the default schedule at half the time unit: step and busy times halve,
+    the bubble fraction and its closed form stay. Would catch --forward ignored, or the formula computed in
+    the default unit."""
+    base = json.loads(_cli("--stages", "4", "--microbatches", "8", "--json").stdout)
+    half = json.loads(
+        _cli("--stages", "4", "--microbatches", "8", "--forward", "0.5", "--backward", "1", "--json").stdout
+    )
+    assert half["step_time"] == base["step_time"] / 2 and half["busy"] == [b / 2 for b in base["busy"]]
+    assert half["bubble_fraction"] == pytest.approx(base["bubble_fraction"], rel=1e-12)
+    assert half["bubble_fraction_formula"] == base["bubble_fraction_formula"] == pytest.approx(3 / 11, rel=1e-12)
