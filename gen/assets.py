@@ -84,7 +84,10 @@ def check_javascript(data: dict, vecs: list[dict]) -> None:
     bad = disagreements(vecs, json.loads(proc.stdout))
     if bad:
         more = f"\n... and {len(bad) - 20} more" if len(bad) > 20 else ""
-        raise PluginError("calculator.js disagrees with distlab.calculator:\n" + "\n".join(bad[:20]) + more)
+        raise PluginError(
+            "page calculator.md: value claim 'calculator.js = distlab.calculator on every vector' failed "
+            f"({len(bad)} disagreements over {len(vecs)} vectors):\n" + "\n".join(bad[:20]) + more
+        )
     print(f"distlab: calculator.js agrees with distlab on {len(vecs)} vectors (Node)", file=sys.stderr)
 
 
