@@ -263,9 +263,7 @@ def worked_plan_7b(device: str) -> Result:
     compute = best.time.breakdown.compute
     r.add("best_compute", compute, "s", "the best plan's compute per step")
     r.add("best_compute_ideal", ideal, "s", "(6N + 6Lhs) tokens at the sustained matmul rate x the training share")
-    r.claim(
-        "the best plan's compute >= its FLOPs at the training matmul rate", compute, ideal, relation=">=", unit="s"
-    )
+    r.claim("the best plan's compute >= its FLOPs at the training matmul rate", compute, ideal, relation=">=", unit="s")
     r.claim(
         "... and <= 1.3 x that (partial waves, FlashAttention, memory-bound work)",
         compute,
