@@ -415,15 +415,18 @@ def _rankings(r: Result, corpus: dict[str, Run]) -> None:
 
 
 def _claims(r: Result, cov: dict[str, float]) -> None:
-    """The issue's two accuracy targets, claimed only where they hold (a failed target is on the page instead)."""
+    """The issue's two accuracy targets. The median is met, so it is a claim a worse cost model fails; the row
+    target is claimed only where it holds (today one run misses it, and the page says which)."""
     med = statistics.median(abs(e) for e in cov.values())
     worst = max(abs(e) for e in cov.values())
     r.data["median_target_met"] = med <= MEDIAN_TARGET
     r.data["row_target_met"] = worst <= ROW_TARGET
-    if med <= MEDIAN_TARGET:
-        r.claim("median |error| over the covered runs", med, MEDIAN_TARGET, relation="<=", unit="fraction")
+    r.claim("median |error| over the covered runs", med, MEDIAN_TARGET, relation="<=", unit="fraction")
     if worst <= ROW_TARGET:
         r.claim("every covered run within 20 %", worst, ROW_TARGET, relation="<=", unit="fraction")
+    else:  # the page's "one fewer than the target": a second run outside the band must change the text
+        outside = sum(abs(e) > ROW_TARGET for e in cov.values())
+        r.claim("covered runs outside 20 % (the page says one)", outside, 1)
     r.add("rows_target", ROWS_TARGET, "", "the least number of covered runs the claims need")
     r.claim(f"the covered runs are at least {ROWS_TARGET}", len(cov), ROWS_TARGET, relation=">=")
     corpus = runs()
