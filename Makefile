@@ -59,9 +59,10 @@ site: setup                ## run every experiment (cached) and build the site i
 serve: setup               ## build, then serve on http://127.0.0.1:8000 with live reload
 	$(BIN)/mkdocs serve --strict -a 127.0.0.1:$(PORT)
 
-test: setup browser        ## lint, then the whole suite: a strict site build, browser tests in chromium
+test: setup browser        ## lint and type-check, then the whole suite: a strict site build, browser tests in chromium
 	$(BIN)/ruff check distlab gen tests
 	$(BIN)/ruff format --check distlab gen tests
+	$(BIN)/python -m mypy
 	$(BIN)/python -m pytest
 
 experiments: setup         ## run every experiment with progress, print claims

@@ -43,6 +43,14 @@ class Experiment:
     """Packages besides torch whose version the result depends on (a compiler's output): part of the cache key."""
 
     @property
+    def function(self) -> Callable[[str], Result]:
+        """The registered function. A registration read from the source (discover()) has none until its module
+        is imported: get() imports it."""
+        if self.fn is None:
+            raise RuntimeError(f"experiment {self.name!r}: its module {self.module} is not imported (use get())")
+        return self.fn
+
+    @property
     def source(self) -> str:
         """`distlab/memory/adamw_bytes.py:42`: where a reader finds the code behind a number."""
         return f"{_module_path(self.module).relative_to(REPO_DIR).as_posix()}:{self.line}"
@@ -155,7 +163,10 @@ def code_hash(name: str) -> str:
     else:  # an experiment defined outside the package (a test, a reader's script): its own file
         import inspect
 
-        files = [Path(inspect.getsourcefile(exp.fn))]
+        source_file = inspect.getsourcefile(exp.function)
+        if source_file is None:
+            raise RuntimeError(f"experiment {name!r}: no source file for {exp.module}, so no cache key")
+        files = [Path(source_file)]
     for f in files:
         h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
     return h.hexdigest()[:16]
@@ -290,7 +301,7 @@ def run(name: str, device: str = "cpu", *, use_cache: bool = True) -> tuple[Resu
     exp = get(name)
     for attempt in range(1, TIMING_ATTEMPTS + 1):
         start = time.perf_counter()
-        result = exp.fn(device)
+        result = exp.function(device)
         result.name, result.kind = name, exp.kind
         result.provenance = provenance(name, device, time.perf_counter() - start)
         failed = result.failed_claims

@@ -48,6 +48,19 @@ class Fact:
     unit: str
     source: Source
 
+    def number(self) -> float:
+        """The value where a number is needed (an int stays an int): a text or a yes/no in the data file where the
+        code expects a figure raises here, naming the fact, not as a TypeError deep inside a formula."""
+        if isinstance(self.value, bool) or not isinstance(self.value, (int, float)):
+            raise TypeError(f"fact {self.path} is {self.value!r}, not a number")
+        return self.value
+
+    def text(self) -> str:
+        """The value where a name is needed (a link's transport, an entry it points to)."""
+        if not isinstance(self.value, str):
+            raise TypeError(f"fact {self.path} is {self.value!r}, not a text")
+        return self.value
+
 
 @functools.cache
 def dataset(name: str) -> dict:

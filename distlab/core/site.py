@@ -41,11 +41,12 @@ import re
 import sys
 import time
 from pathlib import Path
+from typing import NoReturn, TypeVar
 
 from distlab.core import experiments
 from distlab.core.facts import fact
 from distlab.core.formatting import format_quantity
-from distlab.core.results import Result
+from distlab.core.results import Figure, Quantity, Result, Table
 
 PLACEHOLDER = re.compile(r"\{\{\s*(.+?)\s*\}\}")
 ONLY_ENV = "DISTLAB_ONLY"  # comma-separated page paths: build just these (others become a short notice)
@@ -56,7 +57,7 @@ class BuildError(Exception):
     """A page cannot be built truthfully. Raised as mkdocs' PluginError during a build."""
 
 
-def _fail(message: str):
+def _fail(message: str) -> NoReturn:
     try:
         from mkdocs.exceptions import PluginError
     except ImportError:  # outside mkdocs (tests calling render directly)
@@ -73,10 +74,10 @@ class Shown:
     (markdown, page). A second page showing the same name with another value fails the build."""
 
     def __init__(self) -> None:
-        self.quantities: dict[str, tuple[object, str, str]] = {}
+        self.quantities: dict[str, tuple[float, str, str]] = {}
         self.tables: dict[str, tuple[str, str]] = {}
 
-    def quantity(self, ref: str, value, unit: str, page: str) -> None:
+    def quantity(self, ref: str, value: float, unit: str, page: str) -> None:
         first = self.quantities.setdefault(ref, (value, unit, page))
         if (first[0], first[1]) != (value, unit) and not _both_nan(first[0], value):
             _fail(
@@ -196,7 +197,7 @@ class Page:
             raise KeyError(f"{ref!r} is not experiment.name")
         return exp, name
 
-    def _result(self, exp: str) -> Result:
+    def _result(self, exp: str) -> _Lookup:
         if exp not in self.results:
             raise KeyError(
                 f"experiment {exp!r} is not run by this page's gen script (runs: {', '.join(self.results) or 'none'})"
@@ -214,6 +215,8 @@ class Page:
 
     def _fact(self, path: str) -> str:
         f = fact(path.strip())
+        if not isinstance(f.value, (int, float)):  # a bool is an int: it shows as yes / no
+            _fail(f"page {self.path}: {{{{ fact {path.strip()} }}}} is {f.value!r}, not a number a page can show")
         key = f"{f.source.key}"
         self.footnotes[key] = f.source.citation()
         return format_quantity(f.value, f.unit) + FOOTNOTE.format(key)
@@ -442,24 +445,29 @@ def _escape(text: str) -> str:
     return "`".join(parts)
 
 
+_V = TypeVar("_V")
+
+
+class _Named(dict[str, _V]):
+    """A dict whose missing key raises a KeyError that lists the keys it has."""
+
+    def __init__(self, d: dict[str, _V], what: str):
+        super().__init__(d)
+        self.what = what
+
+    def __missing__(self, key):
+        raise KeyError(f"no {self.what} {key!r}; known: {', '.join(sorted(self)) or 'none'}")
+
+
 class _Lookup:
     """A result whose missing keys raise KeyError messages that list what exists."""
 
     def __init__(self, result: Result):
         self._r = result
         self.provenance, self.kind = result.provenance, result.kind
-        self.quantities = _Named(result.quantities, f"{result.name} quantity")
-        self.tables = _Named(result.tables, f"{result.name} table")
-        self.figures = _Named(result.figures, f"{result.name} figure")
-
-
-class _Named(dict):
-    def __init__(self, d: dict, what: str):
-        super().__init__(d)
-        self.what = what
-
-    def __missing__(self, key):
-        raise KeyError(f"no {self.what} {key!r}; known: {', '.join(sorted(self)) or 'none'}")
+        self.quantities: _Named[Quantity] = _Named(result.quantities, f"{result.name} quantity")
+        self.tables: _Named[Table] = _Named(result.tables, f"{result.name} table")
+        self.figures: _Named[Figure] = _Named(result.figures, f"{result.name} figure")
 
 
 def _write_bytes(target: str, data: bytes) -> None:

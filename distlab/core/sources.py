@@ -75,7 +75,12 @@ def parse(path: Path) -> Scan:
                 kind = getattr(getattr(deco, "func", None), "id", None)
                 if isinstance(deco, ast.Call) and kind in ("experiment", "command") and len(deco.args) >= 2:
                     name, desc = (ast.literal_eval(a) for a in deco.args[:2])
-                    options = tuple((k.arg, ast.literal_eval(k.value)) for k in deco.keywords)
+                    if any(k.arg is None for k in deco.keywords):
+                        raise ValueError(
+                            f"{path}:{deco.lineno}: @{kind}(...) with **options cannot be read without importing "
+                            "the module; write its keyword arguments out"
+                        )
+                    options = tuple((str(k.arg), ast.literal_eval(k.value)) for k in deco.keywords)
                     line = min([node.lineno] + [d.lineno for d in node.decorator_list])
                     found.append(Registration(kind, name, desc, line, options))
         elif isinstance(node, ast.ImportFrom):

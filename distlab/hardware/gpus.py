@@ -116,7 +116,7 @@ def gpu(name: str) -> GPU:
         l2_bytes=round(value("l2_mib") * MIB),
         smem_per_sm_bytes=round(value("smem_per_sm_kib") * KIB),
         link_bytes_per_s=per_direction_bytes_per_s(link),
-        link_name=fact(f"interconnect.{link}.name").value,
+        link_name=fact(f"interconnect.{link}.name").text(),
         peaks=peaks,
         bf16_sparse_flops=value("bf16_sparse_tflops") * 1e12,
     )

@@ -57,8 +57,8 @@ def link(name: str, protocol: str = "ll") -> Link:
     if protocol not in ("ll", "ll128", "simple"):
         raise ValueError(f"protocol must be ll, ll128 or simple, not {protocol!r}")
     bandwidth = per_direction_bytes_per_s(name)
-    transport = fact(f"interconnect.{name}.nccl_transport").value
-    alpha = fact(f"interconnect.nccl-latency-{transport}.ring_{protocol}_us").value * 1e-6
+    transport = fact(f"interconnect.{name}.nccl_transport").text()
+    alpha = fact(f"interconnect.nccl-latency-{transport}.ring_{protocol}_us").number() * 1e-6
     return Link(name=name, bandwidth_bytes_per_s=bandwidth, alpha_s=alpha, transport=transport, protocol=protocol)
 
 

@@ -20,6 +20,7 @@ from distlab.hardware.gpus import GPU, gpu
 from distlab.hardware.links import Link, link
 from distlab.memory.model_states import BYTES_PER_PARAM, DEFAULT_PRECISION
 from distlab.models.shapes import ModelShape, from_json, preset
+from distlab.planner.moe import MoESpec
 
 PRECISIONS = tuple(BYTES_PER_PARAM)  # chapter 1's conventions: mixed (16 B/param), Megatron's fp32 main_grad (18), ...
 MATMUL_DTYPES = ("bf16", "fp8")  # what the weight matmuls run in (fp8: Transformer Engine's recipe, bf16 elsewhere)
@@ -127,15 +128,22 @@ def _link(spec: str | float, fallback_transport: str, name: str) -> Link:
     per-step latency of `fallback_transport`, Simple protocol)."""
     if isinstance(spec, str):
         try:
-            spec = float(spec)
+            gbytes_per_s = float(spec)
         except ValueError:
             return link(spec, protocol="simple")
-    if not math.isfinite(spec) or not spec > 0:
-        raise ValueError(f"{name} bandwidth must be positive (a finite number of GB/s), got {spec}")
-    if spec > 1e6:
-        raise ValueError(f"{name} bandwidth must be at most 1e6 GB/s (a petabyte per second), got {spec:g}")
+    else:
+        gbytes_per_s = spec
+    if not math.isfinite(gbytes_per_s) or not gbytes_per_s > 0:
+        raise ValueError(f"{name} bandwidth must be positive (a finite number of GB/s), got {gbytes_per_s}")
+    if gbytes_per_s > 1e6:
+        raise ValueError(f"{name} bandwidth must be at most 1e6 GB/s (a petabyte per second), got {gbytes_per_s:g}")
     alpha = value(f"interconnect.nccl-latency-{fallback_transport}.ring_simple_us") * 1e-6
-    return Link(name=f"{spec:g} GB/s", bandwidth_bytes_per_s=spec * 1e9, alpha_s=alpha, transport=fallback_transport)
+    return Link(
+        name=f"{gbytes_per_s:g} GB/s",
+        bandwidth_bytes_per_s=gbytes_per_s * 1e9,
+        alpha_s=alpha,
+        transport=fallback_transport,
+    )
 
 
 def cluster(
@@ -198,7 +206,7 @@ class Training:
     tp_overlap: bool = True
     """Tensor-parallel collectives overlapped with the matmuls next to them (Megatron-Core's --tp-comm-overlap,
     Transformer Engine's userbuffers, PyTorch's async-TP); off, they sit on the critical path."""
-    moe: object | None = None
+    moe: MoESpec | None = None
     """The experts of a mixture-of-experts model (distlab.planner.moe.MoESpec), None for a dense one."""
     kernels: str = "megatron"
     """The training code's memory-bound kernels (distlab.gpu.block_bytes.FRAMEWORKS): megatron (Megatron-LM's fused

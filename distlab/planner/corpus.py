@@ -163,14 +163,26 @@ def entries_count() -> int:
 
 # ---------------------------------------------------------------- a run as the planner sees it
 DEFAULT_NIC_GBITS = {"A100-SXM-80GB": 200, "H100-SXM": 400, "H200": 400}  # DGX A100 (HDR) and DGX H100 (NDR) ports
+
+
+@dataclass(frozen=True, kw_only=True)
+class Framework:
+    """What a source's framework does where its row does not print it."""
+
+    attention: str
+    """flash or standard (distlab.planner.config.ATTENTION)."""
+    dropout: bool
+    tp_overlap: bool
+
+
 FRAMEWORK = {  # what a source's framework does where the row does not print it (see `request`)
-    "Narayanan et al. 2021": {"attention": "standard", "dropout": True, "tp_overlap": False},
-    "BLOOM (BigScience)": {"attention": "standard", "dropout": False, "tp_overlap": False},
-    "Megatron-Core (NVIDIA)": {"attention": "flash", "dropout": False, "tp_overlap": True},
-    "NeMo (NVIDIA)": {"attention": "flash", "dropout": False, "tp_overlap": True},
-    "Megatron-Bridge (NVIDIA)": {"attention": "flash", "dropout": False, "tp_overlap": True},
-    "LLM Foundry (MosaicML)": {"attention": "flash", "dropout": False, "tp_overlap": False},
-    "torchtitan (PyTorch)": {"attention": "flash", "dropout": False, "tp_overlap": False},
+    "Narayanan et al. 2021": Framework(attention="standard", dropout=True, tp_overlap=False),
+    "BLOOM (BigScience)": Framework(attention="standard", dropout=False, tp_overlap=False),
+    "Megatron-Core (NVIDIA)": Framework(attention="flash", dropout=False, tp_overlap=True),
+    "NeMo (NVIDIA)": Framework(attention="flash", dropout=False, tp_overlap=True),
+    "Megatron-Bridge (NVIDIA)": Framework(attention="flash", dropout=False, tp_overlap=True),
+    "LLM Foundry (MosaicML)": Framework(attention="flash", dropout=False, tp_overlap=False),
+    "torchtitan (PyTorch)": Framework(attention="flash", dropout=False, tp_overlap=False),
 }
 
 
@@ -220,10 +232,10 @@ def request(run: Run):
         seq=r["seq"],
         precision="mixed" if "mode PURE" in notes else "mixed-fp32-grads",
         matmul_dtype="fp8" if dtype == "fp8" else "bf16",
-        attention=fw["attention"],
-        dropout=fw["dropout"],
+        attention=fw.attention,
+        dropout=fw.dropout,
         sequence_parallel=r.get("sequence_parallel", True),
-        tp_overlap=("async TP" in notes or "asyncTP" in run.key or "AsyncTP" in notes) or fw["tp_overlap"],
+        tp_overlap=("async TP" in notes or "asyncTP" in run.key or "AsyncTP" in notes) or fw.tp_overlap,
         kernels=r["kernels"],
         grad_reduce_overlap=r.get("grad_reduce", "overlapped") == "overlapped",
     )

@@ -328,7 +328,7 @@ def memory_per_gpu(m: ModelShape, c: Cluster, t: Training, p: Plan) -> MemoryBre
     gather = 2 * 2 * m.params_per_layer() / p.tp if p.zero == 3 else 0.0
     comm = _nccl_buffer_bytes() * communicators(p)
     moe = t.moe
-    best = None
+    best: MemoryBreakdown | None = None
     for s in sorted({0, p.pp - 1}):  # the first stage holds the most micro-batches and layers, the last the logits
         # ZeRO-3 with a pipeline (torchtitan's FSDP + PP): each stage's weights are gathered once per step and
         # kept, its gradients accumulate unsharded and reduce-scatter once at the end: ZeRO-1's memory
@@ -366,6 +366,8 @@ def memory_per_gpu(m: ModelShape, c: Cluster, t: Training, p: Plan) -> MemoryBre
         )
         if best is None or mb.device_bytes > best.device_bytes:
             best = mb
+    if best is None:  # cannot happen: the loop visits stage 0
+        raise ValueError(f"no pipeline stage to size for {p.label()}")
     return best
 
 

@@ -94,13 +94,17 @@ def nccl_fit(device: str) -> Result:
     pub = {name: _published(name) for name in (H100, H200, A100)}
     rows = []
     for k in range(0, 16):
-        size = float(2 ** (10 + 2 * k))
-        if size > 16 * 2**30:
+        message_bytes = float(2 ** (10 + 2 * k))
+        if message_bytes > 16 * 2**30:
             break
-        row = [_size(size)]
+        row = [_size(message_bytes)]
         for name, bus in ((H100, nv4), (H200, nv4), (A100, nv3)):
-            if size in pub[name]:
-                row += [f"{pub[name][size]:.1f}", f"{_model_busbw(name, size, bus):.1f}", f"{errors[name][size]:+.1%}"]
+            if message_bytes in pub[name]:
+                row += [
+                    f"{pub[name][message_bytes]:.1f}",
+                    f"{_model_busbw(name, message_bytes, bus):.1f}",
+                    f"{errors[name][message_bytes]:+.1%}",
+                ]
             else:
                 row += ["—", "—", "—"]
         rows.append(row)

@@ -61,7 +61,7 @@ def parallel_rules(device: str) -> Result:
     from distlab.planner.search import NothingFits, search
 
     r = Result("parallel-rules", kind="computed")
-    rows = []
+    rows: list[list[object]] = []
     for name in MODELS:
         m = preset(name)
         t = pretraining(m)
@@ -253,12 +253,12 @@ def _closed_forms(r: Result) -> None:
     m = preset("70B")
     r.add("sustained_flops", flops, "FLOP/s", "H100: the sustained matmul rate the closed form uses")
     r.add("nvlink_bus", nvlink, "B/s", "NVLink 4 bus bandwidth (fitted to nccl-tests)")
-    for t, bw, key in ((8, nvlink, "tp8_nvlink"), (16, ib, "tp16_ib"), (2, ib, "tp2_ib")):
+    for tp, bw, key in ((8, nvlink, "tp8_nvlink"), (16, ib, "tp16_ib"), (2, ib, "tp2_ib")):
         r.add(
             f"70b_{key}_overhead",
-            tp_overhead_closed_form(t, m.hidden, flops, bw),
+            tp_overhead_closed_form(tp, m.hidden, flops, bw),
             "",
-            f"70B: TP all-reduce time over layer compute, t={t} (sustained F, bus B, no overlap)",
+            f"70B: TP all-reduce time over layer compute, t={tp} (sustained F, bus B, no overlap)",
         )
     # the planner's cost model against the closed form: GPT-3's layer is 12h^2 (+13h) parameters
     gpt3, c = preset("175B"), cluster("H100-SXM", nodes=1)

@@ -606,8 +606,9 @@ def _figure(r: Result, corpus: dict[str, Run], errors: dict[str, float]) -> None
         face = ["none" if not covered(corpus[k]) else None for k in keys]
         sc = ax.scatter(xs, ys, marker=markers[pub], label=pub)
         color = sc.get_facecolor()[0]
-        sc.set_facecolors([(0, 0, 0, 0) if f == "none" else color for f in face])
-        sc.set_edgecolors([color] * len(keys))
+        # set_facecolors / set_edgecolors: matplotlib's aliases (define_aliases), absent from its stubs
+        sc.set_facecolors([(0, 0, 0, 0) if f == "none" else color for f in face])  # type: ignore[attr-defined]
+        sc.set_edgecolors([color] * len(keys))  # type: ignore[attr-defined]
     for y in (-100 * ROW_TARGET, -100 * MEDIAN_TARGET, 0, 100 * MEDIAN_TARGET, 100 * ROW_TARGET):
         ax.axhline(y, color="grey", lw=0.8, ls="-" if y == 0 else "--")
     ax.set_xscale("log", base=2)

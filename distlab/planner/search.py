@@ -296,7 +296,7 @@ def search(
         for p, mem in variants:
             if not any(_dominates(q, p) for q, _ in variants):
                 fits_.append(Estimate(p, mem, step(m, c, t, p, exact_pipeline=False, hbm=hbm, share=share)))
-    if not seen:
+    if least is None:  # no candidate at all (seen == 0): every candidate sets least
         if fixed:
             raise NothingFits(f"no such plan: {_why_not(m, c, t, fixed)}")
         raise NothingFits(
@@ -425,7 +425,7 @@ def explain(m: ModelShape, c: Cluster, t: Training, ranked: list[Estimate]) -> l
         nxt = ranked[1]
         a, b = best.time.breakdown.as_dict(), nxt.time.breakdown.as_dict()
         diff = {k: b[k] - a[k] for k in a}
-        worst = max(diff, key=diff.get)
+        worst = max(diff, key=lambda k: diff[k])
         slower = nxt.step_seconds / best.step_seconds - 1
         why = (
             f"mostly {worst.replace('_', ' ')}"

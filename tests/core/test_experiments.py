@@ -21,6 +21,25 @@ def test_unknown_experiment_lists_known_ones():
         experiments.get("no-such-experiment")
 
 
+def test_a_registration_read_from_the_source_has_no_function_until_imported():
+    """Would catch discover()'s registration (fn None) being called: a clear error naming the experiment and its
+    module instead of "'NoneType' object is not callable"; get() gives the callable one."""
+    with pytest.raises(RuntimeError, match=r"'adamw-bytes'.*distlab\.memory\.adamw_bytes is not imported"):
+        callable(experiments.discover()["adamw-bytes"].function)
+    assert callable(experiments.get("adamw-bytes").function)
+
+
+def test_a_decorator_with_double_star_options_is_a_clear_error(tmp_path, monkeypatch):
+    """Would catch `@experiment(..., **opts)` read as an option named None (its kind silently lost)."""
+    from distlab.core import sources
+
+    monkeypatch.setattr(sources, "module_name", lambda path: "distlab._tmp_mod")  # a file outside the package
+    path = tmp_path / "mod.py"
+    path.write_text('OPTS = {}\n\n\n@experiment("x", "y", **OPTS)\ndef x(device):\n    pass\n')
+    with pytest.raises(ValueError, match=r"mod\.py:4: @experiment\(\.\.\.\) with \*\*options"):
+        sources.parse(path)
+
+
 @pytest.fixture
 def temp_experiment(tmp_path, monkeypatch):
     """A throwaway experiment module inside the package, plus a helper module it imports."""

@@ -42,6 +42,13 @@ def test_fact_placeholder_cites_its_source():
     assert "[^h100-datasheet]: [NVIDIA H100" in out
 
 
+def test_a_fact_that_is_not_a_number_fails_naming_the_page():
+    """Would catch a text fact (a GPU's name) reaching the number formatting as a TypeError traceback that names
+    no page."""
+    with pytest.raises(Exception, match=r"demo\.md.*gpus\.H100-SXM\.name.*not a number"):
+        _page_with(Result("exp")).render("{{ fact gpus.H100-SXM.name }}")
+
+
 def test_a_fact_marker_goes_after_the_sentence_or_the_row_label():
     """Would catch "132[^1] SMs" (read as 132¹, copied as 1321) and "80 GB[^3]" (read as GB³): the marker goes after
     the sentence (not after "e.g." or "et al."), in a table after the row's label, in an admonition's title into
