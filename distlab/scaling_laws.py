@@ -98,9 +98,11 @@ class Law:
 
 
 def law(name: str = "chinchilla") -> Law:
-    """The paper's constants ("chinchilla") or Besiroglu et al.'s refit ("epoch-refit")."""
-    if name not in ("chinchilla", "epoch-refit"):
-        raise ValueError(f"unknown law {name!r}; known: chinchilla, epoch-refit")
+    """The paper's constants ("chinchilla"), the same as Besiroglu et al. quote them ("chinchilla-as-quoted"), or
+    their refit ("epoch-refit")."""
+    known = ("chinchilla", "chinchilla-as-quoted", "epoch-refit")
+    if name not in known:
+        raise ValueError(f"unknown law {name!r}; known: {', '.join(known)}")
     return Law(name=name, **{k: value(f"scaling_laws.{name}.{k}") for k in ("E", "A", "B", "alpha", "beta")})
 
 
@@ -377,6 +379,13 @@ def scaling_laws(device: str) -> Result:
     for lw, key in ((chin, "chin"), (refit, "refit")):  # printed as quantities: a footnote may not follow a digit
         for k in ("A", "B", "alpha", "beta"):
             r.add(f"{key}_{k}", getattr(lw, k), "", f"{lw.name}: {k}")
+    quoted = law("chinchilla-as-quoted")
+    for k in ("E", "A", "B", "alpha", "beta"):
+        r.claim(
+            f"Chinchilla's {k} as the paper prints it = as Besiroglu et al. quote it",
+            getattr(chin, k),
+            getattr(quoted, k),
+        )
     rows = []
     for row in table3():
         ratio = training_flops(row["params"], row["tokens"]) / row["flops"]

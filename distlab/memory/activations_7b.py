@@ -177,6 +177,24 @@ def activations_7b(device: str) -> Result:
         unit="B",
         formula="L · 5as²b",
     )
+    # Table 2's tensor-parallel rows as the paper prints them, typed out here as the reference: a t missing from
+    # (or added to) any term of activations.py's formula breaks one of them.
+    printed = {
+        "tensor parallel": lambda t: s * b * h * (10 + 24 / t + 5 * a * s / (h * t)),
+        "tensor + sequence parallel": lambda t: s * b * h / t * (34 + 5 * a * s / h),
+        "tensor parallel, selective recompute": lambda t: s * b * h * (10 + 24 / t),
+        "tensor + sequence parallel, selective recompute": lambda t: s * b * h / t * 34,
+        "full recompute (tensor parallel)": lambda t: 2 * s * b * h,
+    }
+    for label, t, sp, rc in VARIANTS:
+        if label in printed:
+            r.claim(
+                f"Table 2, {label} (t = {t}): activations.py = the paper's printed expression",
+                activation_bytes_per_layer(s, b, h, a, tp=t, sequence_parallel=sp, recompute=rc),
+                printed[label](t),
+                unit="B",
+                formula=FORMULAS[(sp, rc)],
+            )
     gpt3 = dict(s=2048, h=12288, a=96)  # GPT-3 175B, the paper's running example
     r.add("gpt3_attention_ratio", 5 * gpt3["a"] * gpt3["s"] / gpt3["h"], "", "5as/h for GPT-3 175B")
     r.add(

@@ -104,7 +104,7 @@ def measure(
     with warnings.catch_warnings():  # torch suggests at most os.cpu_count() workers: sleeping ones need none
         warnings.filterwarnings("ignore", message=".*DataLoader will create.*")
         t_start = time.perf_counter()
-        loader = DataLoader(ds, batch_size=BATCH, num_workers=workers, **kwargs)
+        loader = DataLoader(ds, batch_size=ds.batch, num_workers=workers, **kwargs)
         it = iter(loader)
         first = None
         for i in range(warmup + steps):
