@@ -529,15 +529,16 @@ def build_pages() -> None:
     docs = Path(mkdocs_gen_files.config["docs_dir"])
     modules: set[str] = set()
     shown = Shown()  # one value per quantity across the pages of this build
-    for md in sorted(docs.rglob("*.md")):
-        text = md.read_text(encoding="utf-8")
-        if not PLACEHOLDER.search(text):
-            continue  # plain prose: mkdocs serves it as it is
-        names = experiments_named(text)
-        modules |= {m for m in (experiments.spec(n).module for n in names if _known(n)) if m.startswith("distlab.")}
-        with Page(md.relative_to(docs).as_posix(), shown) as page:
-            for name in names:
-                page.run(name)
+    with experiments.one_scan():
+        for md in sorted(docs.rglob("*.md")):
+            text = md.read_text(encoding="utf-8")
+            if not PLACEHOLDER.search(text):
+                continue  # plain prose: mkdocs serves it as it is
+            names = experiments_named(text)
+            modules |= {m for m in (experiments.spec(n).module for n in names if _known(n)) if m.startswith("distlab.")}
+            with Page(md.relative_to(docs).as_posix(), shown) as page:
+                for name in names:
+                    page.run(name)
     write_source_pages(modules)
 
 
