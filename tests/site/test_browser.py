@@ -9,12 +9,7 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
-import socket
-import subprocess
-import sys
-import time
 import urllib.error
 import urllib.request
 from html.parser import HTMLParser
@@ -23,63 +18,15 @@ from urllib.parse import unquote, urljoin, urlsplit
 
 import pytest
 from playwright.sync_api import Error as PlaywrightError
-from playwright.sync_api import sync_playwright
 
 from distlab.calculator import evaluate
 
 REPO = Path(__file__).resolve().parents[2]
-CHROMIUM = Path(os.environ.get("DISTLAB_CHROMIUM", "/usr/bin/chromium"))
 SCREENSHOTS = REPO / "screenshots"
 # Quiet offline: without the background-networking flags Chromium tries Google's hosts at every start.
-FLAGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 
 
 # ---------------------------------------------------------------- fixtures
-@pytest.fixture(scope="module")
-def server(built_site: Path):
-    """`python -m http.server` on 127.0.0.1 and a free port, stopped by its PID."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1", "-d", str(built_site)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    base = f"http://127.0.0.1:{port}/"
-    try:
-        for _ in range(100):
-            try:
-                urllib.request.urlopen(base, timeout=1).close()
-                break
-            except OSError:
-                time.sleep(0.05)
-        else:
-            pytest.fail(f"http.server did not answer on {base}")
-        yield base
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if not CHROMIUM.exists():
-        pytest.fail(f"{CHROMIUM} is missing: `make test` installs Debian's chromium (`make browser`)")
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(CHROMIUM), args=FLAGS)
-        yield b
-        b.close()
-
-
 class Watch:
     """What a page did that a reader would not want: console errors, uncaught exceptions, failed
     responses, and requests to any host other than the site's own (aborted, and recorded)."""

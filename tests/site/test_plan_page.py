@@ -23,7 +23,6 @@ import json
 import math
 import os
 import shlex
-import socket
 import subprocess
 import sys
 import tempfile
@@ -35,23 +34,12 @@ from pathlib import Path
 from urllib.parse import urlencode
 
 import pytest
-from playwright.sync_api import sync_playwright
 
 from distlab.core import cli
 from distlab.models.shapes import ModelShape, preset
 
 REPO = Path(__file__).resolve().parents[2]
-CHROMIUM = Path(os.environ.get("DISTLAB_CHROMIUM", "/usr/bin/chromium"))
 SCREENSHOTS = REPO / "screenshots"
-FLAGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 REL_TOL = 1e-12
 FIRST_PLAN_TARGET_S, REPLAN_TARGET_S = 5.0, 1.0  # the issue's targets (README, "Benchmarks: the Plan page")
 SLACK = 2.0  # the bounds asserted: a shared, loaded machine must not fail the suite (the README has the numbers)
@@ -62,43 +50,6 @@ STATE = "(document.getElementById('distlab-plan')?.dataset ?? {})"
 @pytest.fixture(scope="module")
 def site(built_site: Path) -> Path:
     return built_site
-
-
-@pytest.fixture(scope="module")
-def server(site: Path):
-    """`python -m http.server` on 127.0.0.1 and a free port, stopped by its PID."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1", "-d", str(site)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    base = f"http://127.0.0.1:{port}/"
-    try:
-        for _ in range(100):
-            try:
-                urllib.request.urlopen(base, timeout=1).close()
-                break
-            except OSError:
-                time.sleep(0.05)
-        else:
-            pytest.fail(f"http.server did not answer on {base}")
-        yield base
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if not CHROMIUM.exists():
-        pytest.fail(f"{CHROMIUM} is missing: `make test` installs Debian's chromium (`make browser`)")
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(CHROMIUM), args=FLAGS)
-        yield b
-        b.close()
 
 
 class Page:
