@@ -108,15 +108,18 @@ def train_loop_seconds(sync: bool, steps: int = 12) -> float:
     model = GPT(cfg)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     x, y = random_batch(cfg, 4)
-    t0 = time.perf_counter()
+    times = []
     for _ in range(steps):
+        t0 = time.perf_counter()
         loss = model(x, y)
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
         if sync:
             loss.item()  # the host sync under test
-    return (time.perf_counter() - t0) / steps
+        times.append(time.perf_counter() - t0)
+    # The fastest step, not the mean: a step the scheduler preempted (a busy machine) says nothing of the sync.
+    return min(times[1:])
 
 
 @experiment(
@@ -264,11 +267,13 @@ def _host_sync(r: Result) -> None:
     r.add("step_s", min(without), "s", "a small GPT's training step on this CPU")
     r.add("step_sync_s", min(with_sync), "s", "the same with loss.item() every step")
     r.add("sync_ratio", ratio, "", "with .item() / without, on CPU")
+    # One-sided: a sync can only add time, so with-sync coming out faster is noise (0.76 seen with two CPU hogs
+    # running, when this claimed both sides); what the page asserts is that it adds no more than 10 %.
     r.claim(
-        "on a CPU a host sync costs nothing measurable: with / without .item() within 10 %",
+        "on a CPU a host sync costs nothing measurable: with / without .item() at most 1.1",
         ratio,
-        1.0,
-        rel_tol=0.1,
+        1.1,
+        relation="<=",
         kind="timing",
         formula="CPU operators run synchronously: .item() only reads a finished scalar",
     )
