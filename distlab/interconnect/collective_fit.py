@@ -205,29 +205,29 @@ def collective_fit(device: str) -> Result:
         formula="t ≈ factor·S/B when S ≫ n_1/2, so k = log(t2/t1) / log(S2/S1) ≈ 1",
     )
     # The fitted constants against two estimates that do not use the fit: the slope between the two largest sizes
-    # (bandwidth) and the smallest size's time (latency). Timing claims, 50 % either way: a fit that swapped
-    # its two parameters, or a per-call latency reported as per-step, is off by far more.
+    # (bandwidth) and the smallest size's time (latency). Timing claims, within a factor of 3 either way: a fit
+    # that swapped its two parameters, or a per-call latency reported as per-step, is off by far more, while two
+    # CPU hogs can halve one size's speed (fitted B 1.37 GB/s against a two-point 0.70 GB/s seen under load).
     s1, s2 = SIZES[-2], SIZES[-1]
     two_point = bus_bandwidth_factor("all-reduce", world) * (s2 - s1) / (ar[s2] - ar[s1])
     r.add("two_point_bandwidth", two_point, "B/s", "bandwidth from the two largest sizes alone")
-    r.claim(
-        "fitted B = the slope between the two largest sizes (within 50 %)",
-        bw,
-        two_point,
-        rel_tol=0.5,
-        unit="B/s",
-        kind="timing",
-        formula="factor · ΔS / Δt",
-    )
-    r.claim(
-        "fitted per-call latency = the 1 KiB all-reduce's time (within 50 %)",
-        steps * alpha,
-        ar[SIZES[0]],
-        rel_tol=0.5,
-        unit="s",
-        kind="timing",
-        formula="t(1 KiB) = steps·α + 1 KiB·factor/B ≈ steps·α",
-    )
+    for what, fitted, direct, formula in (
+        ("fitted B vs the slope between the two largest sizes", bw, two_point, "factor · ΔS / Δt"),
+        (
+            "fitted per-call latency vs the 1 KiB all-reduce's time",
+            steps * alpha,
+            ar[SIZES[0]],
+            "t(1 KiB) = steps·α + 1 KiB·factor/B ≈ steps·α",
+        ),
+    ):
+        r.claim(
+            f"{what}: within a factor of 3",
+            max(fitted / direct, direct / fitted),
+            3.0,
+            relation="<=",
+            kind="timing",
+            formula=formula,
+        )
     # The fit's residuals are reported, not claimed: on a shared 2-core machine a single size can come out
     # 60 % slow in one run and on the line in the next (median residual 8-40 % seen), so no bound on them is
     # robust. The regime claims above are.
