@@ -10,6 +10,7 @@ from distlab.core.results import Quantity, Result
 from distlab.models.shapes import ModelShape
 from distlab.planner.config import FRAGMENTATION_FRACTION, Cluster, Plan, Training, cluster, model, usable_bytes
 from distlab.planner.cost import memory_per_gpu, step
+from distlab.planner.planner_validation import claim_band
 from distlab.planner.rules import LONG_SEQ
 from distlab.planner.search import (
     MAX_MICRO_BATCH,
@@ -131,6 +132,7 @@ def planner(device: str) -> Result:
     )
     _consistency(r)
     _tp_overlap(r)
+    claim_band(r)  # the MFU bands this page quotes
     return r
 
 

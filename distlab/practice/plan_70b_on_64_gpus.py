@@ -7,6 +7,7 @@ import math
 from distlab.core.experiments import experiment
 from distlab.core.results import Result
 from distlab.planner.config import Training, cluster
+from distlab.planner.planner_validation import claim_band
 from distlab.planner.search import search
 
 # ---------------------------------------------------------------- practice (b): 70B on 64 GPUs
@@ -125,4 +126,5 @@ def practice_70b(device: str) -> Result:
         8,
         relation="<=",
     )
+    claim_band(r)  # the MFU bands this page quotes
     return r

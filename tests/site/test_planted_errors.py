@@ -143,6 +143,14 @@ PLANTS = [
         "activation",
     ),
     Plant(
+        "the MFU band's largest corpus error typed wrong in planner.toml (every quoted band widens)",
+        "distlab/data/planner.toml",
+        "error_max = 0.2027",
+        "error_max = 0.3027",
+        "14-worked-plan-7b.md",
+        "stored MFU band",
+    ),
+    Plant(
         "calculator.js shards gradients from ZeRO-3 instead of ZeRO-2",
         "docs/assets/calculator.js",
         "per.grads * (inp.zero >= 2 ? rank : shard)",
