@@ -366,6 +366,7 @@ BUDGETS = (1e20, 1e21, 1e22, 1e23, 1e24, 1e25)  # FLOPs, for the iso-FLOP figure
     kind="computed",
 )
 def scaling_laws(device: str) -> Result:
+    from distlab.memory.model_states import add_state_bytes
     from distlab.models.shapes import preset
 
     r = Result("scaling-laws", kind="computed")
@@ -477,6 +478,7 @@ def scaling_laws(device: str) -> Result:
     _sft_lengths(r, preset("7B").params())
     _dollars(r, preset("7B").params())
     _figure(r, chin, refit)
+    add_state_bytes(r)  # the 16 bytes per parameter the page quotes, claimed
     return r
 
 

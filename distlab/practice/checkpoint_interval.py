@@ -5,6 +5,7 @@ from __future__ import annotations
 from distlab.core.experiments import experiment
 from distlab.core.facts import value
 from distlab.core.results import Result
+from distlab.memory.model_states import add_state_bytes, checkpoint_bytes_per_param
 from distlab.planner.config import Training, cluster
 from distlab.planner.planner_validation import claim_band, h100_optimism
 from distlab.planner.search import search
@@ -64,7 +65,8 @@ def practice_checkpoint(device: str) -> Result:
         tokens * per_token / (c.gpu.peak_flops("bf16") * best.time.mfu / ratio) / 3600,
         rel_tol=1e-9,
     )
-    state = 14 * m.params()
+    state = checkpoint_bytes_per_param() * m.params()
+    add_state_bytes(r)  # the page's 14 bytes per parameter, claimed
     save = state / STORAGE_BYTES_PER_S
     mtbf = llama3_mtbf_seconds() * value("interconnect.Llama3-405B-pretraining.gpus") / c.gpus
     r.add("state", state, "B", "checkpoint: bf16 weights + fp32 master, m, v")

@@ -6,6 +6,7 @@ import math
 
 from distlab.core.experiments import experiment
 from distlab.core.results import Result
+from distlab.memory.model_states import add_state_bytes, bytes_per_param
 from distlab.planner.config import Training, cluster
 from distlab.planner.planner_validation import claim_band
 from distlab.planner.search import search
@@ -108,11 +109,12 @@ def practice_70b(device: str) -> Result:
         r.add(f"{net}_pp", ranked[0].plan.pp, "", f"{inter}: the best plan's PP")
         r.add(f"{net}_zero", ranked[0].plan.zero, "", f"{inter}: the best plan's ZeRO stage")
     r.add("batch_tokens", t.global_batch_tokens, "tokens", "global batch")
-    r.add("states_bytes", 16 * m.params(), "B", "70B model state, 16 bytes per parameter")
+    add_state_bytes(r)  # the bytes per parameter the page quotes, claimed
+    r.add("states_bytes", bytes_per_param() * m.params(), "B", "70B model state at the default bytes per parameter")
     from distlab.planner.config import usable_bytes
 
     hbm = usable_bytes(cluster("H100-SXM").gpu)
-    r.add("min_gpus", math.ceil(16 * m.params() / hbm), "GPUs", "GPUs whose usable memory holds the model state")
+    r.add("min_gpus", math.ceil(bytes_per_param() * m.params() / hbm), "GPUs", "GPUs whose memory holds the state")
     r.claim(
         "a slower network cannot make the best plan faster",
         bests["eth"].step_seconds,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from distlab.core.experiments import experiment
 from distlab.core.results import Result
+from distlab.memory.model_states import add_state_bytes, bytes_per_param
 from distlab.planner.planner_validation import claim_band
 from distlab.planner.search import search
 from distlab.planner.worked_plan_7b import finetune, strategy_table
@@ -26,13 +27,14 @@ def practice_13b(device: str) -> Result:
     m, c, t = finetune("13B")
     n = m.params()
     r.add("params", n / 1e9, "billion", "Llama 2 13B parameters")
-    r.add("states_bytes", 16 * n, "B", "16 bytes per parameter")
+    add_state_bytes(r)  # the bytes per parameter the page quotes, claimed
+    r.add("states_bytes", bytes_per_param() * n, "B", "model state at the default bytes per parameter")
     from distlab.planner.config import usable_bytes
 
-    r.add("states_over_hbm", 16 * n / usable_bytes(c.gpu), "", "model state / one GPU's usable memory")
+    r.add("states_over_hbm", bytes_per_param() * n / usable_bytes(c.gpu), "", "model state / one GPU's usable memory")
     r.claim(
         "13B: model state alone exceeds two 80 GB GPUs",
-        16 * n,
+        bytes_per_param() * n,
         2 * usable_bytes(c.gpu),
         relation=">=",
         unit="B",
