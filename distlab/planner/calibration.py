@@ -24,3 +24,9 @@ def mfu_band(mfu: float) -> tuple[float, float]:
     """(low, high): the MFU a run predicted at `mfu` would reach, given the planner's errors on published runs."""
     e_min, e_max = stored_error_range()
     return mfu / (1 + e_max), mfu / (1 + e_min)
+
+
+def with_band(mfu: float) -> str:
+    """An MFU as a table quotes it: the model's figure and its band, e.g. "60.0 % (50 %-70 %)"."""
+    lo, hi = mfu_band(mfu)
+    return f"{mfu:.1%} ({lo:.0%}-{hi:.0%})"

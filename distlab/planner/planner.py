@@ -8,6 +8,7 @@ from __future__ import annotations
 from distlab.core.experiments import experiment
 from distlab.core.results import Quantity, Result
 from distlab.models.shapes import ModelShape
+from distlab.planner.calibration import with_band
 from distlab.planner.config import FRAGMENTATION_FRACTION, Cluster, Plan, Training, cluster, model, usable_bytes
 from distlab.planner.cost import memory_per_gpu, step
 from distlab.planner.planner_validation import claim_band
@@ -89,7 +90,7 @@ def planner(device: str) -> Result:
                 best.plan.label(),
                 Quantity(best.memory_bytes, "B"),
                 Quantity(best.step_seconds, "s"),
-                f"{best.time.mfu:.1%} ({lo:.0%}-{hi:.0%})",
+                with_band(best.time.mfu),
                 f"{best.time.tokens_per_second:,.0f}",
             ]
         )
@@ -173,9 +174,9 @@ def _seventy(r: Result, m: ModelShape, c: Cluster, t: Training, ranked: list[Est
     top = ranked[:6]
     r.table(
         "seventy",
-        ["#", "plan", "memory per GPU", "step", "MFU"],
+        ["#", "plan", "memory per GPU", "step", "MFU (band)"],
         [
-            [i, e.plan.label(), Quantity(e.memory_bytes, "B"), Quantity(e.step_seconds, "s"), f"{e.time.mfu:.1%}"]
+            [i, e.plan.label(), Quantity(e.memory_bytes, "B"), Quantity(e.step_seconds, "s"), with_band(e.time.mfu)]
             for i, e in enumerate(top, 1)
         ],
         caption="Llama 2 70B pretraining on 8 nodes of 8 H100s: the six best (computed)",

@@ -25,6 +25,7 @@ from distlab.core.results import Result
 from distlab.memory.model_states import add_state_bytes
 from distlab.models.shapes import ModelShape
 from distlab.planner import fit
+from distlab.planner.calibration import with_band
 from distlab.planner.config import Training, cluster
 from distlab.planner.corpus import Run, published_tokens_per_s_per_gpu, request, runs
 from distlab.planner.search import NothingFits, search
@@ -752,7 +753,7 @@ def _h100(r: Result) -> None:
                 gpus,
                 best.plan.label(),
                 f"{100 * row['mfu']:.0f} %",
-                f"{100 * best.time.mfu:.1f} %",
+                with_band(best.time.mfu),
                 f"{best.time.mfu / row['mfu']:.2f}",
             ]
         )
@@ -760,7 +761,7 @@ def _h100(r: Result) -> None:
         r.add(f"h100_{gpus}_ratio", best.time.mfu / row["mfu"], "", f"predicted / published MFU, {gpus} H100s")
     r.table(
         "h100",
-        ["H100 GPUs", "planner's best plan", "published MFU", "predicted MFU", "predicted / published"],
+        ["H100 GPUs", "planner's best plan", "published MFU", "predicted MFU (band)", "predicted / published"],
         table,
         caption="Megatron-Core, GPT-3 175B (vocabulary 131,072, sequence 4096, 1152 sequences per step): the README "
         "prints no layout, so the planner picks its own (computed)",

@@ -11,7 +11,7 @@ from __future__ import annotations
 from distlab.core.experiments import experiment
 from distlab.core.results import Result
 from distlab.memory.model_states import add_state_bytes, bytes_per_param
-from distlab.planner.calibration import mfu_band
+from distlab.planner.calibration import mfu_band, with_band
 from distlab.planner.config import Plan, Training, cluster, usable_bytes
 from distlab.planner.planner_validation import claim_band
 from distlab.planner.search import search
@@ -64,12 +64,6 @@ def leanest(m, c, t, where):
     return p, memory_per_gpu(m, c, t, p)
 
 
-def _with_band(mfu: float) -> str:
-    """An MFU as the pages quote it: the model's figure and the band chapter 13's errors put around it."""
-    lo, hi = mfu_band(mfu)
-    return f"{mfu:.1%} ({lo:.0%}-{hi:.0%})"
-
-
 def strategy_table(r: Result, key: str, m, c, t, names=tuple(STRATEGIES)) -> dict:
     """Each strategy's best plan (or its leanest, when none fits): memory by category, fits, step, MFU."""
     from distlab.core.results import Quantity
@@ -98,7 +92,7 @@ def strategy_table(r: Result, key: str, m, c, t, names=tuple(STRATEGIES)) -> dic
                 Quantity(total, "B"),
                 "yes" if fits else f"no: {biggest}",
                 Quantity(e.step_seconds, "s") if e else "—",
-                _with_band(e.time.mfu) if e else "—",
+                with_band(e.time.mfu) if e else "—",
             ]
         )
         slug = SLUGS[name]
@@ -226,7 +220,7 @@ def worked_plan_7b(device: str) -> Result:
                     Quantity(mem, "B"),
                     "yes" if mem <= budget else "no",
                     Quantity(s.seconds, "s"),
-                    _with_band(s.mfu),
+                    with_band(s.mfu),
                 ]
             )
             if b == 1 and rc == "full":

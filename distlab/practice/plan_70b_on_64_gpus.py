@@ -7,6 +7,7 @@ import math
 from distlab.core.experiments import experiment
 from distlab.core.results import Result
 from distlab.memory.model_states import add_state_bytes, bytes_per_param
+from distlab.planner.calibration import with_band
 from distlab.planner.config import Training, cluster
 from distlab.planner.planner_validation import claim_band
 from distlab.planner.search import search
@@ -52,7 +53,7 @@ def practice_70b(device: str) -> Result:
                     e.plan.label(),
                     Quantity(e.memory_bytes, "B"),
                     Quantity(e.step_seconds, "s"),
-                    f"{e.time.mfu:.1%}",
+                    with_band(e.time.mfu),
                     f"{sh('exposed_tp'):.1%}",
                     f"{sh('bubble'):.1%}",
                     f"{sh('exposed_dp'):.1%}",
@@ -76,7 +77,7 @@ def practice_70b(device: str) -> Result:
                 "its best plan",
                 "memory per GPU",
                 "step",
-                "MFU",
+                "MFU (band)",
                 "TP exposed",
                 "bubble",
                 "data-parallel exposed",

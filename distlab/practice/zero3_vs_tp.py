@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from distlab.core.experiments import experiment
 from distlab.core.results import Result
+from distlab.planner.calibration import with_band
 from distlab.planner.config import Plan
 from distlab.planner.planner_validation import claim_band
 from distlab.planner.worked_plan_7b import finetune
@@ -63,7 +64,7 @@ def practice_zero3_vs_tp(device: str) -> Result:
                     Quantity(comm, "s"),
                     Quantity(exposed, "s"),
                     Quantity(s.seconds, "s"),
-                    f"{s.mfu:.1%} ({lo:.0%}-{hi:.0%})",
+                    with_band(s.mfu),
                 ]
             )
             r.add(f"{key}_sent", sent, "B", f"{name} on {g} GPUs: bytes each GPU sends per step")
