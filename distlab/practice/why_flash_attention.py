@@ -62,8 +62,7 @@ def practice_flash(device: str) -> Result:
         rel_tol=1e-9,
         formula="(4 + 10) / (4 + 8) = 7/6",
     )
-    from distlab.planner.calibration import mfu_band
-    from distlab.planner.worked_plan_7b import _with_band
+    from distlab.planner.calibration import mfu_band, with_band
 
     rows = []
     for attention in ("standard", "flash"):
@@ -76,7 +75,7 @@ def practice_flash(device: str) -> Result:
                 Quantity(e.memory.activations, "B"),
                 Quantity(e.memory_bytes, "B"),
                 Quantity(e.step_seconds, "s"),
-                _with_band(e.time.mfu),
+                with_band(e.time.mfu),
             ]
         )
         r.add(f"{attention}_step", e.step_seconds, "s", f"{attention}: best plan's step")

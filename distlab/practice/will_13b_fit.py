@@ -18,9 +18,8 @@ from distlab.planner.worked_plan_7b import finetune, strategy_table
 )
 def practice_13b(device: str) -> Result:
     from distlab.core.results import Quantity
-    from distlab.planner.calibration import mfu_band
+    from distlab.planner.calibration import mfu_band, with_band
     from distlab.planner.search import NothingFits
-    from distlab.planner.worked_plan_7b import _with_band
     from distlab.scaling_laws import sft_mean_example_tokens, sft_tokens
 
     r = Result("practice-13b", kind="computed")
@@ -67,7 +66,7 @@ def practice_13b(device: str) -> Result:
                 Quantity(e.memory_bytes, "B"),
                 Quantity(e.memory.host, "B"),
                 Quantity(e.step_seconds, "s"),
-                _with_band(e.time.mfu),
+                with_band(e.time.mfu),
                 f"{hours:.2g} to {hours * e.time.mfu / lo:.2g}",
             ]
         )
