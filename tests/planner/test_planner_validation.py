@@ -190,3 +190,27 @@ def test_loader_rejects_an_unknown_software_stack():
     del data["mpt-13b-h100-8"]["kernels"]
     with pytest.raises(CorpusError, match="missing kernels"):
         load(data)
+
+
+def test_every_page_quoting_a_band_claims_it():
+    """A page that shows an MFU band (a `..._mfu_low` / `..._mfu_high` quantity, or a table built with with_band)
+    must claim the stored band against the corpus on that page, so a typo in planner.toml's mfu-band fails it.
+    Read from the source: the experiment's module calls claim_band. Would catch a new page quoting a band the
+    build never checks there."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    modules = {}
+    for path in (root / "distlab").rglob("*.py"):
+        for name in re.findall(r'@experiment\(\s*"([a-z0-9-]+)"', path.read_text(encoding="utf-8")):
+            modules[name] = path
+    quoting = set()
+    for page in (root / "docs").rglob("*.md"):
+        quoting |= set(re.findall(r"\{\{\s*([a-z0-9-]+)\.[a-z0-9_]*mfu_(?:low|high)\s*\}\}", page.read_text("utf-8")))
+    for name, path in modules.items():
+        if "with_band(" in path.read_text(encoding="utf-8"):
+            quoting.add(name)
+    assert quoting, "no page quotes a band: the pattern is stale"
+    unclaimed = sorted(n for n in quoting if "claim_band(r)" not in modules[n].read_text(encoding="utf-8"))
+    assert unclaimed == []
