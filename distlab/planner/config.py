@@ -31,6 +31,9 @@ RECOMPUTE = ("none", "selective", "full")
 OFFLOAD = ("none", "optimizer", "params")  # ZeRO-Offload (stage >= 1); ZeRO-Infinity's parameters too (stage 3)
 SCHEDULES = ("1f1b", "interleaved", "zb-h1")
 KERNELS = tuple(FRAMEWORKS)  # the training code's kernels (distlab.gpu.block_bytes): megatron's fused, eager, ...
+STACKS = ("any", "megatron-core", "torchtitan", "deepspeed", "fsdp2")
+"""The training stacks a plan can be restricted to (what schedules, features and buffers each ships); any = no
+restriction, every technique the cost model knows."""
 
 
 def model(spec: str | ModelShape) -> ModelShape:
@@ -215,6 +218,8 @@ class Training:
     grad_reduce_overlap: bool = True
     """Whether the data-parallel gradient reduction overlaps the last backward (PyTorch DDP's buckets, Megatron-Core's
     --overlap-grad-reduce, FSDP) or waits for it (Megatron-LM 2021's local DDP, DeepSpeed's pipeline engine)."""
+    framework: str = "any"
+    """The training stack (STACKS) whose schedules, features and own buffers a plan must use; any: no restriction."""
 
     def __post_init__(self) -> None:
         for name, allowed in (
@@ -224,6 +229,7 @@ class Training:
             ("optimizer", OPTIMIZERS),
             ("task", TASKS),
             ("attention", ATTENTION),
+            ("framework", STACKS),
         ):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {', '.join(allowed)}, not {getattr(self, name)!r}")
