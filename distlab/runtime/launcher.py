@@ -428,6 +428,7 @@ def _worker(
         dist.init_process_group(
             backend, store=store, rank=rank, world_size=world_size, timeout=timedelta(seconds=timeout_s)
         )
+        _wait_until_every_rank_is_up(store, rank, world_size, timeout_s)
         result = fn(rank, world_size, *args)
         results_q.put(("ok", rank, pickle.dumps(result), ""))
     except BaseException as exc:  # noqa: BLE001 - reported to the parent as one line, before peers notice
@@ -435,6 +436,15 @@ def _worker(
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+def _wait_until_every_rank_is_up(store, rank: int, world_size: int, timeout_s: float) -> None:
+    """A rank's init_process_group can return while a peer is still connecting to it (gloo's connectFullMesh): a rank
+    that then ran a short fn and exited would break that peer's init ("Connection closed by peer"), seen on a loaded
+    machine. So no rank runs fn until every rank's init has returned. It goes through the rendezvous store, not the
+    process group, so it adds no collective to what an experiment counts."""
+    store.set(f"distlab/up/{rank}", "1")
+    store.wait([f"distlab/up/{r}" for r in range(world_size)], timedelta(seconds=timeout_s))
 
 
 def _one_line(exc: BaseException) -> str:
