@@ -114,7 +114,7 @@ def launch(
         try:
             for p in procs:
                 p.start()
-            return _collect(procs, results_q, world_size, timeout_s, stacks)
+            return _collect(procs, results_q, world_size, timeout_s, stacks, store)
         except LaunchError as exc:
             if getattr(fn, "__module__", "") == "__main__" and "before returning a result" in str(exc):
                 raise LaunchError(
@@ -143,14 +143,20 @@ def _context():
     return ctx
 
 
-def _collect(procs, results_q, world_size: int, timeout_s: float, stacks: list[str]) -> list:
+def _collect(procs, results_q, world_size: int, timeout_s: float, stacks: list[str], store) -> list:
+    """Results in rank order. The deadline is timeout_s for the world to come up (every rank past init), then
+    timeout_s again from that moment for fn: starting ranks takes 0.1 s on an idle machine and 10 s on a loaded one,
+    and that must not eat fn's budget (a hang would be reported for ranks that were only slow to start)."""
     results: dict[int, object] = {}
     deadline = time.monotonic() + timeout_s
+    up_keys, up = [f"distlab/up/{r}" for r in range(world_size)], False
     while len(results) < world_size:
         try:
             msg = results_q.get(timeout=0.1)
         except queue.Empty:
             _check_exits(procs, results, results_q, world_size)
+            if not up and store.check(up_keys):
+                up, deadline = True, time.monotonic() + timeout_s
             if time.monotonic() > deadline:
                 _raise_hung(procs, results, world_size, timeout_s, stacks)
             continue
@@ -428,7 +434,7 @@ def _worker(
         dist.init_process_group(
             backend, store=store, rank=rank, world_size=world_size, timeout=timedelta(seconds=timeout_s)
         )
-        _wait_until_every_rank_is_up(store, rank, world_size, timeout_s)
+        _wait_until_every_rank_is_up(store, rank, world_size, timeout_s)  # the launcher's deadline for fn starts here
         result = fn(rank, world_size, *args)
         results_q.put(("ok", rank, pickle.dumps(result), ""))
     except BaseException as exc:  # noqa: BLE001 - reported to the parent as one line, before peers notice

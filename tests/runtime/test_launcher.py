@@ -128,11 +128,12 @@ def test_all_reduce_on_three_real_processes_with_the_launch_time_environment(mon
 # addendum; the message must still begin with the rank that failed first.
 THEN = r"(?: \(then rank \d+: [^\n]+\))?$"
 
-# Deadlines from what the work needs, with a stated margin: a world of 3 from the warm fork server starts and returns
-# in ~0.1 s idle and under ~2 s with two CPU hogs on 2 cores (seen while writing this), so a rank that hangs is
-# detected after HANG_S = 8 s, 4x the loaded start-up; a rank that fails or dies must be named within FAIL_S = 15 s
-# of a 60 s deadline (its news, not the deadline, must end the wait).
-HANG_S, FAIL_S, FAIL_DEADLINE_S = 8, 15, 60
+# Deadlines from what the work needs, with a stated margin. The launcher's deadline for fn starts once every rank is up,
+# so start-up (0.1 s idle, 7-10 s for a world of 3 at load average 20, measured 2026-12-04) does not count: ranks that
+# return at once have HANG_S = 8 s to deliver their results before the hung rank is named. A rank that fails or dies
+# must be named by its news, not by the deadline: within FAIL_S = 60 s of a 120 s deadline, which covers a loaded
+# start-up several times over.
+HANG_S, FAIL_S, FAIL_DEADLINE_S = 8, 60, 120
 
 
 @pytest.mark.parametrize(
