@@ -24,7 +24,7 @@ from distlab.planner.search import Estimate, fastest, search
 
 def whiteboard(value: float) -> float:
     """A number as a candidate says it at a whiteboard: two significant figures."""
-    return round_sig(value, 2)
+    return round_sig(float(value), 2)
 
 
 def canonical_megatron(m: ModelShape, c: Cluster, t: Training, min_headroom: float = MIN_HEADROOM) -> Estimate:
