@@ -172,6 +172,11 @@ def practice_13b(device: str) -> Result:
         r.quantities["strategies_zero2_recomputes"].value,
         1,
     )
+    r.claim(
+        "'ZeRO-3 keeps one whole sequence's activations' (the answer): its recommended plan does not recompute",
+        r.quantities["strategies_zero3_recomputes"].value,
+        0,
+    )
     _peft(r, m, c)
     rows = []
     for gpus in (1, 2, 4, 8):
