@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from distlab.core.cli import MAX_GPUS, MAX_TOKENS, UsageError, command, emit, parser, positive
+from distlab.core.cli import MAX_GPUS, MAX_TOKENS, UsageError, command, emit, number, parser, positive
 from distlab.models.shapes import ModelShape
 from distlab.planner.config import (
     ATTENTION,
@@ -36,17 +36,7 @@ from distlab.planner.search import (
 )
 
 MAX_PARALLEL = 2**20  # a parallel size beyond a million GPUs is no request
-
-
-def _fraction(text: str) -> float:
-    """A share in [0, 1) (argparse type): the headroom rule's margin."""
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not 0 <= v < 1:
-        raise argparse.ArgumentTypeError(f"must be a fraction in [0, 1), got {text}")
-    return v
+MAX_HEADROOM = 0.9  # a rule leaving more than 90 % of the memory free recommends nothing useful
 
 
 def resolve_model(spec: str):
@@ -186,7 +176,7 @@ def plan_command(argv: list[str]) -> int:
     )
     p.add_argument(
         "--min-headroom",
-        type=_fraction,
+        type=number(float, minimum=0, maximum=MAX_HEADROOM),
         default=MIN_HEADROOM,
         help=f"the headroom rule: among plans within chapter 13's error band of the fastest, recommend the fastest "
         f"that leaves this share of usable memory free (default {MIN_HEADROOM:g}; 0 ranks by time alone)",
