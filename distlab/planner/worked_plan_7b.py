@@ -183,17 +183,17 @@ def worked_plan_7b(device: str) -> Result:
     from distlab.planner.calibration import stored_error_range
     from distlab.planner.rules import MIN_HEADROOM
 
-    q = r.quantities
+    qs = r.quantities
     r.claim(
         "the Takeaway's 'at the edge on memory': the fastest plan leaves less than the headroom rule",
-        q["rec_fastest_headroom"].value,
+        qs["rec_fastest_headroom"].value,
         MIN_HEADROOM,
         relation="<=",
         unit="fraction",
     )
     r.claim(
         "the Takeaway's 'inside the model's error on time': the fastest is faster by less than the band's e_min",
-        q["rec_fastest_slower"].value,
+        qs["rec_fastest_slower"].value,
         -stored_error_range()[0],
         relation="<=",
         unit="fraction",
