@@ -11,8 +11,9 @@ the planner's single cost model (distlab.planner.cost), never from a model of th
     context_sizes    CP only for long sequences (from LONG_SEQ tokens), in sizes that split the sequence
                      into 2c zigzag chunks
     pipeline_sizes   PP only when it is needed: when a pipeline-free plan at this TP and CP, with ZeRO-1
-                     and no recomputation, does not fit (takeaway 2: PP across nodes for larger models);
-                     otherwise a pipeline only adds its bubble
+                     and no recomputation, does not fit with MIN_HEADROOM free (takeaway 2: PP across nodes for
+                     larger models); otherwise a pipeline only adds its bubble
+    MIN_HEADROOM     the headroom rule: a recommended plan leaves this share of usable memory free
     zero_stages      ZeRO-0/1 with a pipeline (stages 2 and 3 would re-gather every micro-batch), 0-3 without
     zero_stage       which ZeRO stage a plan needs: the lowest whose model states and activations fit
     expert_parallel  for mixture-of-experts layers: the smallest EP, over data-parallel ranks, at which the
