@@ -206,9 +206,10 @@ class Training:
     """Dropout masks and their kernels (GPT-3-era pretraining used them; Llama does not)."""
     sequence_parallel: bool = True
     """Megatron sequence parallelism with TP (splits norms, dropout and residuals t ways)."""
-    tp_overlap: bool = True
+    tp_overlap: bool = False
     """Tensor-parallel collectives overlapped with the matmuls next to them (Megatron-Core's --tp-comm-overlap,
-    Transformer Engine's userbuffers, PyTorch's async-TP); off, they sit on the critical path."""
+    Transformer Engine's userbuffers, PyTorch's async-TP); off, they sit on the critical path. Off by default: every
+    stack makes it opt-in (distlab/data/stacks.toml), and PyTorch's async-TP needs torch.compile."""
     moe: MoESpec | None = None
     """The experts of a mixture-of-experts model (distlab.planner.moe.MoESpec), None for a dense one."""
     kernels: str = "megatron"

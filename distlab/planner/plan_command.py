@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from distlab.core.cli import MAX_GPUS, MAX_TOKENS, UsageError, command, emit, parser, positive
+from distlab.core.cli import MAX_GPUS, MAX_TOKENS, UsageError, command, emit, number, parser, positive
 from distlab.models.shapes import ModelShape
 from distlab.planner.config import (
     ATTENTION,
@@ -16,22 +16,27 @@ from distlab.planner.config import (
     PRECISIONS,
     RECOMPUTE,
     SCHEDULES,
+    STACKS,
     TASKS,
     Cluster,
     Training,
     cluster,
     model,
 )
+from distlab.planner.rules import MIN_HEADROOM
 from distlab.planner.search import (
     FIXABLE,
     PRETRAIN_BATCH_TOKENS,
     NothingFits,
     explain,
+    fastest,
     finetune_batch_sequences,
     search,
+    versus_fastest,
 )
 
 MAX_PARALLEL = 2**20  # a parallel size beyond a million GPUs is no request
+MAX_HEADROOM = 0.9  # a rule leaving more than 90 % of the memory free recommends nothing useful
 
 
 def resolve_model(spec: str):
@@ -67,6 +72,7 @@ def request(args) -> tuple[ModelShape, Cluster, Training]:
         sequence_parallel=args.sequence_parallel,
         tp_overlap=args.tp_overlap,
         moe=moe,
+        framework=args.framework,
     )
     return m, c, t
 
@@ -157,8 +163,23 @@ def plan_command(argv: list[str]) -> int:
     switches.add_argument(
         "--tp-overlap",
         action=argparse.BooleanOptionalAction,
-        default=True,
-        help="overlap TP collectives with the GEMMs next to them (default on)",
+        default=False,
+        help="overlap TP collectives with the GEMMs next to them (default off: opt-in in every stack; "
+        "Megatron-Core's --tp-comm-overlap, torchtitan's async TP under torch.compile)",
+    )
+    p.add_argument(
+        "--framework",
+        choices=STACKS,
+        default="any",
+        help="keep to what one training stack ships (schedules, ZeRO stages, offload, TP overlap; "
+        "distlab/data/stacks.toml); default any",
+    )
+    p.add_argument(
+        "--min-headroom",
+        type=number(float, minimum=0, maximum=MAX_HEADROOM),
+        default=MIN_HEADROOM,
+        help=f"the headroom rule: among plans within chapter 13's error band of the fastest, recommend the fastest "
+        f"that leaves this share of usable memory free (default {MIN_HEADROOM:g}; 0 ranks by time alone)",
     )
     p.add_argument("--top", type=positive(int, 10_000), default=5, help="how many plans to print (default 5)")
     p.add_argument("--json", action="store_true", help="machine-readable: a list of plans, best first")
@@ -168,12 +189,18 @@ def plan_command(argv: list[str]) -> int:
     fixed = fixed_dims(args)
     m, c, t = request(args)
     try:
-        ranked = search(m, c, t, fixed=fixed)
+        ranked = search(m, c, t, fixed=fixed, min_headroom=args.min_headroom)
     except NothingFits as exc:
         raise UsageError(f"distlab plan: {exc}") from None
-    reasons = explain(m, c, t, ranked)
-    plans = [e.to_dict() for e in ranked[: args.top]]
+    except ValueError as exc:  # a switch the chosen stack does not ship
+        raise UsageError(f"distlab plan: {exc}") from None
+    reasons = explain(m, c, t, ranked, args.min_headroom)
+    quick = fastest(ranked)
+    top = ranked[: max(args.top, 2 if quick is not ranked[0] else 1)]
+    plans = [e.to_dict() | {"recommended": i == 0, "fastest": e is quick} for i, e in enumerate(top)]
     plans[0]["reasons"] = reasons
+    plans[0]["min_headroom"] = args.min_headroom
+    plans[0]["fastest_plan"] = versus_fastest(ranked)
     lines = [
         f"{m.name} ({m.params() / 1e9:.2f}B parameters{', MoE' if t.moe else ''}), {t.task}, "
         f"{t.global_batch_tokens:,} tokens per step of {t.seq:,}-token sequences, on {c.describe()}",
@@ -182,10 +209,12 @@ def plan_command(argv: list[str]) -> int:
         + f"; the best {len(plans)}:",
         "",
     ]
-    for i, e in enumerate(ranked[: args.top], 1):
+    for i, e in enumerate(top, 1):
         lo, hi = plans[i - 1]["mfu_band"]
+        tag = " (recommended)" if i == 1 else (" (fastest)" if e is quick else "")
         lines.append(
-            f"{i}. {e.plan.label()}\n   {e.memory_bytes / 1e9:.1f} GB/GPU, step {e.step_seconds:.3g} s, MFU "
+            f"{i}. {e.plan.label()}{tag}\n   {e.memory_bytes / 1e9:.1f} of {e.usable_bytes / 1e9:.1f} GB/GPU "
+            f"(headroom {e.headroom_fraction:.1%}), step {e.step_seconds:.3g} s, MFU "
             f"{e.time.mfu:.1%} (band {lo:.0%}-{hi:.0%}), {e.time.tokens_per_second:,.0f} tokens/s"
         )
     lines += ["", "Why the first:"] + [f"  - {r}" for r in reasons]

@@ -111,6 +111,10 @@ for value in ("-2.5", "0", "inf", "nan", "1e308", "two dollars", "٣"):
 # distlab plan's layout flags (issue 14): counts, choices, and layouts that cannot run
 for flag in ("--tp", "--pp", "--dp", "--cp", "--ep", "--micro-batch", "--virtual", "--nics-per-node"):
     CASES += [("plan", with_value(PLAN, flag, v)) for v in ("-1", "0", "inf", "nan", "1e30", "2.5", "٣")]
+# the headroom rule and the stacks (issue 25)
+for value in ("-0.1", "1", "1.5", "inf", "nan", "eight", "٣"):
+    CASES.append(("plan", PLAN + ["--min-headroom", value]))
+CASES += [("plan", PLAN + ["--framework", "jax"]), ("plan", PLAN + ["--framework", "deepspeed", "--tp-overlap"])]
 CASES += [
     ("plan", PLAN + ["--zero", "4"]),
     ("plan", PLAN + ["--recompute", "some"]),

@@ -151,6 +151,17 @@ PLANTS = [
         "stored MFU band",
     ),
     Plant(
+        # issue 25's done-when: an edit that makes a plan need recomputation must change the practice prose or fail
+        # its build. Here every micro-batch's activations are sized for two sequences: the 13B fine-tune's ZeRO-3
+        # plan can no longer keep one sequence without recomputing, which practice 1 says it does.
+        "the activation model sizes every micro-batch twice (practice 1's ZeRO-3 plan now needs recomputation)",
+        "distlab/memory/activations.py",
+        "            seq,\n            batch,\n            attention=attention,",
+        "            seq,\n            2 * batch,\n            attention=attention,",
+        "practice/01-will-13b-fit.md",
+        ("'ZeRO-3 keeps one whole sequence's activations'", "fits without recomputation"),
+    ),
+    Plant(
         "calculator.js shards gradients from ZeRO-3 instead of ZeRO-2",
         "docs/assets/calculator.js",
         "per.grads * (inp.zero >= 2 ? rank : shard)",
