@@ -184,14 +184,13 @@ def _chain(r: Result, m, chip, seq: int, flops_std: float, flops_fa: float, t_st
 def _whiteboard(r: Result, m, chip, seq: int, flops_std: float, flops_fa: float, bytes_std: float, t_fa) -> None:
     """The round-number chain a candidate says out loud (the page rounds each to two figures): FLOPs, the score
     bytes at the HBM rate against the FLOPs at the peak, FlashAttention's causal half at its rate."""
-    from distlab.planner.kernels import MEMORY_EFFICIENCY
-
     from distlab.hardware.gpus import data_claims
+    from distlab.planner.kernels import MEMORY_EFFICIENCY
 
     data_claims(r, [chip.name, "B200"])  # the page quotes the H100's HBM rate and peak, and the B200's peak
     r.add("hbm_bytes_per_s", chip.hbm_bytes_per_s, "B/s", f"{chip.name} HBM datasheet bandwidth")
     peak, hbm = chip.peak_flops("bf16"), chip.hbm_bytes_per_s * MEMORY_EFFICIENCY
-    r.add("wb_hbm_share", MEMORY_EFFICIENCY, "fraction", "share of the datasheet HBM rate a memory-bound kernel reaches")
+    r.add("wb_hbm_share", MEMORY_EFFICIENCY, "fraction", "HBM share a memory-bound kernel reaches")
     r.add("wb_scores_s", bytes_std / hbm, "s", "standard: the score traffic at that HBM rate")
     r.add("wb_matmul_s", flops_std / peak, "s", "standard: its matmuls at the bf16 peak")
     r.add("wb_memory_over_compute", bytes_std / hbm / (flops_std / peak), "", "how memory-bound standard attention is")
