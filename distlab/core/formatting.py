@@ -99,6 +99,8 @@ def whiteboard(value: float, unit: str = "") -> str:
         return f"{format_number(round_sig(value * scale, WHITEBOARD_SIG))} {label}"
     if unit in _SCALED_UNITS and abs(rounded) >= 1e3:
         prefixes = _BYTE_PREFIXES if unit.startswith("B") else _PREFIXES
+        if abs(rounded) >= 1e4 * prefixes[0][0]:  # beyond the largest prefix: 6.0e23 FLOP, as on a whiteboard
+            return f"{value:.{WHITEBOARD_SIG - 1}e} {unit}"
         for factor, prefix in prefixes:
             if abs(rounded) >= factor:
                 return f"{format_number(round_sig(value / factor, WHITEBOARD_SIG))} {prefix}{unit}"

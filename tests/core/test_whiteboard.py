@@ -18,6 +18,7 @@ from distlab.core.formatting import format_quantity, whiteboard
         (123456, "tokens", "120,000 tokens"),
         (9.62e11, "FLOP", "960 GFLOP"),
         (-0.0457, "", "-0.046"),
+        (5.96e23, "FLOP", "6.0e+23 FLOP"),
     ],
 )
 def test_whiteboard_two_significant_figures(value, unit, expected):
