@@ -254,7 +254,7 @@ def _flop_count(device: str) -> Result:
     big = GPTConfig(vocab=32000, seq=4096, layers=32, hidden=4096, heads=32)
     ratio_7b = counted_flops_closed_form(big, big.seq, recompute=True) / counted_flops_closed_form(big, big.seq)
     r.add("recompute_ratio_7b", ratio_7b, "", "the same count at a 7B GPT's shape (closed form)")
-    h, L, s, v = 4096, 32, 4096, 32000  # written out in float64 as the reference: 6N + 12Lsh, plus a forward less h x 4h
+    h, L, s, v = 4096, 32, 4096, 32000  # float64 reference: 6N + 12Lsh, plus a forward less the h x 4h matmul
     n_matmul = L * (4.0 * h * h + 8.0 * h * h) + v * h
     again = L * (2.0 * (4 * h * h + 4 * h * h) + 4.0 * s * h)
     r.claim(
