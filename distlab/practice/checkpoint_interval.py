@@ -149,6 +149,15 @@ def _whiteboard(r: Result, m, c, tokens: float, per_token: float, mfu: float) ->
     r.add("cluster_flops_per_s", rate, "FLOP/s", "1024 GPUs x bf16 peak x expected MFU")
     r.add("days_6nd", six_nd / rate / 86400, "days", "6ND at that rate")
     r.add("days_full", full / rate / 86400, "days", "D (6N + 12Lhs) at that rate")
+    low = r.quantities["mfu_band_low"].value
+    r.add("days_band_low", full / (c.gpus * c.gpu.peak_flops("bf16") * low) / 86400, "days", "at the band's low MFU")
+    r.claim(
+        "budgeting at the band's low MFU takes longer than the expected days",
+        r.quantities["days_band_low"].value,
+        r.quantities["days_full"].value,
+        relation=">=",
+        unit="days",
+    )
     r.claim(
         "the page's days = D (6N + 12Lhs) / (GPUs x peak x MFU), not 6ND",
         r.quantities["work_days"].value,
