@@ -253,6 +253,14 @@ def _follow_ups(r: Result, m, chip, seq: int, flops_fa: float, t_fa: float) -> N
     r.add("fa3_over_fa2", t_fa / (flops_fa / 2 / fa3), "", "FlashAttention-3 / -2 speed on this layer")
     r.add("fa4_s", flops_fa / 2 / fa4, "s", "the same at FlashAttention-4's published B200 rate")
     r.claim(
+        "FlashAttention-3's published rate = its published share of the H100's peak",
+        fa3 / chip.peak_flops("bf16"),
+        value("flash_attention.FA3.fp16_peak_fraction"),
+        abs_tol=0.01,
+        unit="fraction",
+        formula="740 TFLOP/s / 989 TFLOP/s = 75 % (the paper's abstract)",
+    )
+    r.claim(
         "FlashAttention-4's published rate = its published share of the B200's bf16 peak",
         fa4 / b200,
         value("flash_attention.FA4.bf16_peak_fraction"),

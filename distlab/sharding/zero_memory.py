@@ -202,6 +202,11 @@ def _why_not_zero3_70b(r: Result, big, hbm: float, peak: float, link_bytes_per_s
         formula="3(N-1)/N Ψb / B against 6Ψs / (peak x MFU)",
     )
     r.claim(
+        "the hiding micro-batch is the fewest whole sequences whose compute covers the gathers",
+        (hide - 1) * seq_compute_s < comm_s <= hide * seq_compute_s,
+        True,
+    )
+    r.claim(
         "one sequence without recomputation does not fit beside ZeRO-3's states",
         act,
         hbm - states,
