@@ -114,17 +114,55 @@ def pipeline_schedules(device: str) -> Result:
     return r
 
 
+P2P_MODEL, P2P_TP, P2P_NIC = "70B", 8, "InfiniBand-NDR"  # a 70B pipeline across nodes: TP 8 in the node, one NIC/GPU
+
+
+def realistic_p2p(r: Result, p: int) -> tuple[float, float]:
+    """δ for a real pipeline, in units of one micro-batch's forward through one stage: Llama 2 70B, TP 8 inside
+    each node, p stages across nodes, one sequence per micro-batch. The message is the (s, b, h) bf16 activation;
+    Megatron sends each tensor-parallel rank's 1/t of it over that rank's own NIC (scatter-gather, on with sequence
+    parallelism), or the whole tensor from each rank without it. The forward runs at the bf16 peak, so δ is at its
+    largest (a slower forward makes δ smaller)."""
+    from distlab.hardware.gpus import gpu
+    from distlab.hardware.links import per_direction_bytes_per_s
+    from distlab.models.shapes import preset
+
+    m = preset(P2P_MODEL)
+    message = m.seq * 1 * m.hidden * 2  # s x b x h bf16
+    nic = per_direction_bytes_per_s(P2P_NIC)
+    forward = 2 * m.params() / p / P2P_TP * m.seq / gpu("H100-SXM").peak_flops("bf16")  # 2 FLOPs / param / token
+    split, whole = message / P2P_TP / nic / forward, message / nic / forward
+    r.add("p2p_message_bytes", message, "B", "one micro-batch's activation between stages (70B, s = 4096, b = 1)")
+    r.add("p2p_nic_bytes_per_s", nic, "B/s", f"{P2P_NIC} per direction")
+    r.add("p2p_forward_s", forward, "s", f"one stage's forward of it at the bf16 peak, TP {P2P_TP}, p = {p}")
+    r.add("p2p_delta_split", split, "", "δ with each TP rank sending its 1/t (Megatron's scatter-gather)")
+    r.add("p2p_delta_whole", whole, "", "δ with each rank sending the whole activation")
+    r.claim(
+        "δ = s h 2 B / t / NIC over 2 (N/p/t) s / peak: the sequence cancels, δ = h p peak / (N NIC)",
+        split,
+        m.hidden * p * gpu("H100-SXM").peak_flops("bf16") / (m.params() * nic),
+        rel_tol=1e-9,
+        formula="bytes over the link against the stage's forward",
+    )
+    return split, whole
+
+
 def _p2p(r: Result, p: int = 8, m: int = 32) -> None:
     """Point-to-point time c: GPipe pays 2(p-1)c once; 1F1B's steady state is a loop through every
-    stage and back, so it pays about 2(p-1)c/p per micro-batch as well."""
+    stage and back, so it pays about 2(p-1)c/p per micro-batch as well. The realistic δ comes first."""
     rows = []
-    for c in (0.0, 0.05, 0.2, 0.5):
+    split, whole = realistic_p2p(r, p)
+    for c in (0.0, split, whole, 0.2, 0.5):
         base = (m + p - 1) * 3.0 + 2 * (p - 1) * c
         g, o = simulate(p, m, "gpipe", p2p=c), simulate(p, m, "1f1b", p2p=c)
         rows.append([c, g.step_time, base, o.step_time, o.step_time / base])
-        r.claim(f"gpipe p={p} m={m} p2p={c}: step = (m+p-1)(F+B) + 2(p-1)δ", g.step_time, base, rel_tol=1e-12)
+        r.claim(f"gpipe p={p} m={m} p2p={c:.3g}: step = (m+p-1)(F+B) + 2(p-1)δ", g.step_time, base, rel_tol=1e-12)
         r.claim(
-            f"1f1b p={p} m={m} p2p={c}: step >= (m+p-1)(F+B) + 2(p-1)δ", o.step_time, base, relation=">=", rel_tol=1e-12
+            f"1f1b p={p} m={m} p2p={c:.3g}: step >= (m+p-1)(F+B) + 2(p-1)δ",
+            o.step_time,
+            base,
+            relation=">=",
+            rel_tol=1e-12,
         )
     r.table(
         "p2p",
@@ -135,6 +173,16 @@ def _p2p(r: Result, p: int = 8, m: int = 32) -> None:
     r.add("p2p_stages", p, "", "stages in the p2p table")
     r.add("p2p_microbatches", m, "", "micro-batches in the p2p table")
     r.add("p2p_1f1b_slowdown", rows[-1][4], "", f"1F1B step / formula at p2p = {rows[-1][0]}")
+    r.add("p2p_1f1b_slowdown_split", rows[1][4], "", "1F1B step / formula at the realistic δ")
+    r.add("p2p_1f1b_slowdown_whole", rows[2][4], "", "... at δ with whole activations per rank")
+    r.add("p2p_cost_split", rows[1][3] / rows[0][3] - 1, "fraction", "1F1B step longer than at δ = 0, realistic δ")
+    r.claim(
+        "at the realistic δ, 1F1B's step is at most 2(p-1)δ/p per micro-batch longer than with free sends",
+        rows[1][3] - rows[0][3],
+        (m + p - 1) * 2 * (p - 1) * split / p,
+        relation="<=",
+        formula="every round of p micro-batches waits for 2(p-1) hops at most",
+    )
     r.add("p2p_largest", rows[-1][0], "", "largest p2p time in the table")
 
 
