@@ -13,9 +13,11 @@ from distlab.planner.config import (
     MATMUL_DTYPES,
     OFFLOAD,
     OPTIMIZERS,
+    PEFT,
     PRECISIONS,
     RECOMPUTE,
     SCHEDULES,
+    STACKS,
     TASKS,
     Cluster,
     Training,
@@ -67,6 +69,9 @@ def request(args) -> tuple[ModelShape, Cluster, Training]:
         sequence_parallel=args.sequence_parallel,
         tp_overlap=args.tp_overlap,
         moe=moe,
+        framework=args.framework,
+        peft=args.peft,
+        lora_rank=args.lora_rank,
     )
     return m, c, t
 
@@ -127,10 +132,29 @@ def plan_command(argv: list[str]) -> int:
         choices=PRECISIONS,
         default="mixed",
         help="model-state bytes per parameter: mixed (bf16 + fp32 master and moments, 16 B; the default), "
-        "mixed-fp32-grads (Megatron's fp32 main_grad, 18 B), mixed-fp32-accum (20 B) or fp32",
+        "mixed-fp32-grads (Megatron's fp32 main_grad, 18 B), mixed-fp32-accum (20 B), fp32, bf16 (pure bf16: "
+        "weights, gradients and moments, 8 B) or mixed-bf16-moments (Megatron-Core's precision-aware optimizer, 14 B)",
     )
     p.add_argument("--matmul-dtype", choices=MATMUL_DTYPES, default="bf16", help="weight matmuls in bf16 or fp8")
-    p.add_argument("--optimizer", choices=OPTIMIZERS, default="adamw")
+    p.add_argument(
+        "--optimizer",
+        choices=OPTIMIZERS,
+        default="adamw",
+        help="adamw, sgd, adamw-8bit (bitsandbytes), adamw-8bit-paged, adamw-in-backward (no accumulation)",
+    )
+    p.add_argument(
+        "--peft",
+        choices=PEFT,
+        default="none",
+        help="none (every weight trains), lora (frozen bf16 base) or qlora (frozen NF4 base, double quantization)",
+    )
+    p.add_argument("--lora-rank", type=positive(int, 65536), default=16, help="LoRA/QLoRA adapter rank (default 16)")
+    p.add_argument(
+        "--framework",
+        choices=STACKS,
+        default="any",
+        help="the training stack whose own buffers and loss are priced (default any: none of them)",
+    )
     p.add_argument("--task", choices=TASKS, default="pretrain", help="pretrain or finetune (a full fine-tune)")
     p.add_argument("--attention", choices=ATTENTION, default="flash")
     layout = p.add_argument_group("layout (each fixes one dimension; the others are searched)")
