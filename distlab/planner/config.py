@@ -37,6 +37,9 @@ quantization (Dettmers et al. 2023)."""
 TASKS = ("pretrain", "finetune")
 ATTENTION = ("flash", "standard")  # standard: the s x s scores go through HBM (Megatron-LM 2021)
 RECOMPUTE = ("none", "selective", "full")
+RECOMPUTE_MODULES = ("core_attn", "mlp", "layernorm", "moe_act", "moe")
+"""Megatron-Core's --recompute-modules (with --recompute-granularity selective): the attention core (the default), the
+dense MLP, the norms' outputs, the MoE experts' activation function, the whole MoE layer."""
 OFFLOAD = ("none", "optimizer", "params")  # ZeRO-Offload (stage >= 1); ZeRO-Infinity's parameters too (stage 3)
 SCHEDULES = ("1f1b", "interleaved", "zb-h1")
 KERNELS = tuple(FRAMEWORKS)  # the training code's kernels (distlab.gpu.block_bytes): megatron's fused, eager, ...
@@ -233,6 +236,8 @@ class Training:
     """Parameter-efficient fine-tuning (PEFT): none, lora (frozen bf16 base) or qlora (frozen NF4 base)."""
     lora_rank: int = 16
     """The adapters' rank r (LoRA on every linear layer of attention and MLP)."""
+    recompute_modules: tuple[str, ...] = ("core_attn",)
+    """What selective recomputation reruns in backward (RECOMPUTE_MODULES; Megatron-Core's default: core_attn)."""
 
     def __post_init__(self) -> None:
         for name, allowed in (
@@ -247,6 +252,11 @@ class Training:
         ):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {', '.join(allowed)}, not {getattr(self, name)!r}")
+        bad = [x for x in self.recompute_modules if x not in RECOMPUTE_MODULES]
+        if bad or not self.recompute_modules:
+            raise ValueError(
+                f"recompute modules must be a non-empty list of {', '.join(RECOMPUTE_MODULES)}, not {bad or '()'}"
+            )
         if isinstance(self.lora_rank, bool) or not isinstance(self.lora_rank, int) or self.lora_rank < 1:
             raise ValueError(f"lora_rank must be a positive integer, got {self.lora_rank!r}")
         if self.seq < 1 or self.global_batch_tokens < 1:

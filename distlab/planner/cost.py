@@ -265,7 +265,9 @@ def stage_time(
     if p.recompute == "full":
         rec = lt.forward + tp_fwd + cp_f + ep_f
     elif p.recompute == "selective":
-        rec = lt.attention_forward
+        rec = lt.attention_forward if "core_attn" in t.recompute_modules else 0.0
+        if "mlp" in t.recompute_modules or "moe" in t.recompute_modules:  # the MLP's GEMMs run twice
+            rec += gemm["mlp_up"] + gemm["mlp_down"]
     else:
         rec = 0.0
     fwd = layers * (lt.forward + tp_fwd + cp_f + ep_f)

@@ -357,7 +357,20 @@ def _peft_states(m: ModelShape, t: Training, p: Plan, stage: int, local: int, gr
 
 # ---------------------------------------------------------------- activations
 def activation_bytes(m: ModelShape, t: Training, p: Plan, recompute: str | None = None) -> float:
-    """One layer's activations kept for backward on one GPU, micro-batch of p.micro_batch sequences of s / cp."""
+    """One layer's activations kept for backward on one GPU, micro-batch of p.micro_batch sequences of s / cp
+    (selective recomputation of other modules than the attention core: module_recompute_bytes)."""
+    rc = p.recompute if recompute is None else recompute
+    if rc == "selective" and t.recompute_modules != ("core_attn",):
+        return module_recompute_bytes(
+            m,
+            t.seq // p.cp,
+            p.micro_batch,
+            p.tp,
+            t.sequence_parallel and p.tp > 1,
+            tuple(sorted(t.recompute_modules)),
+            "flash" if t.attention == "flash" else "eager",
+            t.dropout,
+        )
     return _activations(
         m,
         t.seq // p.cp,
@@ -375,6 +388,48 @@ def _activations(m, seq, batch, tp, sp, recompute, attention, dropout) -> float:
     return model_activation_bytes_per_layer(
         m, seq, batch, tp=tp, sequence_parallel=sp, recompute=recompute, attention=attention, dropout=dropout
     )
+
+
+def _drops(term, modules: tuple[str, ...], moe_layer: bool) -> bool:
+    """Whether Megatron-Core's selective recomputation of `modules` frees this saved tensor (the checkpoint keeps
+    the module's input, which an earlier term already holds). mlp is the dense MLP; moe and moe_act the MoE layer's."""
+    mod, what = term.module, term.what
+    if "mlp" in modules and not moe_layer and mod in ("mlp", "mlp.down"):
+        return True
+    if "moe" in modules and mod.startswith("mlp") and mod != "mlp.router":
+        return True
+    if "moe_act" in modules and mod == "mlp.experts" and what.endswith(("SiLU output", "down projection's input")):
+        return True
+    if "layernorm" in modules and what.startswith(("input of q, k, v", "input of gate", "router input")):
+        return True
+    return mod == "mlp.up" and "layernorm" in modules
+
+
+@functools.lru_cache(maxsize=4096)
+def module_recompute_bytes(m, seq, batch, tp, sp, modules, attention, dropout) -> float:
+    """One layer's saved bytes when the listed modules are recomputed (distlab.memory.layer_activations' terms, less
+    what each module's recomputation frees; the heavier of a dense and an MoE layer)."""
+    from distlab.memory.activations import model_block
+    from distlab.memory.layer_activations import saved_tensors
+
+    if ("moe" in modules or "moe_act" in modules) and not m.experts:
+        raise ValueError(f"recompute modules moe and moe_act need a mixture-of-experts model; {m.name} is dense")
+    kinds = [True, False] if m.experts and m.dense_layers else [None]
+    rc = "selective" if "core_attn" in modules else "none"
+    out = []
+    for kind in kinds:
+        terms = saved_tensors(
+            model_block(m, moe=kind, dropout=dropout),
+            seq,
+            batch,
+            attention=attention,
+            recompute=rc,
+            tp=tp,
+            sequence_parallel=sp,
+        )
+        moe_layer = bool(m.experts) and kind is not False
+        out.append(sum(x.bytes for x in terms if not _drops(x, modules, moe_layer)))
+    return float(max(out))
 
 
 def in_flight(p: Plan, stage: int) -> float:

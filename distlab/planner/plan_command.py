@@ -16,6 +16,7 @@ from distlab.planner.config import (
     PEFT,
     PRECISIONS,
     RECOMPUTE,
+    RECOMPUTE_MODULES,
     SCHEDULES,
     STACKS,
     TASKS,
@@ -72,8 +73,23 @@ def request(args) -> tuple[ModelShape, Cluster, Training]:
         framework=args.framework,
         peft=args.peft,
         lora_rank=args.lora_rank,
+        recompute_modules=recompute_modules(args.recompute_modules, m, moe),
     )
     return m, c, t
+
+
+def recompute_modules(spec: str, m: ModelShape, moe) -> tuple[str, ...]:
+    """--recompute-modules core_attn,mlp: Megatron-Core's names, each one the model has."""
+    names = tuple(x.strip() for x in spec.split(",") if x.strip())
+    bad = [x for x in names if x not in RECOMPUTE_MODULES]
+    if bad or not names:
+        raise UsageError(
+            f"distlab plan: --recompute-modules takes a comma-separated list of {', '.join(RECOMPUTE_MODULES)}, "
+            f"not {spec!r}"
+        )
+    if {"moe", "moe_act"} & set(names) and moe is None and not m.experts:
+        raise UsageError(f"distlab plan: recompute modules moe and moe_act need an MoE model; {m.name} is dense")
+    return names
 
 
 def fixed_dims(args) -> dict:
@@ -163,6 +179,12 @@ def plan_command(argv: list[str]) -> int:
     layout.add_argument("--zero", type=int, choices=(0, 1, 2, 3), default=None, help="ZeRO stage (0 = DDP, 3 = FSDP)")
     layout.add_argument("--micro-batch", type=positive(int, MAX_TOKENS), default=None, help="sequences per micro-batch")
     layout.add_argument("--recompute", choices=RECOMPUTE, default=None, help="activation recomputation")
+    layout.add_argument(
+        "--recompute-modules",
+        default="core_attn",
+        help="what selective recomputation reruns, Megatron-Core's names, comma-separated: "
+        f"{', '.join(RECOMPUTE_MODULES)} (default core_attn)",
+    )
     layout.add_argument("--schedule", choices=SCHEDULES, default=None, help="pipeline schedule")
     layout.add_argument(
         "--virtual", type=positive(int, 1024), default=None, help="model chunks per stage (interleaved schedule)"

@@ -153,3 +153,22 @@ def test_bad_training_settings_are_refused(bad):
     """Would catch a rank-0 adapter or an unknown name reaching the cost model."""
     with pytest.raises(ValueError):
         _t(**bad)
+
+
+def test_recompute_modules_free_what_megatron_core_reruns():
+    """Megatron-Core's --recompute-modules: mlp frees the SwiGLU MLP's four s x b x ffn tensors (gate, SiLU output,
+    up, the product), layernorm the two norms' outputs (2 x 2sbh); core_attn with FlashAttention only the log-sum-exp.
+    Would catch a module that frees its input too, or a name that frees nothing."""
+    from distlab.planner.memory import activation_bytes
+
+    m, s = preset("7B"), 4096
+    none = activation_bytes(m, _t(), Plan(dp=8, microbatches=8))
+    sel = Plan(dp=8, microbatches=8, recompute="selective")
+    mlp = activation_bytes(m, _t(recompute_modules=("mlp",)), sel)
+    norms = activation_bytes(m, _t(recompute_modules=("layernorm",)), sel)
+    assert none - mlp == 4 * 2 * s * m.ffn
+    assert none - norms == 2 * 2 * s * m.hidden
+    core = activation_bytes(m, _t(), sel)
+    assert none - core == 4 * m.heads * s  # fp32 log-sum-exp per row and head
+    with pytest.raises(ValueError):
+        activation_bytes(m, _t(recompute_modules=("moe_act",)), sel)
