@@ -37,9 +37,10 @@ quantization (Dettmers et al. 2023)."""
 TASKS = ("pretrain", "finetune")
 ATTENTION = ("flash", "standard")  # standard: the s x s scores go through HBM (Megatron-LM 2021)
 RECOMPUTE = ("none", "selective", "full")
-RECOMPUTE_MODULES = ("core_attn", "mlp", "layernorm", "moe_act", "moe")
+RECOMPUTE_MODULES = ("core_attn", "mlp", "layernorm", "moe_act", "moe", "op")
 """Megatron-Core's --recompute-modules (with --recompute-granularity selective): the attention core (the default), the
-dense MLP, the norms' outputs, the MoE experts' activation function, the whole MoE layer."""
+dense MLP, the norms' outputs, the MoE experts' activation function, the whole MoE layer; and op, torchtitan's per-op
+policy (alone: the outputs of attention and of every other matmul are saved, everything else recomputed)."""
 OFFLOAD = ("none", "optimizer", "params")  # ZeRO-Offload (stage >= 1); ZeRO-Infinity's parameters too (stage 3)
 SCHEDULES = ("1f1b", "interleaved", "zb-h1")
 KERNELS = tuple(FRAMEWORKS)  # the training code's kernels (distlab.gpu.block_bytes): megatron's fused, eager, ...
@@ -253,6 +254,8 @@ class Training:
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {', '.join(allowed)}, not {getattr(self, name)!r}")
         bad = [x for x in self.recompute_modules if x not in RECOMPUTE_MODULES]
+        if "op" in self.recompute_modules and len(self.recompute_modules) > 1:
+            raise ValueError("recompute module op (torchtitan's per-op policy) is a whole policy: use it alone")
         if bad or not self.recompute_modules:
             raise ValueError(
                 f"recompute modules must be a non-empty list of {', '.join(RECOMPUTE_MODULES)}, not {bad or '()'}"

@@ -268,6 +268,10 @@ def stage_time(
         rec = lt.attention_forward if "core_attn" in t.recompute_modules else 0.0
         if "mlp" in t.recompute_modules or "moe" in t.recompute_modules:  # the MLP's GEMMs run twice
             rec += gemm["mlp_up"] + gemm["mlp_down"]
+        if t.recompute_modules == ("op",):  # torchtitan's per-op policy reruns every second matmul: k, o, up or down
+            kv, q = m.kv * m.head_dim, m.heads * m.head_dim
+            rec = gemm["qkv"] * kv / (q + 2 * kv) + gemm["proj"]
+            rec += gemm["mlp_up"] / 2 if m.mlp == "swiglu" else gemm["mlp_down"]
     else:
         rec = 0.0
     fwd = layers * (lt.forward + tp_fwd + cp_f + ep_f)

@@ -412,6 +412,8 @@ def module_recompute_bytes(m, seq, batch, tp, sp, modules, attention, dropout) -
     from distlab.memory.activations import model_block
     from distlab.memory.layer_activations import saved_tensors
 
+    if modules == ("op",):
+        return op_policy_bytes(m, seq, batch, tp, sp)
     if ("moe" in modules or "moe_act" in modules) and not m.experts:
         raise ValueError(f"recompute modules moe and moe_act need a mixture-of-experts model; {m.name} is dense")
     kinds = [True, False] if m.experts and m.dense_layers else [None]
@@ -430,6 +432,19 @@ def module_recompute_bytes(m, seq, batch, tp, sp, modules, attention, dropout) -
         moe_layer = bool(m.experts) and kind is not False
         out.append(sum(x.bytes for x in terms if not _drops(x, modules, moe_layer)))
     return float(max(out))
+
+
+def op_policy_bytes(m: ModelShape, seq: int, batch: int, tp: int, sp: bool) -> float:
+    """torchtitan's per-op selective checkpointing of a dense layer: the block's input, the outputs of attention (O
+    and its fp32 log-sum-exp) and of every other matmul in order (q, k, v, o, then gate, up, down or up, down: the
+    1st, 3rd, 5th, 7th are saved); norms, activations and products are recomputed."""
+    if m.experts:
+        raise ValueError("recompute module op (torchtitan's per-op policy) is modelled for dense models")
+    sb, rows = seq * batch, seq * batch // (tp if sp else 1)
+    qd, kvd, f = m.heads * m.head_dim // tp, max(m.kv // tp, 1) * m.head_dim, m.ffn // tp
+    outputs = [qd, kvd, kvd, m.hidden] + ([f, f, m.hidden] if m.mlp == "swiglu" else [f, m.hidden])
+    saved = sum(width for i, width in enumerate(outputs, 1) if i % 2)
+    return 2.0 * rows * m.hidden + 2.0 * sb * (saved + qd) + 4.0 * batch * (m.heads // tp) * seq
 
 
 def in_flight(p: Plan, stage: int) -> float:
