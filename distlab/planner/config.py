@@ -237,6 +237,10 @@ class Training:
     """Parameter-efficient fine-tuning (PEFT): none, lora (frozen bf16 base) or qlora (frozen NF4 base)."""
     lora_rank: int = 16
     """The adapters' rank r (LoRA on every linear layer of attention and MLP)."""
+    activation_offload: bool = False
+    """Saved activations go to host memory after each layer's forward and come back for its backward (torchtune's
+    enable_activation_offloading, Megatron-Core's CPU offloading): the GPU keeps two layers' worth, the host the rest,
+    and the PCIe link carries them (distlab.planner.cost.activation_offload_seconds)."""
     recompute_modules: tuple[str, ...] = ("core_attn",)
     """What selective recomputation reruns in backward (RECOMPUTE_MODULES; Megatron-Core's default: core_attn)."""
 

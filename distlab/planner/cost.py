@@ -378,6 +378,16 @@ def offload_seconds(m: ModelShape, c: Cluster, t: Training, p: Plan, micro: Stag
     return exposed
 
 
+def activation_offload_seconds(m: ModelShape, c: Cluster, t: Training, p: Plan, micro: StageTime) -> float:
+    """Activation offload's exposed time per step: each micro-batch's saved activations go to the host over PCIe
+    during its forward and come back during its backward; what the link needs beyond the pass it hides under shows."""
+    if not t.activation_offload:
+        return 0.0
+    saved = activation_bytes(m, t, p) * max(stage_layers(m, p.pp))
+    link = saved / c.pcie.bandwidth_bytes_per_s
+    return p.microbatches * (max(0.0, link - micro.forward) + max(0.0, link - micro.backward))
+
+
 # ---------------------------------------------------------------- the step
 def _p2p(m: ModelShape, c: Cluster, t: Training, p: Plan) -> float:
     if p.pp == 1:
@@ -441,7 +451,7 @@ def step(
         exposed_dp=dp_exposed,
         exposed_cp_ep=n * worst.exposed_cp_ep,
         bubble=pipeline - busy,
-        offload=offload_seconds(m, c, t, p, worst),
+        offload=offload_seconds(m, c, t, p, worst) + activation_offload_seconds(m, c, t, p, worst),
         optimizer=optimizer_seconds(m, c, t, p, hbm),
     )
     seconds = breakdown.total

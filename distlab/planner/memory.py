@@ -493,6 +493,13 @@ def memory_per_gpu(m: ModelShape, c: Cluster, t: Training, p: Plan) -> MemoryBre
                 grads += ex["grads_bytes"]
                 opt += ex["optimizer_bytes"]
         last = s == p.pp - 1
+        acts = per_layer * layers[s] * in_flight(p, s)
+        host = st["host"]
+        if (
+            t.activation_offload
+        ):  # two layers on the device (the one computing, the one in transfer), the rest on the host
+            on_device = min(acts, 2 * per_layer)
+            host, acts = host + acts - on_device, on_device
         buckets, temps, persistent = _stack_buffers(
             t, p, grads, st["optimizer_shard_params"], _moment_bytes(t.precision)
         )
@@ -500,7 +507,7 @@ def memory_per_gpu(m: ModelShape, c: Cluster, t: Training, p: Plan) -> MemoryBre
             weights=weights,
             gradients=grads,
             optimizer=opt,
-            activations=per_layer * layers[s] * in_flight(p, s),
+            activations=acts,
             logits=fwd_logit * logit_elements if last else 0.0,
             logits_backward=bwd_logit * logit_elements if last else 0.0,
             recompute_working=working,
@@ -511,7 +518,7 @@ def memory_per_gpu(m: ModelShape, c: Cluster, t: Training, p: Plan) -> MemoryBre
             comm_buffers=comm,
             context=context,
             fragmentation=fragmentation,
-            host=st["host"],
+            host=host,
         )
         if best is None or mb.device_bytes > best.device_bytes:
             best = mb

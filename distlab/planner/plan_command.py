@@ -74,6 +74,7 @@ def request(args) -> tuple[ModelShape, Cluster, Training]:
         peft=args.peft,
         lora_rank=args.lora_rank,
         recompute_modules=recompute_modules(args.recompute_modules, m, moe),
+        activation_offload=args.activation_offload,
     )
     return m, c, t
 
@@ -193,6 +194,12 @@ def plan_command(argv: list[str]) -> int:
     switches = p.add_argument_group("switches")
     switches.add_argument(
         "--dropout", action=argparse.BooleanOptionalAction, default=False, help="dropout (default off)"
+    )
+    switches.add_argument(
+        "--activation-offload",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="keep saved activations in host memory between forward and backward, over PCIe (default off)",
     )
     switches.add_argument(
         "--sequence-parallel",

@@ -172,3 +172,22 @@ def test_recompute_modules_free_what_megatron_core_reruns():
     assert none - core == 4 * m.heads * s  # fp32 log-sum-exp per row and head
     with pytest.raises(ValueError):
         activation_bytes(m, _t(recompute_modules=("moe_act",)), sel)
+
+
+def test_activation_offload_keeps_two_layers_and_prices_the_link():
+    """Offloaded activations: two layers' worth stay on the device, the rest moves to the host, and the step pays
+    what PCIe needs beyond the forward and the backward it hides under. Would catch offloaded bytes that vanish
+    (neither device nor host) or a transfer that is never charged."""
+    from distlab.planner.cost import activation_bytes, step
+
+    m = preset("7B")
+    p = Plan(dp=8, zero=3, micro_batch=4, microbatches=2)
+    on, off = _t(activation_offload=True), _t()
+    a, b = memory_per_gpu(m, H100, on, p), memory_per_gpu(m, H100, off, p)
+    per_layer = activation_bytes(m, off, p)
+    assert a.activations == 2 * per_layer
+    assert a.activations + (a.host - b.host) == pytest.approx(b.activations, rel=1e-12)
+    s_on, s_off = step(m, H100, on, p), step(m, H100, off, p)
+    link = 32 * per_layer / H100.pcie.bandwidth_bytes_per_s
+    expected = 2 * (max(0.0, link - s_off.forward_seconds) + max(0.0, link - s_off.backward_seconds))
+    assert s_on.breakdown.offload - s_off.breakdown.offload == pytest.approx(expected, rel=1e-9)
