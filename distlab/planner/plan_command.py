@@ -13,8 +13,10 @@ from distlab.planner.config import (
     MATMUL_DTYPES,
     OFFLOAD,
     OPTIMIZERS,
+    PEFT,
     PRECISIONS,
     RECOMPUTE,
+    RECOMPUTE_MODULES,
     SCHEDULES,
     STACKS,
     TASKS,
@@ -73,8 +75,26 @@ def request(args) -> tuple[ModelShape, Cluster, Training]:
         tp_overlap=args.tp_overlap,
         moe=moe,
         framework=args.framework,
+        peft=args.peft,
+        lora_rank=args.lora_rank,
+        recompute_modules=recompute_modules(args.recompute_modules, m, moe),
+        activation_offload=args.activation_offload,
     )
     return m, c, t
+
+
+def recompute_modules(spec: str, m: ModelShape, moe) -> tuple[str, ...]:
+    """--recompute-modules core_attn,mlp: Megatron-Core's names, each one the model has."""
+    names = tuple(x.strip() for x in spec.split(",") if x.strip())
+    bad = [x for x in names if x not in RECOMPUTE_MODULES]
+    if bad or not names:
+        raise UsageError(
+            f"distlab plan: --recompute-modules takes a comma-separated list of {', '.join(RECOMPUTE_MODULES)}, "
+            f"not {spec!r}"
+        )
+    if {"moe", "moe_act"} & set(names) and moe is None and not m.experts:
+        raise UsageError(f"distlab plan: recompute modules moe and moe_act need an MoE model; {m.name} is dense")
+    return names
 
 
 def fixed_dims(args) -> dict:
@@ -133,10 +153,23 @@ def plan_command(argv: list[str]) -> int:
         choices=PRECISIONS,
         default="mixed",
         help="model-state bytes per parameter: mixed (bf16 + fp32 master and moments, 16 B; the default), "
-        "mixed-fp32-grads (Megatron's fp32 main_grad, 18 B), mixed-fp32-accum (20 B) or fp32",
+        "mixed-fp32-grads (Megatron's fp32 main_grad, 18 B), mixed-fp32-accum (20 B), fp32, bf16 (pure bf16: "
+        "weights, gradients and moments, 8 B) or mixed-bf16-moments (Megatron-Core's precision-aware optimizer, 14 B)",
     )
     p.add_argument("--matmul-dtype", choices=MATMUL_DTYPES, default="bf16", help="weight matmuls in bf16 or fp8")
-    p.add_argument("--optimizer", choices=OPTIMIZERS, default="adamw")
+    p.add_argument(
+        "--optimizer",
+        choices=OPTIMIZERS,
+        default="adamw",
+        help="adamw, sgd, adamw-8bit (bitsandbytes), adamw-8bit-paged, adamw-in-backward (no accumulation)",
+    )
+    p.add_argument(
+        "--peft",
+        choices=PEFT,
+        default="none",
+        help="none (every weight trains), lora (frozen bf16 base) or qlora (frozen NF4 base, double quantization)",
+    )
+    p.add_argument("--lora-rank", type=positive(int, 65536), default=16, help="LoRA/QLoRA adapter rank (default 16)")
     p.add_argument("--task", choices=TASKS, default="pretrain", help="pretrain or finetune (a full fine-tune)")
     p.add_argument("--attention", choices=ATTENTION, default="flash")
     layout = p.add_argument_group("layout (each fixes one dimension; the others are searched)")
@@ -145,6 +178,12 @@ def plan_command(argv: list[str]) -> int:
     layout.add_argument("--zero", type=int, choices=(0, 1, 2, 3), default=None, help="ZeRO stage (0 = DDP, 3 = FSDP)")
     layout.add_argument("--micro-batch", type=positive(int, MAX_TOKENS), default=None, help="sequences per micro-batch")
     layout.add_argument("--recompute", choices=RECOMPUTE, default=None, help="activation recomputation")
+    layout.add_argument(
+        "--recompute-modules",
+        default="core_attn",
+        help="what selective recomputation reruns, Megatron-Core's names, comma-separated: "
+        f"{', '.join(RECOMPUTE_MODULES)} (default core_attn)",
+    )
     layout.add_argument("--schedule", choices=SCHEDULES, default=None, help="pipeline schedule")
     layout.add_argument(
         "--virtual", type=positive(int, 1024), default=None, help="model chunks per stage (interleaved schedule)"
@@ -153,6 +192,12 @@ def plan_command(argv: list[str]) -> int:
     switches = p.add_argument_group("switches")
     switches.add_argument(
         "--dropout", action=argparse.BooleanOptionalAction, default=False, help="dropout (default off)"
+    )
+    switches.add_argument(
+        "--activation-offload",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="keep saved activations in host memory between forward and backward, over PCIe (default off)",
     )
     switches.add_argument(
         "--sequence-parallel",
@@ -172,7 +217,7 @@ def plan_command(argv: list[str]) -> int:
         choices=STACKS,
         default="any",
         help="keep to what one training stack ships (schedules, ZeRO stages, offload, TP overlap; "
-        "distlab/data/stacks.toml); default any",
+        "distlab/data/stacks.toml) and price its own buffers and loss (distlab/data/memory_buffers.toml); default any",
     )
     p.add_argument(
         "--min-headroom",
