@@ -32,6 +32,8 @@ from collections import Counter, defaultdict
 from distlab.throughput.trace_intervals import Ranges, clip, intersect, length, subtract, union
 from distlab.throughput.trace_read import Trace
 
+DEMOS = ("healthy", "slow-dataloader", "straggler", "exposed-allreduce", "launch-bound")
+"""The faults `distlab trace --record-demo` injects, named as the causes the diagnosis reports."""
 SHORT_GAP_US = 1000.0  # a gap shorter than a scheduler time slice (~ms) is the host's per-op cost, not preemption
 STRETCH = 3.0  # an operator instance this many times its usual duration (plus a time slice) was descheduled
 TINY_OP_US = 20.0  # a CPU operator shorter than one GPU kernel launch's host cost (5-20 µs) is all overhead
@@ -90,7 +92,7 @@ CAUSES = {  # id -> (what it means, what to do, where the book explains it)
 }
 
 
-FAULT_SHARE = 0.4  # a fault is the top cause when it takes at least this share of the recorded step; else healthy
+FAULT_SHARE = 0.5  # a fault is the top cause when it takes at least this share of the recorded step; else healthy
 NOT_A_FAULT = ("healthy", "host-other")
 """Time with nothing recorded running is what the trace cannot explain (on a loaded machine, mostly the process not
 being scheduled): it is reported, and the causes are shares of the rest, but it is never named the cause."""
@@ -362,8 +364,7 @@ def diagnose(traces: list[Trace]) -> dict:
                 "slowest_rank": ranks[slowest],
                 "spread_s": max(own) - min(own),
                 "ranks": [
-                    {"rank": r, "step_s": x["step_s"], "time_by_cause": x["time_by_cause"]}
-                    for r, x in zip(ranks, rows)
+                    {"rank": r, "step_s": x["step_s"], "time_by_cause": x["time_by_cause"]} for r, x in zip(ranks, rows)
                 ],
             }
         )

@@ -33,8 +33,8 @@ from torch.utils.data import DataLoader, Dataset
 
 from distlab.runtime.launcher import launch
 from distlab.throughput.profile_step import quiet_profiler
+from distlab.throughput.trace_diagnose import DEMOS
 
-DEMOS = ("healthy", "slow-dataloader", "straggler", "exposed-allreduce", "launch-bound")
 WAIT_STEPS, WARMUP_STEPS, ACTIVE_STEPS = 1, 1, 7
 WIDTH, DEPTH, BATCH = 384, 3, 512  # the compute-heavy MLP: 3 layers x 6 x 512 x 384^2 FLOPs = 1.4 GFLOP per step
 TINY_WIDTH, TINY_DEPTH, TINY_BATCH = 8, 160, 2  # launch-bound: one tiny layer applied 160 times, ~2000 operators
