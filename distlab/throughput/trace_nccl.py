@@ -45,8 +45,10 @@ def log_patterns() -> list[tuple[str, re.Pattern, dict]]:
             continue
         if "format" in e:
             out.append((key, _pattern(e["format"]), e))
-        elif "NCCL INFO " in e.get("example", ""):  # no format transcribed: the example's message, literally
-            out.append((key, re.compile(re.escape(e["example"].split("NCCL INFO ", 1)[1])), e))
+        elif "example" in e:  # no format transcribed: the example's message, numbers and <placeholders> generalised
+            message = re.escape(e["example"].split("NCCL INFO ", 1)[-1])
+            pattern = re.sub(r"<[^>]*>", ".*?", re.sub(r"[0-9]+", "[0-9]+", message))
+            out.append((key, re.compile(pattern), e))
     return out
 
 
@@ -69,14 +71,13 @@ def read_nccl_log(path: str) -> dict:
             if "NCCL WARN" in line:
                 warnings.append(line.split("NCCL WARN", 1)[1].strip())
             message = line.split("NCCL INFO", 1)[1] if "NCCL INFO" in line else line
-            for key, pattern, e in patterns:
+            for key, pattern, e in patterns:  # every meaning that applies (a GDRDMA line is also a network channel)
                 if pattern.search(message):
                     hit = found.setdefault(
                         key,
                         {"what": key.removeprefix("log-"), "means": e["means"], "example": line.strip(), "count": 0},
                     )
                     hit["count"] += 1
-                    break
     return {"file": path, "lines": lines, "version": version, "findings": list(found.values()), "warnings": warnings}
 
 
@@ -105,7 +106,12 @@ def read_nccl_tests(path: str) -> dict:
         rows.append({"bytes": size, "time_us": time_us, "algbw_gbps": algbw, "busbw_gbps": busbw, "wrong": wrong})
         if time_us > 0 and not _close(algbw, size / time_us / 1e3):
             problems.append(f"{size} B: algbw {algbw} GB/s is not size / time = {size / time_us / 1e3:.2f} GB/s")
-        if collective and ranks and not _close(busbw, algbw * bus_bandwidth_factor(collective, ranks)):
+        if (
+            collective
+            and ranks
+            and time_us > 0
+            and not _close(busbw, size / time_us / 1e3 * bus_bandwidth_factor(collective, ranks))
+        ):
             factor = bus_bandwidth_factor(collective, ranks)
             problems.append(f"{size} B: busbw {busbw} is not algbw x {factor:g} ({collective}, {ranks} ranks)")
         if wrong not in ("0", "N/A"):
