@@ -18,7 +18,7 @@ from distlab.core.experiments import experiment
 from distlab.core.results import Result
 from distlab.throughput.trace_diagnose import DEMOS, FAULT_SHARE, RankView, diagnose
 from distlab.throughput.trace_read import read_trace
-from distlab.throughput.trace_record import DATA_SLEEP_S, STRAGGLER_FACTOR, record_all
+from distlab.throughput.trace_record import ACTIVE_STEPS, DATA_SLEEP_S, STRAGGLER_FACTOR, record_all
 
 
 def raster_exposed_us(view: RankView, step: int) -> float:
@@ -50,6 +50,8 @@ def trace_demos(device: str) -> Result:
         files = record_all(tmp, device=device)
         reports = {name: diagnose([read_trace(f) for f in files[name]]) for name in DEMOS}
         views = {name: [RankView(read_trace(f)) for f in files[name]] for name in ("exposed-allreduce", "healthy")}
+    r.add("fault_share", FAULT_SHARE, "fraction", "a fault is named when it takes at least this share of the step")
+    r.add("active_steps", ACTIVE_STEPS, "steps", "profiled steps per run")
     rows = []
     for name in DEMOS:
         d = reports[name]

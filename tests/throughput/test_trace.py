@@ -17,25 +17,15 @@ from distlab.core.facts import entries
 from distlab.throughput import trace_read
 from distlab.throughput.trace_diagnose import CAUSE_KEYS, diagnose
 from distlab.throughput.trace_hta import comm_comp_overlap, temporal_breakdown
+from distlab.throughput.trace_hta_agreement import HTA_0_5_0, recipe
 from distlab.throughput.trace_intervals import intersect, length, subtract, union
 from distlab.throughput.trace_nccl import read_nccl_log, read_nccl_tests
 from distlab.throughput.trace_read import TraceError, read_trace
 from distlab.throughput.trace_synthetic import Recipe, write
 
-# Three ranks, awkward sizes; rank r's kernels are 10 r µs longer (rank 2 is the straggler).
-AWKWARD = dict(world_size=3, steps=5, kernels=97, gap_us=13, data_us=1000, comm_us=1009, overlap_us=101, tail_us=7)
-# HolisticTraceAnalysis 0.5.0 on exactly these files (TraceAnalysis(trace_dir=...).get_temporal_breakdown() and
-# .get_comm_comp_overlap(), run on this machine with pandas 3.1.1 on 2026-12-04; HTA is not a dependency: its
-# declared requirements include jupyterlab): idle, compute, non-compute, kernel time (µs) per rank, overlap %.
-HTA_0_5_0 = {
-    0: (8013, 99716, 3632, 111361, 10.01),
-    1: (8013, 103596, 3632, 115241, 10.01),
-    2: (8013, 107476, 3632, 119121, 10.01),
-}
-
-
-def awkward_recipe(rank: int) -> Recipe:
-    return Recipe(rank=rank, kernel_us=257 + 10 * rank, **AWKWARD)
+# Three ranks, awkward sizes, rank r's kernels 10 r µs longer (rank 2 is the straggler); HTA_0_5_0 is what
+# HolisticTraceAnalysis 0.5.0 printed for exactly these files (the experiment trace-hta-agreement shows both).
+awkward_recipe = recipe
 
 
 @pytest.fixture(scope="module")
