@@ -63,6 +63,7 @@ def trace_command(argv: list[str]) -> int:
     )
     p.add_argument("files", nargs="*", help="trace files (one per rank), NCCL logs, nccl-tests output")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--timeline", action="store_true", help="also give the slowest step's pieces, for drawing")
     p.add_argument("--record-demo", choices=DEMOS, help="record a real 2-rank run with this fault, then read it")
     p.add_argument("--out", help="folder for --record-demo's traces")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="--record-demo on CPU (gloo) or CUDA")
@@ -81,7 +82,7 @@ def trace_command(argv: list[str]) -> int:
     traces = [f for f in files if kinds[f] == "trace"]
     try:
         if traces:
-            report = diagnose([read_trace(f, _progress(f)) for f in traces])
+            report = diagnose([read_trace(f, _progress(f)) for f in traces], with_timeline=args.timeline)
         report["nccl_logs"] = [read_nccl_log(f) for f in files if kinds[f] == "nccl-log"]
         report["nccl_tests"] = [read_nccl_tests(f) for f in files if kinds[f] == "nccl-tests"]
     except (TraceError, DiagnosisError) as exc:

@@ -210,49 +210,65 @@ class RankView:
             self.any_op = union((a, b) for a, b, _ in kernels)
             self.ops = _self_times(kernels)
 
-    def breakdown(self, step: int) -> dict:
-        """Seconds of the step by cause (they add up to the step), and the communication figures."""
+    def pieces(self, step: int) -> dict[str, Ranges]:
+        """The step cut into disjoint ranges, one list per cause (µs): together they cover the step exactly."""
         lo, hi = self.steps[step]
         window: Ranges = [(lo, hi)]
         compute = clip(self.compute, lo, hi)
         comm = clip(self.comm, lo, hi)
         opt = clip(self.optimizer, lo, hi)
-        out = dict.fromkeys(CAUSE_KEYS, 0.0)
+        out: dict[str, Ranges] = {k: [] for k in CAUSE_KEYS}
         if self.gpu:
-            busy = union(compute + comm)
-            out["optimizer"] = length(intersect(compute, opt))
-            out["compute"] = length(compute) - out["optimizer"]
-            out["communication_exposed"] = length(subtract(comm, compute))
-            idle = subtract(window, busy)
-            data = intersect(idle, clip(self.data, lo, hi))
-            sync = intersect(subtract(idle, data), clip(self.sync, lo, hi))
-            rest = subtract(subtract(idle, data), sync)
+            out["optimizer"] = intersect(compute, opt)
+            out["compute"] = subtract(compute, opt)
+            out["communication_exposed"] = subtract(comm, compute)
+            idle = subtract(window, union(compute + comm))
+            out["data_loading"] = intersect(idle, clip(self.data, lo, hi))
+            out["synchronisation"] = intersect(subtract(idle, out["data_loading"]), clip(self.sync, lo, hi))
+            rest = subtract(idle, union(out["data_loading"] + out["synchronisation"]))
         else:
             stretched = clip(self.stretched, lo, hi)  # descheduled inside an operator: unrecorded, not work
-            out["host_other"] = length(stretched)
-            data = subtract(clip(self.data, lo, hi), stretched)
-            sync = subtract(clip(self.sync, lo, hi), union(data + stretched))
+            out["host_other"] = list(stretched)
+            data = out["data_loading"] = subtract(clip(self.data, lo, hi), stretched)
+            sync = out["synchronisation"] = subtract(clip(self.sync, lo, hi), union(data + stretched))
             work = subtract(compute, union(data + sync + stretched))
-            out["optimizer"] = length(intersect(work, opt))
-            out["compute"] = length(work) - out["optimizer"]
+            out["optimizer"] = intersect(work, opt)
+            out["compute"] = subtract(work, opt)
             rest = subtract(window, union(data + sync + work + stretched))
-            exposed = intersect(rest, comm)
-            out["communication_exposed"] = length(exposed)
-            rest = subtract(rest, exposed)
-            tiny = intersect(rest, clip(self.any_op, lo, hi))  # inside operators too short to be work
-            out["launch_overhead"] += length(tiny)
-            rest = subtract(rest, tiny)
-        out["data_loading"], out["synchronisation"] = length(data), length(sync)
+            out["communication_exposed"] = intersect(rest, comm)
+            rest = subtract(rest, out["communication_exposed"])
+            out["launch_overhead"] = intersect(rest, clip(self.any_op, lo, hi))  # operators too short to be work
+            rest = subtract(rest, out["launch_overhead"])
         for a, b in rest:
-            out["launch_overhead" if b - a < SHORT_GAP_US else "host_other"] += b - a
-        seconds = {k: v * 1e-6 for k, v in out.items()}
+            out["launch_overhead" if b - a < SHORT_GAP_US else "host_other"].append((a, b))
+        return {k: union(v) for k, v in out.items()}
+
+    def breakdown(self, step: int) -> dict:
+        """Seconds of the step by cause (they add up to the step), and the communication figures."""
+        lo, hi = self.steps[step]
+        compute, comm = clip(self.compute, lo, hi), clip(self.comm, lo, hi)
+        seconds = {k: length(v) * 1e-6 for k, v in self.pieces(step).items()}
         return {
             "step_s": (hi - lo) * 1e-6,
             "time_by_cause": seconds,
             "communication_s": length(comm) * 1e-6,
             "overlapped_communication_s": length(intersect(comm, compute)) * 1e-6,
-            "gpu_idle_s": length(subtract(window, union(compute + comm))) * 1e-6 if self.gpu else None,
+            "gpu_idle_s": length(subtract([(lo, hi)], union(compute + comm))) * 1e-6 if self.gpu else None,
         }
+
+
+def timeline(views: list[RankView], ranks: list[int], step: int) -> dict:
+    """One step of every rank as drawable pieces: (rank, start s, end s, cause) from the step's start on rank 0,
+    and each rank's communication (which may run under compute) as its own lane."""
+    t0 = min(v.steps[step][0] for v in views)
+    pieces, comm = [], []
+    for v, r in zip(views, ranks):
+        lo, hi = v.steps[step]
+        for cause, ranges in v.pieces(step).items():
+            pieces += [[r, (a - t0) * 1e-6, (b - t0) * 1e-6, cause] for a, b in ranges]
+        comm += [[r, (a - t0) * 1e-6, (b - t0) * 1e-6] for a, b in clip(v.comm, lo, hi)]
+    pieces.sort(key=lambda x: (x[0], x[1]))
+    return {"step": step, "pieces": pieces, "communication": comm}
 
 
 def _own_seconds(seconds: dict[str, float]) -> float:
@@ -297,8 +313,9 @@ def _rank_of(view: RankView, index: int) -> int:
     return view.trace.rank if view.trace.rank is not None else index
 
 
-def diagnose(traces: list[Trace]) -> dict:
-    """The report `distlab trace` prints: per rank, per step, causes ranked, with what the traces lack."""
+def diagnose(traces: list[Trace], *, with_timeline: bool = False) -> dict:
+    """The report `distlab trace` prints: per rank, per step, causes ranked, with what the traces lack; with
+    `with_timeline`, the slowest step's pieces for drawing."""
     if not traces:
         raise DiagnosisError("no trace files given")
     views = [RankView(t) for t in traces]
@@ -383,7 +400,7 @@ def diagnose(traces: list[Trace]) -> dict:
         for score, k in ranked
     ]
     others = [b for i, b in enumerate(busy_mean) if i != straggler]
-    return {
+    report = {
         "device": "cuda" if gpu else "cpu",
         "ranks": rank_rows,
         "steps": step_rows,
@@ -398,6 +415,10 @@ def diagnose(traces: list[Trace]) -> dict:
         "dominant_ops": _dominant(views, common),
         "missing": missing,
     }
+    if with_timeline:
+        slowest = max(step_rows, key=lambda row: max(x["step_s"] for x in row["ranks"]))["step"]
+        report["timeline"] = timeline(views, ranks, slowest)
+    return report
 
 
 def _dominant(views: list[RankView], common: list[int], top: int = 8) -> list[dict]:
