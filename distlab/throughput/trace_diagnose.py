@@ -109,8 +109,12 @@ class DiagnosisError(ValueError):
 
 
 def _is_comm(name: str, cat: str, gpu: bool) -> bool:
+    """A collective: on a GPU trace an NCCL kernel, or a gloo collective's host range (gloo on CUDA tensors runs on
+    the host: several ranks sharing one GPU); on a CPU trace a gloo/NCCL/MPI range (not c10d's enqueue op)."""
     if gpu:
-        return cat == "kernel" and "nccl" in name.lower()
+        return (cat == "kernel" and "nccl" in name.lower()) or (
+            cat in ("cpu_op", "user_annotation") and name.startswith("gloo:")
+        )
     return cat in ("cpu_op", "user_annotation") and name.startswith(COMM_PREFIXES) and not name.startswith("c10d::")
 
 

@@ -132,12 +132,27 @@ def record_rank(rank: int, world: int, name: str, out_dir: str, device: str, gzi
     return str(path)
 
 
+def _backend(device: str) -> str:
+    """NCCL with a GPU per rank; with one GPU for both ranks (a single-GPU runner), gloo on CUDA tensors."""
+    return "nccl" if device == "cuda" and torch.cuda.device_count() >= 2 else "gloo"
+
+
 def record_demo(name: str, out_dir: str, *, device: str = "cpu", gzipped: bool = False) -> list[str]:
     """Record demo `name` on 2 ranks; return the per-rank trace files, in rank order."""
     if name not in DEMOS:
         raise ValueError(f"unknown demo {name!r}; known: {', '.join(DEMOS)}")
     os.makedirs(out_dir, exist_ok=True)
-    return launch(record_rank, 2, name, str(Path(out_dir).resolve()), device, gzipped, device=device, timeout_s=300)
+    return launch(
+        record_rank,
+        2,
+        name,
+        str(Path(out_dir).resolve()),
+        device,
+        gzipped,
+        device=device,
+        backend=_backend(device),
+        timeout_s=300,
+    )
 
 
 def record_all_rank(rank: int, world: int, out_dir: str, device: str) -> list[str]:
@@ -152,5 +167,7 @@ def record_all_rank(rank: int, world: int, out_dir: str, device: str) -> list[st
 def record_all(out_dir: str, *, device: str = "cpu") -> dict[str, list[str]]:
     """Record all demos on 2 ranks; return demo name -> per-rank trace files."""
     os.makedirs(out_dir, exist_ok=True)
-    per_rank = launch(record_all_rank, 2, str(Path(out_dir).resolve()), device, device=device, timeout_s=300)
+    per_rank = launch(
+        record_all_rank, 2, str(Path(out_dir).resolve()), device, device=device, backend=_backend(device), timeout_s=300
+    )
     return {name: [per_rank[r][i] for r in range(2)] for i, name in enumerate(DEMOS)}

@@ -75,6 +75,10 @@ def test_breakdown_matches_the_recipe_closed_forms(awkward):
         assert sum(got.values()) == pytest.approx(row["step_s"], rel=1e-12)
         assert row["gpu_idle_s"] == pytest.approx((e["data"] + e["launch_gaps"]) * 1e-6, abs=1e-9)
     assert d["straggler_rank"] == 2
+    t = diagnose([read_trace(p) for p in awkward], with_timeline=True)["timeline"]  # what the Trace page draws
+    for r in range(3):
+        drawn = sum(b - a for rank, a, b, _ in t["pieces"] if rank == r)
+        assert drawn == pytest.approx(awkward_recipe(r).expected()["step"] * 1e-6, abs=1e-9)
     # rank 2's own work minus the median of ranks 0 and 1 (97 kernels x 20 µs and x 10 µs more): 97 x 15 µs
     assert d["straggler_excess_s"] == pytest.approx(97 * 15e-6, rel=1e-9)
     assert d["top_cause"] == "healthy"
@@ -244,3 +248,14 @@ def test_reader_refuses_a_decompressed_bomb(tmp_path, monkeypatch):
     path.write_bytes(gzip.compress(('{"traceEvents": [' + body + "]}").encode()))
     with pytest.raises(TraceError, match="decompression"):
         read_trace(str(path))
+
+
+def test_record_demo_writes_one_trace_per_rank_and_reads_them(tmp_path, capsys):
+    """`distlab trace --record-demo healthy --out DIR --json`: a real 2-rank gloo run under torch.profiler
+    writes DIR/healthy-rank0.json and -rank1.json (rank and world size in them) and the report reads both.
+    Would catch a recorder whose on_trace_ready writes nothing, or two ranks writing one file."""
+    assert main(["trace", "--record-demo", "healthy", "--out", str(tmp_path), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["healthy-rank0.json", "healthy-rank1.json"]
+    assert [r["rank"] for r in report["ranks"]] == [0, 1] and len(report["steps"]) >= 3
+    assert read_trace(str(tmp_path / "healthy-rank1.json")).world_size == 2
