@@ -91,7 +91,7 @@ def record_rank(rank: int, world: int, name: str, out_dir: str, device: str, gzi
     tiny = name == "launch-bound"
     width, depth, batch = (TINY_WIDTH, TINY_DEPTH, TINY_BATCH) if tiny else (WIDTH, DEPTH, BATCH)
     if device == "cuda" and not tiny:
-        batch *= 16  # a GPU needs far more work per step for compute to dominate its launches
+        width, batch = 2048, 4096  # a GPU needs far more work per step (~5 ms) for compute to dominate its launches
     core = (Repeated(width, depth) if tiny else mlp(width, depth)).to(dev)
     overlap = name != "exposed-allreduce"
     model = DDP(core, device_ids=[dev.index] if device == "cuda" else None) if overlap else core
