@@ -143,6 +143,11 @@ CASES += [
     ("gpus", ["--bogus"]),
     ("list", ["extra"]),
     ("memory", ["--params"]),
+    ("trace", []),
+    ("trace", ["no-such-trace.json"]),
+    ("trace", ["--record-demo", "bogus", "--out", "x"]),
+    ("trace", ["--record-demo", "healthy"]),  # no --out
+    ("trace", ["--out", "x"]),
 ]
 
 
