@@ -220,6 +220,10 @@ def _raise_hung(procs, results: dict, world_size: int, timeout_s: float, stacks:
     )
 
 
+COLLECTIVE_TIMEOUT_MARGIN_S = 30.0
+"""The ranks' collectives time out this long after the launcher's deadline for fn: the launcher must name a hung rank
+(from every rank's stack) before the collective layer gives up on its own, or each waiting rank raises a timeout and
+the rank that caused it is lost among its victims. It covers STACK_WAIT_S with room to spare."""
 STACK_WAIT_S = 10.0
 """How long a hung rank may take to write its stack after SIGUSR1. On an idle machine it takes milliseconds; on a loaded
 one the rank must first be scheduled. Waiting for the dump itself (not a fixed sleep) matters: blaming is decided
@@ -432,7 +436,11 @@ def _worker(
             torch.cuda.set_device(rank % torch.cuda.device_count())
         store = dist.TCPStore(_HOST, port, is_master=False, timeout=timedelta(seconds=timeout_s))
         dist.init_process_group(
-            backend, store=store, rank=rank, world_size=world_size, timeout=timedelta(seconds=timeout_s)
+            backend,
+            store=store,
+            rank=rank,
+            world_size=world_size,
+            timeout=timedelta(seconds=timeout_s + COLLECTIVE_TIMEOUT_MARGIN_S),
         )
         _wait_until_every_rank_is_up(store, rank, world_size, timeout_s)  # the launcher's deadline for fn starts here
         result = fn(rank, world_size, *args)
