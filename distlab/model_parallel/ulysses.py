@@ -301,6 +301,12 @@ def _choices(r: Result, seq: int = 131072) -> None:
                         "fraction",
                         f"{name}, c = 8, NVLink: Ulysses all-to-alls / attention time",
                     )
+                    r.claim(
+                        f"{name} c=8: Ulysses share of attention = (c-1) b (2h/c + 2g/c) F / (2 s h B) by hand",
+                        uly.exposed_seconds / ring.attention_seconds,
+                        (c - 1) * 2 * (2 * h / c + 2 * g / c) * flops / (2 * seq * h * bw),
+                        rel_tol=1e-12,
+                    )
     r.add("slack", SLACK, "fraction", "the rule's slack: all-gather KV when it exposes at most this share")
     r.table(
         "choice",
