@@ -165,6 +165,7 @@ def fsdp2_knobs(device: str) -> Result:
     ref_bf16 = single_process(device, world, bf16=True, steps=STEPS)
     tol = fp32_tolerance(ref, device)
     r.add("world", world, "ranks", "ranks")
+    r.add("tolerance", tol, "", "tolerance on max |Δparam| against one process")
     r.add("params", n, "params", "model parameters Ψ")
     rows = []
     for name, (reshard, _, hsdp, reduce) in KNOBS.items():
@@ -174,11 +175,12 @@ def fsdp2_knobs(device: str) -> Result:
         peak = x0["peak"]
         unsharded = peak.get("Unsharded Param", 0)
         sharded = peak.get("Sharded Param", 0)
+        key = name.replace("=", "_").replace(" ", "_").replace(",", "")
         if reduce is None:
-            equivalence_claims(r, f"FSDP2 {name}", name, [x[name]["params"] for x in ranks], ref, tol)
+            equivalence_claims(r, f"FSDP2 {name}", key, [x[name]["params"] for x in ranks], ref, tol)
         else:
             err = max(float((x[name]["params"] - ref_bf16["params"]).abs().max()) for x in ranks)
-            r.add(f"{name}_vs_bf16", err, "", f"{name}: max |param - one process in bf16|")
+            r.add(f"{key}_vs_bf16", err, "", f"{name}: max |param - one process in bf16|")
         ahead = gathers_ahead(x0["log"])
         rows.append(
             [
@@ -191,9 +193,13 @@ def fsdp2_knobs(device: str) -> Result:
                 sharded,
                 unsharded,
                 ahead,
+                peak.get("All Gather", 0),
+                peak.get("Reduce Scatter", 0),
+                peak.get("OptState", 0),
+                peak.get("Activation", 0),
+                peak.get("Total", 0),
             ]
         )
-        key = name.replace("=", "_").replace(" ", "_").replace(",", "")
         r.add(f"{key}_sent", sum(sent.values()), "B", f"{name}: bytes each rank sends per step")
         r.add(f"{key}_unsharded_peak", unsharded, "B", f"{name}: peak unsharded parameter bytes")
         r.add(f"{key}_sharded", sharded, "B", f"{name}: sharded parameter bytes")
@@ -210,6 +216,11 @@ def fsdp2_knobs(device: str) -> Result:
             "sharded params (B)",
             "peak unsharded params (B)",
             "all-gathers ahead",
+            "peak all-gather buffers (B)",
+            "peak reduce-scatter buffer (B)",
+            "optimizer state (B)",
+            "peak activations and other tensors (B)",
+            "peak total (B)",
         ],
         rows,
         caption=f"Rank 0 of {world} gloo processes, one training step of a {n:,}-parameter GPT; bytes sent computed "
@@ -285,4 +296,42 @@ def _claims(r: Result, row: dict, n: int, world: int) -> None:
     )
     r.claim(
         "prefetch's peak unsharded parameters >= no prefetch's", row["prefetch"][7], base[7], relation=">=", unit="B"
+    )
+    block = 4 * (12 * 64 * 64 + 13 * 64)  # fp32 weights, biases and norms of one block (h = 64)
+    r.claim(
+        "one block gathered at a time: peak unsharded params = a block, by hand",
+        base[7],
+        block,
+        unit="B",
+        formula="4 B x (12 h^2 + 13 h), h = 64",
+    )
+    r.claim(
+        "no prefetch: one block's all-gather buffer", base[9], block, rel_tol=0.01, unit="B", formula="padding aside"
+    )
+    r.claim("prefetch: two blocks' all-gather buffers at once", row["prefetch"][9], 2 * block, rel_tol=0.01, unit="B")
+    r.claim(
+        "reshard=2 keeps a 2-way shard (4Ψ/2) between forward and backward",
+        row["reshard=2"][12] - base[12],
+        psi / 2,
+        rel_tol=1e-12,
+        unit="B",
+        formula="the tracker files it under activations",
+    )
+    r.claim(
+        "reshard=2 per step: (3/4 + 1/2 + 3/4) x 4Ψ", row["reshard=2"][5], 2 * ring * psi + 0.5 * psi, rel_tol=1e-12
+    )
+    r.claim(
+        "HSDP: optimizer state 2x FSDP's (sharded over 2, not 4)",
+        row["HSDP 2x2"][11],
+        2 * base[11],
+        rel_tol=1e-3,
+        unit="B",
+        formula="8 B/param x Ψ/2, plus 4 B of step per tensor",
+    )
+    r.claim(
+        "bf16 reduce halves the reduce-scatter buffer",
+        row["bf16, reduce bf16"][10],
+        row["bf16, reduce fp32"][10] / 2,
+        rel_tol=1e-12,
+        unit="B",
     )
