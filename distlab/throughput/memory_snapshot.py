@@ -128,8 +128,10 @@ def cuda_stats(expandable: bool) -> dict[str, int]:
 
 
 def cuda_retries() -> int:
-    """One retry: cap the process a little above what it holds, fill the cache with 20 MiB blocks, free them, then
-    ask for 60 MiB: cudaMalloc is refused, the allocator frees its cached blocks and tries again."""
+    """One retry: cap the process a little above what it holds, fill the small pool's cache with 1 MiB blocks (80 MiB
+    of 2 MiB segments), free them, then ask for 60 MiB. The cap refuses the new segment; no cached block of the large
+    pool can be released for it, so the allocator frees every cached segment and retries: the path that counts
+    num_alloc_retries (freeing a few large cached blocks first would succeed without counting one)."""
     import torch
 
     torch.cuda.empty_cache()
@@ -138,7 +140,7 @@ def cuda_retries() -> int:
     limit = torch.cuda.memory_reserved() + 100 * MIB
     torch.cuda.set_per_process_memory_fraction(limit / total)
     try:
-        held = [torch.empty(20 * MIB, dtype=torch.uint8, device="cuda") for _ in range(4)]
+        held = [torch.empty(MIB, dtype=torch.uint8, device="cuda") for _ in range(80)]
         del held
         big = torch.empty(60 * MIB, dtype=torch.uint8, device="cuda")
         del big
