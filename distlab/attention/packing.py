@@ -22,6 +22,7 @@ from torch.nn import functional as F
 from distlab.core.experiments import experiment
 from distlab.core.facts import entries, value
 from distlab.core.results import Quantity, Result
+from distlab.models.shapes import preset
 from distlab.runtime.threads import single_threaded
 
 LENGTH_SIGMA = 0.8  # spread of log(length) around each source's mean: a modelling choice, not a published figure
@@ -113,6 +114,12 @@ def pack(lengths: list[int], window: int) -> list[list[int]]:
     return bins
 
 
+def training_flops(c: dict[str, int], params: int, layers: int, hidden: int) -> float:
+    """Forward + backward FLOPs: 6 per parameter per token (the matmuls), plus attention's 12·L·h per query-key pair
+    (QKᵀ and PV, 2h each in forward, three times that with backward)."""
+    return 6 * params * c["tokens"] + 12 * layers * hidden * c["pairs"]
+
+
 def pairs(n: int) -> int:
     """Query-key pairs of causal attention over n tokens."""
     return n * (n + 1) // 2
@@ -192,25 +199,52 @@ def packing(device: str) -> Result:
     lengths = example_lengths(window)
     counts = schemes(lengths, window)
     useful = counts.pop("useful")
-    table = []
+    model = preset("7B")
+    useful_flops = training_flops(useful, model.params(), model.layers, model.hidden)
+    table, flop_ratio = [], {}
     for name, c in counts.items():
+        flop_ratio[name] = training_flops(c, model.params(), model.layers, model.hidden) / useful_flops
         table.append(
             [
                 name,
                 Quantity(c["tokens"] / useful["tokens"], "x"),
                 Quantity(1 - useful["tokens"] / c["tokens"], "fraction"),
                 Quantity(c["pairs"] / useful["pairs"], "x"),
+                Quantity(flop_ratio[name], "x"),
             ]
         )
     r.table(
         "waste",
-        ["batching", "tokens computed / useful", "tokens wasted", "attention pairs computed / useful"],
+        [
+            "batching",
+            "tokens computed / useful",
+            "tokens wasted",
+            "attention pairs computed / useful",
+            "training FLOPs / useful (Llama 2 7B)",
+        ],
         table,
         caption=f"{len(lengths):,} example lengths drawn around LIMA's per-source means (log-normal, σ = "
         f"{LENGTH_SIGMA}), windows of {window} tokens (Llama 2's SFT sequence), dynamic padding in batches of {BATCH}",
     )
     pad = counts["pad to the window"]
     packed = counts["packed, document mask"]
+    for name, c in counts.items():
+        lo, hi = sorted((c["tokens"] / useful["tokens"], c["pairs"] / useful["pairs"]))
+        r.claim(
+            f"{name}: FLOP ratio between its token ratio and its attention-pair ratio (a weighted mean)",
+            flop_ratio[name],
+            hi,
+            relation="<=",
+            rel_tol=1e-12,
+        )
+        r.claim(f"{name}: FLOP ratio at least its smaller ratio", flop_ratio[name], lo, relation=">=", rel_tol=1e-12)
+    r.add("pad_flops_ratio", flop_ratio["pad to the window"], "x", "training FLOPs, padding to the window / useful")
+    r.add(
+        "attention_flops_share",
+        12 * model.layers * model.hidden * useful["pairs"] / useful_flops,
+        "fraction",
+        "attention's share of the useful training FLOPs (Llama 2 7B)",
+    )
     r.claim("padding to the window: tokens computed = examples x window", pad["tokens"], len(lengths) * window)
     r.claim("packing computes at least the useful tokens", packed["tokens"], useful["tokens"], relation=">=")
     r.claim(

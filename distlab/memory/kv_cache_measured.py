@@ -248,6 +248,15 @@ def _real_models(r: Result) -> None:
     r.add("rollout_seq", seq, "tokens", "tokens per rollout (prompt + response)")
     r.add("llama70_per_seq", per_seq, "B", "cache per rollout")
     r.add("rollouts_fit", fit, "sequences", "rollouts in flight the node's HBM holds")
+    fit_2x = sequences_that_fit(free, ll70, seq=2 * seq, bytes_per_element=bf16)
+    r.add("rollouts_fit_2x", fit_2x, "sequences", "the same with rollouts twice as long")
+    r.add(
+        "rollouts_fit_fp8",
+        sequences_that_fit(free, ll70, seq=seq, bytes_per_element=1),
+        "sequences",
+        "the same with an fp8 cache",
+    )
+    r.claim("twice the length: half the rollouts (to one, by rounding)", fit_2x, fit // 2, abs_tol=1)
     r.add(
         "rollouts_fit_mha",
         sequences_that_fit(free, ll70_mha, seq=seq, bytes_per_element=bf16),
