@@ -247,6 +247,8 @@ def block_formats(device: str) -> Result:
             relation="<=",
         )
     r.add("e8m0_bias", value("block_scaling.te-mxfp8.e8m0_bias"), "", "E8M0 exponent bias (= fp32's)")
+    r.add("ocp_block_max_low", 2.0**E4M3_EMAX, "", "OCP rule: the smallest a block's max lands at after scaling")
+    r.add("ocp_block_max_high", 2.0 ** (E4M3_EMAX + 1), "", "OCP rule: the bound it stays below")
 
     block = torch.tensor([HAND_BLOCK], dtype=torch.float64)
     ocp, te = mx(block, "e4m3", rule="ocp"), mx(block, "e4m3", rule="ceil")
