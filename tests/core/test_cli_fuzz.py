@@ -149,6 +149,19 @@ CASES += [
     ("trace", ["--record-demo", "healthy"]),  # no --out
     ("trace", ["--out", "x"]),
 ]
+# kv-cache (issue 28): every numeric flag malformed, an unknown dtype or attention, flags of the other attention kind.
+KV = ["--layers", "32", "--kv-heads", "8", "--head-dim", "128", "--seq", "8192"]
+for flag in ("--layers", "--kv-heads", "--head-dim", "--seq", "--batch"):
+    CASES += [("kv-cache", with_value(KV, flag, v)) for v in ("-1", "0", "inf", "nan", "1e308", "٧", "2.5", "x")]
+CASES += [
+    ("kv-cache", with_value(KV, "--dtype", "fp64")),
+    ("kv-cache", with_value(KV, "--attention", "ring")),
+    ("kv-cache", ["--layers", "32", "--seq", "8"]),
+    ("kv-cache", ["--layers", "61", "--attention", "mla", "--seq", "8"]),
+    ("kv-cache", KV + ["--attention", "mla", "--kv-lora-rank", "512"]),
+    ("kv-cache", KV + ["--kv-lora-rank", "512"]),
+    ("kv-cache", ["--layers", "61", "--attention", "mla", "--kv-lora-rank", "0", "--seq", "8"]),
+]
 
 
 def test_there_are_enough_cases_over_every_command():
