@@ -335,3 +335,10 @@ def _claims(r: Result, row: dict, n: int, world: int) -> None:
         rel_tol=1e-12,
         unit="B",
     )
+    r.claim(
+        "bf16 params, bf16 reduce: everything halves, 3 (N-1)/N x 2Ψ",
+        row["bf16, reduce bf16"][5],
+        3 * ring * psi / 2,
+        rel_tol=1e-12,
+        unit="B",
+    )
