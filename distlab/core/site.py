@@ -46,7 +46,7 @@ from typing import NoReturn, TypeVar
 
 from distlab.core import experiments
 from distlab.core.facts import entries, fact
-from distlab.core.formatting import format_quantity
+from distlab.core.formatting import format_quantity, prose
 from distlab.core.results import Claim, Figure, Quantity, Result, Table
 
 PLACEHOLDER = re.compile(r"\{\{\s*(.+?)\s*\}\}")
@@ -158,7 +158,7 @@ class Page:
                 f"page {self.path}: footnote marker right after a number ({'; '.join(glued[:5])}): it reads as an "
                 "exponent or an extra digit; put it after the noun or the sentence"
             )
-        body = fold_provenance(drop_empty_sections(body))
+        body = takeaway_first(fold_provenance(drop_empty_sections(body)))
         claims = self.to_come_markdown() + self.claims_markdown()
         body = body.replace("\x00CLAIMS\x00", claims) if "\x00CLAIMS\x00" in body else body + "\n" + claims
         if self.footnotes:
@@ -188,7 +188,7 @@ class Page:
             exp, name = self._split(ref)
             q = self._result(exp).quantities[name]
             self.shown.quantity(f"{exp}.{name}", q.value, q.unit, self.path)
-            return format_quantity(q.value, q.unit, spec)
+            return prose(q.value, q.unit, spec)
         except KeyError as exc:
             _fail(f"page {self.path}: unknown placeholder {{{{ {text} }}}}: {exc.args[0]}")
 
@@ -449,6 +449,26 @@ def fold_provenance(text: str) -> str:
             where.add(stamp)
         out.append("".join(parts))
     return "\n".join(out)
+
+
+def takeaway_first(text: str) -> str:
+    """A chapter's takeaway box (`!!! abstract`) before its notation table, so that the results to remember are on
+    the reader's first screen (issue 30; tests/site/test_reading.py measures it at 1440x900). Only a box and a
+    table above the first ## section move; the table follows the box unchanged."""
+    lines = text.split("\n")
+    first_section = next((i for i, line in enumerate(lines) if line.startswith("## ")), len(lines))
+    box = next((i for i in range(first_section) if lines[i].startswith("!!! abstract")), None)
+    table = next((i for i in range(first_section) if lines[i].startswith("|")), None)
+    if box is None or table is None or table > box:
+        return text
+    end = box + 1
+    while end < len(lines) and (not lines[end].strip() or lines[end].startswith("    ")):
+        end += 1
+    block = lines[box:end]
+    while block and not block[-1].strip():
+        block.pop()
+    rest = lines[:box] + lines[end:]
+    return "\n".join(rest[:table] + block + [""] + rest[table:])
 
 
 def drop_empty_sections(text: str) -> str:

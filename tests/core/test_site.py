@@ -23,7 +23,7 @@ def test_placeholders_render_values_with_units_and_formats():
     r.add("total", 107_814_649_856, "B")
     r.add("n", 6_738_415_616, "params")
     out = _page_with(r).render("A {{ exp.total }} B {{ exp.total | GiB }} C {{ exp.n | value }}")
-    assert out.startswith("A 108 GB B 100.4 GiB C 6,738,415,616")
+    assert out.startswith("A 108 GB B 100 GiB C 6,738,415,616")
 
 
 def test_unknown_placeholder_fails_naming_page_and_known_names():
@@ -291,3 +291,17 @@ def test_a_page_runs_exactly_the_experiments_its_placeholders_name():
     )
     assert experiments_named(text) == ["b", "a", "c", "d"]
     assert experiments_named("{{ stored d | published e.t }} {{ e.x }}") == ["d", "e"]
+
+
+def test_the_takeaway_box_moves_above_the_notation_table():
+    """Issue 30 item 1: would catch a chapter whose results to remember sit below a long notation table, off the
+    reader's first screen; the table and the box stay whole."""
+    text = (
+        "# 9. Ch\n\nWhat you will be able to do.\n\n| Symbol | Meaning |\n|---|---|\n| $B$ | bandwidth |\n\n"
+        '!!! abstract "Takeaway"\n    First line.\n\n    Second paragraph.\n\n## One\n\ntext\n'
+    )
+    out = _page_with(Result("exp")).render(text)
+    assert out.index("!!! abstract") < out.index("| Symbol") < out.index("## One")
+    assert "    First line.\n\n    Second paragraph.\n\n| Symbol | Meaning |\n|---|---|\n| $B$ | bandwidth |" in out
+    already = '# T\n\n!!! abstract "Takeaway"\n    x\n\n| a |\n|---|\n| 1 |\n\n## S\n'
+    assert _page_with(Result("exp")).render(already).startswith(already.rstrip("\n"))
