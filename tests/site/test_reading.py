@@ -1,0 +1,80 @@
+"""Issue 30: a chapter read in one sitting. Its results to remember on the first screen, its lesson short enough,
+its tables readable on a phone. Measured on the built site (scripts/reading_stats.py prints the numbers)."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location("reading_stats", REPO / "scripts" / "reading_stats.py")
+reading_stats = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(reading_stats)
+
+CHAPTER = re.compile(r"^\d\d-")
+SCREEN = {"width": 1440, "height": 900}
+
+# Pages over issue 30's limits when this test was written (other helpers were still adding sections to them);
+# the test lists the pages over the limits whatever this says, and passes once none are.
+STILL_LONG = "chapters 3, 7, 9 and 10 (being extended by other helpers while this test was written)"
+
+
+def _chapters(site: Path) -> list[str]:
+    return [
+        p.name
+        for p in sorted(site.iterdir())
+        if p.is_dir() and CHAPTER.match(p.name) and "Not built: DISTLAB_ONLY" not in (p / "index.html").read_text()
+    ]
+
+
+def test_each_chapters_takeaway_is_on_its_first_screen(built_site, browser, server):
+    """Would catch a chapter whose results to remember sit below a long introduction or notation table: the
+    takeaway box's title must be inside the first 1440x900 screen, unscrolled."""
+    context = browser.new_context(viewport=SCREEN)
+    page = context.new_page()
+    late = []
+    try:
+        for name in _chapters(built_site):
+            page.goto(server + name + "/", wait_until="load")
+            box = page.locator("article .admonition.abstract").first
+            if box.count() == 0:
+                late.append(f"{name}: no takeaway box")
+                continue
+            title = box.locator(".admonition-title").bounding_box()
+            if title is None or title["y"] + title["height"] > SCREEN["height"]:
+                late.append(f"{name}: takeaway title at y = {title and round(title['y'])} px")
+    finally:
+        context.close()
+    assert not late, "takeaway not on the first screen:\n" + "\n".join(late)
+
+
+def test_reading_lengths_are_measured_and_printed(built_site, capsys):
+    """The numbers issue 30 asks to track: words per chapter outside collapsed blocks, whole page, claims per page.
+    Would catch a measurement that finds no chapter (a renamed folder) or a claims box the count misses."""
+    stats = reading_stats.site_stats(built_site)
+    with capsys.disabled():
+        print("\n" + reading_stats.report(stats))
+    assert stats, "no chapter measured"
+    assert all(s["lesson"] > 0 and s["page"] >= s["lesson"] for s in stats.values()), stats
+    assert any(s["claims"] > 0 for s in stats.values())
+
+
+@pytest.mark.xfail(strict=False, reason=f"still over issue 30's limits: {STILL_LONG}")
+def test_lessons_within_issue_30s_limits(built_site):
+    """The lesson outside collapsed blocks at most 5,000 words, the whole page at most 9,000; the failure lists
+    every page over a limit with its numbers."""
+    over = reading_stats.over_limits(reading_stats.site_stats(built_site))
+    assert not over, "\n".join(over)
+
+
+def test_word_counts_fold_details_blocks():
+    """Would catch words inside a collapsed <details> block counted as lesson, or scripts counted as words."""
+    html = (
+        "<html><body><nav>menu words</nav><article><h1>Title here</h1><p>one two three</p>"
+        "<details><summary>Checked on this page: 12 claims</summary><p>four five</p></details>"
+        "<script>var x = 1;</script></article></body></html>"
+    )
+    assert reading_stats.page_stats(html) == {"lesson": 5, "page": 13, "claims": 12}
