@@ -78,3 +78,55 @@ def test_word_counts_fold_details_blocks():
         "<script>var x = 1;</script></article></body></html>"
     )
     assert reading_stats.page_stats(html) == {"lesson": 5, "page": 13, "claims": 12}
+
+
+PHONE = {"width": 390, "height": 844}
+_CONTRAST = """() => {
+  const rgb = s => (s.match(/[\\d.]+/g) || []).map(Number);
+  const lum = c => { const [r, g, b] = c.slice(0, 3).map(v => { v /= 255;
+      return v <= 0.03928 ? v / 12.92 : Math.pow((v + 0.055) / 1.055, 2.4); });
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b; };
+  const background = el => { for (; el; el = el.parentElement) { const c = rgb(getComputedStyle(el).backgroundColor);
+      if (c.length === 3 || (c.length === 4 && c[3] > 0.5)) return c; } return [255, 255, 255]; };
+  const worst = [];
+  for (const el of document.querySelectorAll('article p, article td, article small, article .admonition-title')) {
+    if (!el.offsetParent || !el.textContent.trim()) continue;
+    const fg = lum(rgb(getComputedStyle(el).color)), bg = lum(background(el));
+    const ratio = (Math.max(fg, bg) + 0.05) / (Math.min(fg, bg) + 0.05);
+    if (ratio < 4.5) worst.push(el.tagName + ' ' + ratio.toFixed(2) + ': ' + el.textContent.trim().slice(0, 40));
+  }
+  return worst.slice(0, 5);
+}"""
+
+
+def test_chapters_read_on_a_phone_and_in_dark_mode(built_site, browser, server):
+    """Would catch a table or formula that widens the whole page on a 390 px phone (the reader scrolls sideways
+    through the prose) instead of scrolling inside its box, and text in dark mode with less than WCAG's 4.5:1
+    contrast (a fixed dark grey on slate)."""
+    context = browser.new_context(viewport=PHONE, color_scheme="dark")
+    page = context.new_page()
+    problems = []
+    try:
+        for name in _chapters(built_site) + [
+            p.name for p in sorted(built_site.iterdir()) if p.name.startswith("appendix-")
+        ]:
+            page.goto(server + name + "/", wait_until="load")
+            assert page.evaluate("document.body.getAttribute('data-md-color-scheme')") == "slate", name
+            width = page.evaluate("document.documentElement.scrollWidth")
+            if width > PHONE["width"]:
+                problems.append(f"{name}: the page is {width} px wide on a {PHONE['width']} px phone")
+            unscrolled = page.evaluate(
+                """() => [...document.querySelectorAll('article table')].filter(t => {
+                     for (let el = t; el && el.tagName !== 'ARTICLE'; el = el.parentElement) {
+                       const o = getComputedStyle(el).overflowX;
+                       if (o === 'auto' || o === 'scroll') return false; }
+                     return t.scrollWidth > t.parentElement.clientWidth; }).length"""
+            )
+            if unscrolled:
+                problems.append(f"{name}: {unscrolled} wide tables with no scrolling box")
+            low = page.evaluate(_CONTRAST)
+            if low:
+                problems.append(f"{name}: low contrast in dark mode: {low}")
+    finally:
+        context.close()
+    assert not problems, "\n".join(problems)
