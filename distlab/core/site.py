@@ -6,11 +6,11 @@ placeholders name (in the order they first appear) and fills them in:
 
     {{ adamw-bytes.mixed_bytes_per_param }}     value with unit (or `| GB`, `| value`, `| .2f`)
     {{ table adamw-bytes.categories }}          a markdown table
-    {{ figure adamw-bytes.share }}              a figure with its caption and provenance
+    {{ figure adamw-bytes.share }}              a figure with its caption (provenance once per section)
     {{ fact gpus.H100-SXM.hbm_gb }}             an outside fact, with a footnote naming its source
     {{ stored roofline }}                       stored GPU measurements of an experiment, stale ones marked;
-                                                when there are none, the page's one "still to come on a GPU" line
-                                                names it
+                                                when there are none, the page's one "What a GPU run will add"
+                                                line names it (and a heading over nothing else is dropped)
     {{ stored flash-attention-bench | published flash-attention-flops.fa2_published }}
                                                 the same, and until a stored measurement exists, a table of
                                                 published numbers (sourced) in its place
