@@ -384,19 +384,25 @@ def _claim_lines(claims: list[Claim]) -> list[str]:
     a chip) are listed under that family once."""
     families: dict[str, list[Claim]] = {}
     for c in claims:
-        head, sep, _ = c.name.partition(": ")
-        families.setdefault(head if sep else "", []).append(c)
+        families.setdefault(_family(c.name)[0], []).append(c)
     lines = []
     for c in claims:
-        head, sep, rest = c.name.partition(": ")
-        members = families.get(head if sep else "", [])
-        if sep and len(members) > 1:
+        head, rest = _family(c.name)
+        members = families[head]
+        if head and len(members) > 1:
             if members[0] is c:
                 lines.append(f"- **{_escape(head)}**")
-                lines += [f"    - ✅ {_describe_claim(m, m.name.partition(': ')[2])}" for m in members]
+                lines += [f"    - ✅ {_describe_claim(m, _family(m.name)[1])}" for m in members]
             continue
         lines.append(f"- ✅ {_describe_claim(c, c.name)}")
     return lines
+
+
+def _family(name: str) -> tuple[str, str]:
+    """("7B", "bytes") for "7B: bytes"; no family where the ": " sits inside brackets ("(v0.14.3: current)")."""
+    head, sep, rest = name.partition(": ")
+    balanced = all(head.count(a) == head.count(b) for a, b in ("()", "[]", "{}"))
+    return (head, rest) if sep and balanced else ("", name)
 
 
 def _describe_claim(c: Claim, label: str) -> str:

@@ -151,10 +151,12 @@ def test_claims_box_is_collapsed_grouped_by_experiment_and_folds_datasheet_relat
         r.claim(f"7B: {name} bytes", 1, 1)
         r.claim(f"7B: {name} steps", 2, 2)
         r.claim(f"{name} alone", 3, 3)
+        r.claim(f"{name} estimator (v0.14: current): agrees", 4, 4)  # ": " in brackets: no family
+        r.claim(f"{name} estimator (v0.14: old): agrees", 5, 5)
         page.results[name], page.stored[name] = r, []
     out = page.render("text\n{{ claims }}\n")
-    assert '??? success "Checked on this page: 7 claims' in out  # 3 own each + the datasheet relation once
-    assert '    ??? success "`alpha`: 3 claims"' in out and '    ??? success "`beta`: 3 claims"' in out
+    assert '??? success "Checked on this page: 11 claims' in out  # 5 own each + the datasheet relation once
+    assert '    ??? success "`alpha`: 5 claims"' in out and '    ??? success "`beta`: 5 claims"' in out
     assert out.count("tf32 dense peak") == 1
     assert '    ??? note "Data-file consistency: 1 relations the datasheet figures of H100-SXM' in out
     alpha = out.split("`alpha`")[1].split("`beta`")[0]
