@@ -85,23 +85,55 @@ def round_sig(value: float, sig: int) -> float:
 WHITEBOARD_SIG = 2
 """Significant figures of a whiteboard derivation: what a candidate says out loud (1.1 TB, 3.2x, 16 days)."""
 
+PROSE_SIG = 3
+"""Significant figures of a computed estimate or prediction in a page's prose (issue 30): a planner's 55.65 s
+beside a model with a 10 % error band is 55.6 s; an exact count (an integer) stays exact. Tables keep
+`format_number`'s precision, the precision of their measurement; claims compare full-precision values."""
+
 
 def whiteboard(value: float, unit: str = "") -> str:
     """A number rounded for a whiteboard: two significant figures, the unit scaled as everywhere else
     (`{{ exp.q | ~ }}` on a page). The value is the library's; only its display is rounded, here and nowhere else."""
+    return significant(value, unit, WHITEBOARD_SIG)
+
+
+def prose(value: float, unit: str = "", spec: str = "") -> str:
+    """How a placeholder shows a quantity in a sentence: exact counts (integers) exact, every other number at
+    `PROSE_SIG` significant figures in its auto-scaled unit (or the unit `spec` names: "GB", "%", "ms"); "~" is
+    the whiteboard's two figures, "value" the bare number at the same rule, a Python format spec (".2f") is
+    the page's explicit choice and kept."""
+    if spec == "~":
+        return whiteboard(value, unit)
+    exact = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+    if spec == "value":
+        return format_number(value if exact or not isinstance(value, float) else round_sig(value, PROSE_SIG), PROSE_SIG)
+    if spec:
+        fixed = _fixed_unit(spec)
+        if fixed is None or isinstance(value, bool) or not math.isfinite(value):
+            return format_quantity(value, unit, spec)
+        factor, label = fixed
+        return f"{format_number(round_sig(value / factor, PROSE_SIG), PROSE_SIG)} {label}".strip()
+    if exact and unit not in _SCALED_UNITS and unit not in ("fraction", "s"):
+        return f"{format_number(value)} {unit}".strip()
+    return significant(value, unit, PROSE_SIG)
+
+
+def significant(value: float, unit: str, sig: int) -> str:
+    """`value` with its unit scaled as everywhere on the site, rounded to `sig` significant figures by the site's
+    one rounding helper (`round_sig`)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         return format_quantity(value, unit)
-    rounded = round_sig(float(value), WHITEBOARD_SIG)
+    rounded = round_sig(float(value), sig)
     if unit == "fraction":
-        return f"{format_number(round_sig(100 * value, WHITEBOARD_SIG))} %"
+        return f"{format_number(round_sig(100 * value, sig), sig)} %"
     if unit == "s" and rounded != 0 and abs(rounded) < 1:
         scale, label = (1e3, "ms") if abs(rounded) >= 1e-3 else (1e6, "µs")
-        return f"{format_number(round_sig(value * scale, WHITEBOARD_SIG))} {label}"
+        return f"{format_number(round_sig(value * scale, sig), sig)} {label}"
     if unit in _SCALED_UNITS and abs(rounded) >= 1e3:
         prefixes = _BYTE_PREFIXES if unit.startswith("B") else _PREFIXES
         if abs(rounded) >= 1e4 * prefixes[0][0]:  # beyond the largest prefix: 6.0e23 FLOP, as on a whiteboard
-            return f"{value:.{WHITEBOARD_SIG - 1}e} {unit}"
+            return f"{value:.{sig - 1}e} {unit}"
         for factor, prefix in prefixes:
             if abs(rounded) >= factor:
-                return f"{format_number(round_sig(value / factor, WHITEBOARD_SIG))} {prefix}{unit}"
-    return f"{format_number(rounded)} {unit}".strip()
+                return f"{format_number(round_sig(value / factor, sig), sig)} {prefix}{unit}"
+    return f"{format_number(rounded, sig)} {unit}".strip()

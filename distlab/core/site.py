@@ -6,11 +6,11 @@ placeholders name (in the order they first appear) and fills them in:
 
     {{ adamw-bytes.mixed_bytes_per_param }}     value with unit (or `| GB`, `| value`, `| .2f`)
     {{ table adamw-bytes.categories }}          a markdown table
-    {{ figure adamw-bytes.share }}              a figure with its caption and provenance
+    {{ figure adamw-bytes.share }}              a figure with its caption (provenance once per section)
     {{ fact gpus.H100-SXM.hbm_gb }}             an outside fact, with a footnote naming its source
     {{ stored roofline }}                       stored GPU measurements of an experiment, stale ones marked;
-                                                when there are none, the page's one "still to come on a GPU" line
-                                                names it
+                                                when there are none, the page's one "What a GPU run will add"
+                                                line names it (and a heading over nothing else is dropped)
     {{ stored flash-attention-bench | published flash-attention-flops.fa2_published }}
                                                 the same, and until a stored measurement exists, a table of
                                                 published numbers (sourced) in its place
@@ -36,6 +36,7 @@ Only this module imports mkdocs; the library itself does not.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import sys
@@ -44,9 +45,9 @@ from pathlib import Path
 from typing import NoReturn, TypeVar
 
 from distlab.core import experiments
-from distlab.core.facts import fact
-from distlab.core.formatting import format_quantity
-from distlab.core.results import Figure, Quantity, Result, Table
+from distlab.core.facts import entries, fact
+from distlab.core.formatting import format_quantity, prose
+from distlab.core.results import Claim, Figure, Quantity, Result, Table
 
 PLACEHOLDER = re.compile(r"\{\{\s*(.+?)\s*\}\}")
 ONLY_ENV = "DISTLAB_ONLY"  # comma-separated page paths: build just these (others become a short notice)
@@ -157,6 +158,7 @@ class Page:
                 f"page {self.path}: footnote marker right after a number ({'; '.join(glued[:5])}): it reads as an "
                 "exponent or an extra digit; put it after the noun or the sentence"
             )
+        body = takeaway_first(fold_provenance(drop_empty_sections(body)))
         claims = self.to_come_markdown() + self.claims_markdown()
         body = body.replace("\x00CLAIMS\x00", claims) if "\x00CLAIMS\x00" in body else body + "\n" + claims
         if self.footnotes:
@@ -174,8 +176,7 @@ class Page:
                 table = result.tables[name]
                 markdown = table.to_markdown()
                 self.shown.table(f"{exp}.{name}", markdown, self.path)
-                where = f"\n\n<small>{self._where(result.provenance, table.kind or result.kind)}</small>"
-                return "\n" + markdown + where + "\n"
+                return "\n" + markdown + self._stamp(result.provenance, table.kind or result.kind) + "\n"
             if word == "figure":
                 return self._figure(*self._split(rest))
             if word == "fact":
@@ -187,7 +188,7 @@ class Page:
             exp, name = self._split(ref)
             q = self._result(exp).quantities[name]
             self.shown.quantity(f"{exp}.{name}", q.value, q.unit, self.path)
-            return format_quantity(q.value, q.unit, spec)
+            return prose(q.value, q.unit, spec)
         except KeyError as exc:
             _fail(f"page {self.path}: unknown placeholder {{{{ {text} }}}}: {exc.args[0]}")
 
@@ -210,8 +211,7 @@ class Page:
         target = f"figures/{exp}--{name}.png"
         _write_bytes(target, fig.png)
         href = "../" * self.path.count("/") + target
-        where = self._where(result.provenance, fig.kind or result.kind)
-        return f"![{fig.caption}]({href})\n\n*{fig.caption}* {where}"
+        return f"![{fig.caption}]({href})\n\n*{fig.caption}*" + self._stamp(result.provenance, fig.kind or result.kind)
 
     def _fact(self, path: str) -> str:
         f = fact(path.strip())
@@ -220,6 +220,19 @@ class Page:
         key = f"{f.source.key}"
         self.footnotes[key] = f.source.citation()
         return format_quantity(f.value, f.unit) + FOOTNOTE.format(key)
+
+    @staticmethod
+    def _stamp(prov: dict, kind: str = "measured") -> str:
+        """Where a table's or figure's numbers come from, as a marker that `fold_provenance` shows once per section
+        (once per page for the page's one machine); the code version and date of each experiment are in the claims
+        box's list of experiments."""
+        if kind == "published":
+            text = "published figures, transcribed with their sources in distlab/data/; not measured here"
+        elif kind != "measured":
+            text = f"{kind}; code {prov.get('code_version', '?')}"
+        else:
+            text = f"measured on {prov.get('hardware', '?')}, torch {prov.get('torch', '?')}"
+        return STAMP.format(text)
 
     @staticmethod
     def _where(prov: dict, kind: str = "measured") -> str:
@@ -250,12 +263,13 @@ class Page:
             published = (
                 f"Published numbers, until our own GPU measurement of `{exp}` replaces them:\n\n"
                 + table.to_markdown()
-                + f"\n\n<small>{self._where(p_result.provenance, table.kind or p_result.kind)}</small>\n"
+                + self._stamp(p_result.provenance, table.kind or p_result.kind)
+                + "\n"
             )
         if not rows:
             if exp not in self.to_come:
                 self.to_come.append(exp)
-            return published
+            return published or EMPTY
         out = []
         for result, stale in rows:
             p = result.provenance
@@ -284,37 +298,53 @@ class Page:
         return "\n".join(out)
 
     def to_come_markdown(self) -> str:
-        """One line for the page: the experiments whose GPU measurements are still to come."""
+        """One line for the page, no heading and no banner: what a GPU run will add to it."""
         if not self.to_come:
             return ""
         names = [f"`{e}` ({_describe(e)})" for e in self.to_come]
         listed = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
         return (
-            f'\n!!! info "Still to come: measured on a GPU"\n    {listed}. Until they are, this page shows what the '
-            "build machine's CPU measures, and published numbers where they exist.\n"
+            f"\n*What a GPU run will add:* {listed} (`distlab run NAME --device cuda --store`). Until then this page "
+            "shows what the build machine's CPU measures, and published numbers where they exist.\n"
         )
 
     def claims_markdown(self) -> str:
-        lines = []
-        for result in self.results.values():
+        """The "Checked on this page" box, collapsed: one collapsed group per experiment (its claims by family:
+        the words before the first ": " that several claims share), and the datasheet relations that several
+        experiments repeat folded into one line that expands, each shown once."""
+        data: dict[str, Claim] = {}
+        groups: list[tuple[str, list[Claim]]] = []
+        for exp, result in self.results.items():
+            own = []
             for c in result.claims:
-                lines.append(
-                    f"    - ✅ **{_escape(c.name)}** — {c.describe()}"
-                    + (f"; {_escape(c.formula)}" if c.formula else "")
-                )
-        if not lines:
+                if is_data_check(c.name):
+                    data.setdefault(c.name, c)
+                else:
+                    own.append(c)
+            groups.append((exp, own))
+        total = len(data) + sum(len(own) for _, own in groups)
+        if not total:
             return ""
-        where = "\n".join(
-            f"    - `{exp}`: {self._where(r.provenance, r.kind)}; code: {self._source_link(exp)}"
-            for exp, r in self.results.items()
+        out = [f'\n??? success "Checked on this page: {total} claims, all passed at build time"']
+        out.append(
+            "    Grouped by the experiment whose numbers they guard; open a group to see each claim, its measured "
+            "and expected values and tolerance.\n"
         )
-        return (
-            f'\n??? success "Checked on this page: {len(lines)} claims, all passed at build time"\n'
-            + "\n".join(lines)
-            + "\n\n    Experiments:\n\n"
-            + where
-            + "\n"
-        )
+        for exp, own in groups:
+            r = self.results[exp]
+            out.append(f'    ??? success "`{exp}`: {len(own)} claim{"s" if len(own) != 1 else ""}"')
+            out.append(f"        {self._where(r.provenance, r.kind)}; code: {self._source_link(exp)}\n")
+            out += ["        " + line for line in _claim_lines(own)]
+            out.append("")
+        if data:
+            chips = sorted({name.split(": ", 1)[0] for name in data})
+            out.append(
+                f'    ??? note "Data-file consistency: {len(data)} relations the datasheet figures of '
+                f'{", ".join(chips)} must satisfy (distlab/data/gpus.toml)"'
+            )
+            out += ["        " + line for line in _claim_lines(list(data.values()))]
+            out.append("")
+        return "\n".join(out) + "\n"
 
     def _source_link(self, exp: str) -> str:
         """[distlab/memory/adamw_bytes.py:92](...): the experiment's function on the site's copy of its module."""
@@ -347,6 +377,117 @@ def _describe(exp: str) -> str:
         return experiments.spec(exp).description
     except experiments.UnknownExperiment:
         return "not a registered experiment"
+
+
+def _claim_lines(claims: list[Claim]) -> list[str]:
+    """Markdown list items, one per claim; claims that share the words before their first ": " (a model, a shape,
+    a chip) are listed under that family once."""
+    families: dict[str, list[Claim]] = {}
+    for c in claims:
+        families.setdefault(_family(c.name)[0], []).append(c)
+    lines = []
+    for c in claims:
+        head, rest = _family(c.name)
+        members = families[head]
+        if head and len(members) > 1:
+            if members[0] is c:
+                lines.append(f"- **{_escape(head)}**")
+                lines += [f"    - ✅ {_describe_claim(m, _family(m.name)[1])}" for m in members]
+            continue
+        lines.append(f"- ✅ {_describe_claim(c, c.name)}")
+    return lines
+
+
+def _family(name: str) -> tuple[str, str]:
+    """("7B", "bytes") for "7B: bytes"; no family where the ": " sits inside brackets ("(v0.14.3: current)")."""
+    head, sep, rest = name.partition(": ")
+    balanced = all(head.count(a) == head.count(b) for a, b in ("()", "[]", "{}"))
+    return (head, rest) if sep and balanced else ("", name)
+
+
+def _describe_claim(c: Claim, label: str) -> str:
+    return f"**{_escape(label)}** — {c.describe()}" + (f"; {_escape(c.formula)}" if c.formula else "")
+
+
+def is_data_check(name: str) -> bool:
+    """A claim named after a chip of distlab/data/gpus.toml ("H100-SXM: tf32 dense peak = bf16 dense peak / 2") is
+    a relation that chip's datasheet figures must satisfy (hardware.gpus.data_claims): every experiment built on
+    the chip repeats it, so the claims box shows it once, folded."""
+    head, sep, _ = name.partition(": ")
+    return bool(sep) and head in _gpu_entries()
+
+
+@functools.cache
+def _gpu_entries() -> frozenset[str]:
+    return frozenset(entries("gpus"))
+
+
+# ---------------------------------------------------------------- provenance once per section, empty sections gone
+STAMP = "\x03{}\x04"
+_STAMP = re.compile("\x03([^\x04]*)\x04")
+EMPTY = "\x05"  # a `{{ stored }}` with nothing stored: a heading over nothing else is dropped
+_HEADING = re.compile(r"#{1,6} ")
+_SECTION = re.compile(r"#{1,2} ")
+
+
+def fold_provenance(text: str) -> str:
+    """Each table's and figure's stamp ("measured on AMD EPYC (2 cores), torch 2.13.0+cpu", "computed; code ...")
+    shown once per section (a # or ## heading), where it first applies; a page whose measurements all come from one
+    machine names it once. Nothing is lost: the claims box lists each experiment's machine, code and date."""
+    measured = {m for m in _STAMP.findall(text) if m.startswith("measured on")}
+    one_machine = len(measured) == 1
+    seen_page: set[str] = set()
+    seen: set[str] = set()
+    out, fenced = [], False
+    for line in text.split("\n"):
+        if line.lstrip().startswith(("```", "~~~")):
+            fenced = not fenced
+        if not fenced and _SECTION.match(line):
+            seen = set()
+        parts = _STAMP.split(line)  # text, stamp, text, stamp, ..., text
+        for k in range(1, len(parts), 2):
+            stamp, page_wide = parts[k], one_machine and parts[k] in measured
+            where = seen_page if page_wide else seen
+            note = "; every measurement on this page" if page_wide else ""
+            inline = line.startswith("*")  # after a caption; else under a table
+            shown = f" ({stamp}{note})" if inline else f"\n\n<small>({stamp}{note})</small>"
+            parts[k] = "" if stamp in where else shown
+            where.add(stamp)
+        out.append("".join(parts))
+    return "\n".join(out)
+
+
+def takeaway_first(text: str) -> str:
+    """A chapter's takeaway box (`!!! abstract`) before its notation table, so that the results to remember are on
+    the reader's first screen (issue 30; tests/site/test_reading.py measures it at 1440x900). Only a box and a
+    table above the first ## section move; the table follows the box unchanged."""
+    lines = text.split("\n")
+    first_section = next((i for i, line in enumerate(lines) if line.startswith("## ")), len(lines))
+    box = next((i for i in range(first_section) if lines[i].startswith("!!! abstract")), None)
+    table = next((i for i in range(first_section) if lines[i].startswith("|")), None)
+    if box is None or table is None or table > box:
+        return text
+    end = box + 1
+    while end < len(lines) and (not lines[end].strip() or lines[end].startswith("    ")):
+        end += 1
+    block = lines[box:end]
+    while block and not block[-1].strip():
+        block.pop()
+    rest = lines[:box] + lines[end:]
+    return "\n".join(rest[:table] + block + [""] + rest[table:])
+
+
+def drop_empty_sections(text: str) -> str:
+    """A heading over nothing but `{{ stored }}` placeholders with nothing stored ("### Measured on a GPU") is
+    dropped with them: the page's one line says what the GPU run will add."""
+    lines = text.split("\n")
+    keep = [True] * len(lines)
+    heads = [i for i, line in enumerate(lines) if _HEADING.match(line)] + [len(lines)]
+    for start, end in zip(heads, heads[1:]):
+        body = "".join(lines[start + 1 : end])
+        if EMPTY in body and not body.replace(EMPTY, "").strip():
+            keep[start] = False
+    return "\n".join(line for line, k in zip(lines, keep) if k).replace(EMPTY, "")
 
 
 # ---------------------------------------------------------------- footnotes: after the sentence, never on a digit

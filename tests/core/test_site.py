@@ -23,7 +23,7 @@ def test_placeholders_render_values_with_units_and_formats():
     r.add("total", 107_814_649_856, "B")
     r.add("n", 6_738_415_616, "params")
     out = _page_with(r).render("A {{ exp.total }} B {{ exp.total | GiB }} C {{ exp.n | value }}")
-    assert out.startswith("A 108 GB B 100.4 GiB C 6,738,415,616")
+    assert out.startswith("A 108 GB B 100 GiB C 6,738,415,616")
 
 
 def test_unknown_placeholder_fails_naming_page_and_known_names():
@@ -128,7 +128,7 @@ def test_stored_results_still_to_come_are_one_line_and_published_numbers_stand_i
         page.results[r.name], page.stored[r.name] = r, []
     out = page.render("x\n\n{{ stored a }}\n\n{{ stored b | published pub.fa2 }}\n\nend")
     assert "None exist yet" not in out and "No stored GPU results" not in out
-    assert out.count("Still to come: measured on a GPU") == 1
+    assert out.count("What a GPU run will add:") == 1 and "Still to come" not in out and "!!!" not in out
     assert "`a` (" in out and "`b` (" in out
     assert "until our own GPU measurement of `b` replaces them" in out and "| FA2 | 335 |" in out
 
@@ -138,6 +138,58 @@ def test_claims_box_lists_every_claim():
     r.claim("sixteen", 16, 16, unit="B/param")
     out = _page_with(r).render("text\n{{ claims }}\nend")
     assert "Checked on this page: 1 claims" in out and "sixteen" in out and out.rstrip().endswith("end")
+
+
+def test_claims_box_is_collapsed_grouped_by_experiment_and_folds_datasheet_relations_once():
+    """Issue 30 item 2: would catch an open claims box, claims of two experiments in one flat list, or the same
+    gpus.toml relation listed once per experiment that repeats it (chapter 7 showed 285 claims, many of them the
+    same H100 datasheet checks)."""
+    page = Page("demo.md")
+    for name in ("alpha", "beta"):
+        r = Result(name)
+        r.claim("H100-SXM: tf32 dense peak = bf16 dense peak / 2", 494.7e12, 494.7e12, unit="FLOP/s")
+        r.claim(f"7B: {name} bytes", 1, 1)
+        r.claim(f"7B: {name} steps", 2, 2)
+        r.claim(f"{name} alone", 3, 3)
+        r.claim(f"{name} estimator (v0.14: current): agrees", 4, 4)  # ": " in brackets: no family
+        r.claim(f"{name} estimator (v0.14: old): agrees", 5, 5)
+        page.results[name], page.stored[name] = r, []
+    out = page.render("text\n{{ claims }}\n")
+    assert '??? success "Checked on this page: 11 claims' in out  # 5 own each + the datasheet relation once
+    assert '    ??? success "`alpha`: 5 claims"' in out and '    ??? success "`beta`: 5 claims"' in out
+    assert out.count("tf32 dense peak") == 1
+    assert '    ??? note "Data-file consistency: 1 relations the datasheet figures of H100-SXM' in out
+    alpha = out.split("`alpha`")[1].split("`beta`")[0]
+    assert (
+        "- **7B**\n" in alpha
+        and "    - ✅ **alpha bytes**" in alpha
+        and "    - ✅ **alpha steps**" in alpha
+        and "- ✅ **alpha alone**" in alpha
+    )
+
+
+def test_provenance_once_per_section_and_once_per_page_for_one_machine():
+    """Issue 30 item 2: would catch "measured on AMD EPYC ..., torch ..., code ..., date" after every table and
+    figure. One machine: named once on the page; a computed table: stamped once per section."""
+    r = Result("exp", kind="measured", provenance={"hardware": "CPU X", "torch": "2.13", "code_version": "abc"})
+    for name in ("t1", "t2", "t3"):
+        r.table(name, ["a"], [[1]], caption=name)
+    r.table("c1", ["a"], [[2]], kind="computed")
+    r.table("c2", ["a"], [[3]], kind="computed")
+    text = "# P\n\n{{ table exp.t1 }}\n{{ table exp.c1 }}\n{{ table exp.c2 }}\n## Two\n{{ table exp.t2 }}\n"
+    text += "{{ table exp.c2 }}\n{{ table exp.t3 }}\n"
+    body = _page_with(r).render(text).split("Checked on this page")[0]
+    assert body.count("measured on CPU X, torch 2.13; every measurement on this page") == 1
+    assert body.count("computed; code abc") == 2  # once in each section
+    assert "\x03" not in body and "\x04" not in body
+
+
+def test_a_heading_over_nothing_stored_is_dropped():
+    """Issue 30 item 4: would catch the empty "### Measured on a GPU" heading left when no GPU result exists."""
+    page = Page("demo.md")
+    page.results["a"], page.stored["a"] = Result("a"), []
+    out = page.render("# P\n\n## Lesson\n\ntext\n\n### Measured on a GPU\n\n{{ stored a }}\n\n## Next\n\nmore\n")
+    assert "Measured on a GPU" not in out and "## Lesson" in out and "## Next" in out and "\x05" not in out
 
 
 def _mini_site(tmp_path, experiment_body: str, page_text: str):
@@ -241,3 +293,17 @@ def test_a_page_runs_exactly_the_experiments_its_placeholders_name():
     )
     assert experiments_named(text) == ["b", "a", "c", "d"]
     assert experiments_named("{{ stored d | published e.t }} {{ e.x }}") == ["d", "e"]
+
+
+def test_the_takeaway_box_moves_above_the_notation_table():
+    """Issue 30 item 1: would catch a chapter whose results to remember sit below a long notation table, off the
+    reader's first screen; the table and the box stay whole."""
+    text = (
+        "# 9. Ch\n\nWhat you will be able to do.\n\n| Symbol | Meaning |\n|---|---|\n| $B$ | bandwidth |\n\n"
+        '!!! abstract "Takeaway"\n    First line.\n\n    Second paragraph.\n\n## One\n\ntext\n'
+    )
+    out = _page_with(Result("exp")).render(text)
+    assert out.index("!!! abstract") < out.index("| Symbol") < out.index("## One")
+    assert "    First line.\n\n    Second paragraph.\n\n| Symbol | Meaning |\n|---|---|\n| $B$ | bandwidth |" in out
+    already = '# T\n\n!!! abstract "Takeaway"\n    x\n\n| a |\n|---|\n| 1 |\n\n## S\n'
+    assert _page_with(Result("exp")).render(already).startswith(already.rstrip("\n"))
