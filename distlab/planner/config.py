@@ -22,10 +22,12 @@ from distlab.memory.model_states import BYTES_PER_PARAM, DEFAULT_PRECISION
 from distlab.models.shapes import ModelShape, from_json, preset
 from distlab.planner.moe import MoESpec
 
-PRECISIONS = (*BYTES_PER_PARAM, "bf16", "mixed-bf16-moments")
+PRECISIONS = (*BYTES_PER_PARAM, "bf16", "mixed-bf16-moments", "mixed-bf16-state")
 """Chapter 1's conventions (mixed 16 B/param, Megatron's fp32 main_grad 18, fp32 accumulation 20, fp32 16) and what
 fine-tuners run: pure bf16 (8 B: torchtune's default) and bf16 moments with fp32 master and main grads (14 B:
-Megatron-Core's precision-aware optimizer); distlab.planner.memory.state_bytes_per_param prices each."""
+Megatron-Core's precision-aware optimizer), and an optimizer state wholly in bf16 beside bf16 weights and gradients
+(10 B: Apex's DistributedFusedAdam at dtype bf16, NeMo's Nemotron-4 340B recipe);
+distlab.planner.memory.state_bytes_per_param prices each."""
 MATMUL_DTYPES = ("bf16", "fp8")  # what the weight matmuls run in (fp8: Transformer Engine's recipe, bf16 elsewhere)
 OPTIMIZERS = ("adamw", "sgd", "adamw-8bit", "adamw-8bit-paged", "adamw-in-backward")
 """sgd: with momentum, one moment instead of Adam's two; adamw-8bit: bitsandbytes' block-wise 8-bit moments (paged:

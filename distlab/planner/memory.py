@@ -53,9 +53,10 @@ def state_bytes_per_param(precision: str, optimizer: str = "adamw") -> dict[str,
     """{"params", "grads", "optimizer"} bytes per trained parameter.
 
     mixed 2 + 2 + 12; pure bf16 2 + 2 + 4 (bf16 moments, no master: 8 B); mixed-bf16-moments 2 + 4 + (4 + 2 + 2)
-    (Megatron-Core's precision-aware optimizer: fp32 main grads and master, bf16 moments: 14 B). The optimizer
-    replaces Adam's two moments: sgd keeps one; adamw-8bit keeps two 1-byte moments plus an fp32 constant per block
-    of 2048 (bitsandbytes); adamw-in-backward keeps AdamW's state (its gradients are what it saves)."""
+    (Megatron-Core's precision-aware optimizer: fp32 main grads and master, bf16 moments: 14 B); mixed-bf16-state
+    2 + 2 + (2 + 2 + 2) (Apex's DistributedFusedAdam at dtype bf16: its parameter copy and moments in bf16: 10 B).
+    The optimizer replaces Adam's two moments: sgd keeps one; adamw-8bit keeps two 1-byte moments plus an fp32
+    constant per block of 2048 (bitsandbytes); adamw-in-backward keeps AdamW's state (its gradients: what it saves)."""
     if precision in BYTES_PER_PARAM:
         per = {k: float(v) for k, v in bytes_per_param_by_state(precision).items()}
         moments: float = sum(b for cat, b in BYTES_PER_PARAM[precision].items() if cat.startswith("Adam"))
@@ -72,6 +73,13 @@ def state_bytes_per_param(precision: str, optimizer: str = "adamw") -> dict[str,
             "params": _fact("precision-aware", "weight_bytes"),
             "grads": _fact("precision-aware", "main_grad_bytes"),
             "optimizer": _fact("precision-aware", "master_bytes") + moments,
+        }
+    elif precision == "mixed-bf16-state":
+        moments = 2 * _fact("apex-adam-bf16-state", "moment_bytes")
+        per = {
+            "params": _fact("apex-adam-bf16-state", "weight_bytes"),
+            "grads": _fact("apex-adam-bf16-state", "grad_bytes"),
+            "optimizer": _fact("apex-adam-bf16-state", "master_bytes") + moments,
         }
     else:
         raise ValueError(f"unknown precision {precision!r}")
@@ -307,7 +315,8 @@ def _states(params: int, group: int, zero: int, precision: str, offload_optimize
 def _moment_bytes(precision: str) -> float:
     if precision in BYTES_PER_PARAM:
         return float(sum(b for cat, b in BYTES_PER_PARAM[precision].items() if cat.startswith("Adam")))
-    return 2 * _fact("pure-bf16" if precision == "bf16" else "precision-aware", "moment_bytes")
+    entry = {"bf16": "pure-bf16", "mixed-bf16-state": "apex-adam-bf16-state"}.get(precision, "precision-aware")
+    return 2 * _fact(entry, "moment_bytes")
 
 
 def model_states(m: ModelShape, t: Training, p: Plan, stage: int) -> dict[str, float]:
@@ -448,15 +457,16 @@ def op_policy_bytes(m: ModelShape, seq: int, batch: int, tp: int, sp: bool) -> f
 
 
 def in_flight(p: Plan, stage: int) -> float:
-    """Micro-batches whose activations stage `stage` holds at once: 1F1B's p - s (its warm-up plus one), the
-    interleaved schedule's p + (p-1)/v on stage 0 (Korthikanti et al. 2022, Section 4.2), never more than m."""
+    """Micro-batches whose activations stage `stage` holds at once, in units of the stage's layers: 1F1B's p - s
+    (its warm-up plus one); the interleaved schedule's warm-up of 2 (p - s - 1) + (v - 1) p model chunks plus the one
+    in flight, each chunk 1/v of the stage (Megatron-Core, pipeline_parallel/schedules.py,
+    forward_backward_pipelining_with_interleaving): p + (p - 1)/v on stage 0 as Korthikanti et al. 2022 (Section
+    4.2) state, and still about p - (p - 1)/v on the last. Never more than the m micro-batches there are."""
     if p.pp == 1:
         return 1.0
     if p.schedule == "interleaved":
-        held = (
-            (p.pp - stage) + (p.pp - 1 - stage) / p.virtual if stage == 0 else (p.pp - stage) + (p.pp - 1) / p.virtual
-        )
-        return min(held, p.microbatches)
+        chunks = 2 * (p.pp - stage - 1) + (p.virtual - 1) * p.pp + 1
+        return min(chunks / p.virtual, p.microbatches)
     return min(p.pp - stage, p.microbatches)
 
 

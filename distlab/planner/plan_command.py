@@ -154,7 +154,9 @@ def plan_command(argv: list[str]) -> int:
         default="mixed",
         help="model-state bytes per parameter: mixed (bf16 + fp32 master and moments, 16 B; the default), "
         "mixed-fp32-grads (Megatron's fp32 main_grad, 18 B), mixed-fp32-accum (20 B), fp32, bf16 (pure bf16: "
-        "weights, gradients and moments, 8 B) or mixed-bf16-moments (Megatron-Core's precision-aware optimizer, 14 B)",
+        "weights, gradients and moments, 8 B), mixed-bf16-moments (Megatron-Core's precision-aware optimizer, 14 B) "
+        "or mixed-bf16-state (bf16 weights, gradients, parameter copy and moments: Apex's DistributedFusedAdam at "
+        "dtype bf16, 10 B)",
     )
     p.add_argument("--matmul-dtype", choices=MATMUL_DTYPES, default="bf16", help="weight matmuls in bf16 or fp8")
     p.add_argument(
