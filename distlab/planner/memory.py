@@ -336,6 +336,10 @@ def model_states(m: ModelShape, t: Training, p: Plan, stage: int) -> dict[str, f
     ratio = per["optimizer"] / state_bytes_per_param(t.precision)["optimizer"]
     shard = shard_elements(local, group) if zero >= 1 else local
     grads = st["grads_bytes"]
+    if t.framework in ("torchtitan", "fsdp2") and p.pp > 1 and p.zero == 3 and t.precision == "mixed":
+        # FSDP2 under a pipeline: gradient sync is off until the last micro-batch, and the unsharded gradients
+        # accumulate in FSDP's reduce dtype (fp32 in torchtitan's default), not in the bf16 compute dtype
+        grads = grads * _fact("fsdp2-pp-accumulation", "reduce_dtype_bytes") / state_bytes_per_param("mixed")["grads"]
     if t.optimizer == "adamw-in-backward":  # each gradient is applied and freed in backward: one layer's at most
         grads = min(grads, per["grads"] * math.ceil(m.params_per_layer() / p.tp))
     return {
