@@ -33,7 +33,7 @@ from distlab.memory.activations import model_activation_bytes_per_layer
 from distlab.memory.model_states import BYTES_PER_PARAM
 from distlab.models.shapes import ModelShape
 from distlab.planner.config import FRAGMENTATION_FRACTION, Cluster, Plan, Training, device_capacity_bytes
-from distlab.planner.stages import stage_layers, stage_params
+from distlab.planner.stages import local_params, stage_layers, stage_params
 from distlab.sharding.zero import bytes_per_param_by_state, model_state_bytes_per_gpu, shard_elements
 
 PHASES = ("forward", "backward", "optimizer_step")
@@ -269,9 +269,10 @@ in place) or PyTorch's cross_entropy on upcast logits (eager)."""
 
 
 @functools.cache
-def loss_bytes_per_logit(framework: str) -> tuple[float, float]:
-    """(alive after forward, added by the loss's backward) bytes per logit element."""
-    row = entries("memory_buffers")[f"loss-{LOSS_OF_STACK[framework]}"]
+def loss_bytes_per_logit(framework: str, loss: str = "stack") -> tuple[float, float]:
+    """(alive after forward, added by the loss's backward) bytes per logit element: the stack's own loss, or the
+    one `loss` names (distlab.planner.config.LOSSES)."""
+    row = entries("memory_buffers")[f"loss-{LOSS_OF_STACK[framework] if loss == 'stack' else loss}"]
     return float(row["forward_bytes_per_logit"]), float(row["backward_bytes_per_logit"]) - float(
         row["forward_bytes_per_logit"]
     )
@@ -460,6 +461,22 @@ def op_policy_bytes(m: ModelShape, seq: int, batch: int, tp: int, sp: bool) -> f
     return 2.0 * rows * m.hidden + 2.0 * sb * (saved + qd) + 4.0 * batch * (m.heads // tp) * seq
 
 
+def zero3_gather_bytes(m: ModelShape, t: Training, p: Plan) -> float:
+    """ZeRO-3's gathered bf16 weights beside the shards. FSDP: the layer computing and the one prefetched (two
+    layers), or with reshard_after_forward off every layer gathered in forward until its backward (the whole local
+    model). DeepSpeed: up to stage3_max_live_parameters resident plus the stage3_prefetch_bucket_size buffer, at
+    its documented defaults, never more than the local model."""
+    if p.zero != 3:
+        return 0.0
+    local = local_params(m, p)
+    if t.framework == "deepspeed":
+        live = min(_fact("deepspeed-zero3", "max_live_parameters"), local)
+        return 2.0 * (live + min(_fact("deepspeed-zero3", "prefetch_bucket_size"), local))
+    if not t.reshard_after_forward and p.pp == 1:
+        return 2.0 * local
+    return 2 * 2 * m.params_per_layer() / p.tp
+
+
 def in_flight(p: Plan, stage: int) -> float:
     """Micro-batches whose activations stage `stage` holds at once, in units of the stage's layers: 1F1B's p - s
     (its warm-up plus one); the interleaved schedule's warm-up of 2 (p - s - 1) + (v - 1) p model chunks plus the one
@@ -484,9 +501,9 @@ def memory_per_gpu(m: ModelShape, c: Cluster, t: Training, p: Plan) -> MemoryBre
     )
     if t.peft == "qlora":  # the NF4 base is dequantized to bf16 one matrix at a time: the largest one
         working = max(working, 2 * m.hidden * m.ffn / p.tp)
-    fwd_logit, bwd_logit = loss_bytes_per_logit(t.framework)
+    fwd_logit, bwd_logit = loss_bytes_per_logit(t.framework, t.loss)
     logit_elements = t.seq // p.cp * p.micro_batch * m.vocab / p.tp
-    gather = 2 * 2 * m.params_per_layer() / p.tp if p.zero == 3 else 0.0
+    gather = zero3_gather_bytes(m, t, p)
     comm = nccl_bytes_per_communicator() * communicators(p)
     context = context_bytes()
     fragmentation = FRAGMENTATION_FRACTION * device_capacity_bytes(c.gpu)
@@ -517,6 +534,8 @@ def memory_per_gpu(m: ModelShape, c: Cluster, t: Training, p: Plan) -> MemoryBre
         buckets, temps, persistent = _stack_buffers(
             t, p, grads, st["optimizer_shard_params"], _moment_bytes(t.precision)
         )
+        if t.framework == "deepspeed" and p.zero == 3:  # the gradient bucket of reduce_bucket_size elements
+            buckets += 2 * min(_fact("deepspeed-zero3", "reduce_bucket_size"), local_params(m, p))
         mb = MemoryBreakdown(
             weights=weights,
             gradients=grads,

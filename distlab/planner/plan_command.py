@@ -10,6 +10,7 @@ from distlab.core.cli import MAX_GPUS, MAX_TOKENS, UsageError, command, emit, nu
 from distlab.models.shapes import ModelShape
 from distlab.planner.config import (
     ATTENTION,
+    LOSSES,
     MATMUL_DTYPES,
     OFFLOAD,
     OPTIMIZERS,
@@ -79,6 +80,8 @@ def request(args) -> tuple[ModelShape, Cluster, Training]:
         lora_rank=args.lora_rank,
         recompute_modules=recompute_modules(args.recompute_modules, m, moe),
         activation_offload=args.activation_offload,
+        loss=args.loss,
+        reshard_after_forward=args.reshard_after_forward,
     )
     return m, c, t
 
@@ -202,6 +205,13 @@ def plan_command(argv: list[str]) -> int:
         help="keep saved activations in host memory between forward and backward, over PCIe (default off)",
     )
     switches.add_argument(
+        "--reshard-after-forward",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="ZeRO-3/FSDP: free gathered weights after each layer's forward (default on; off keeps the unsharded "
+        "model until backward)",
+    )
+    switches.add_argument(
         "--sequence-parallel",
         action=argparse.BooleanOptionalAction,
         default=True,
@@ -220,6 +230,14 @@ def plan_command(argv: list[str]) -> int:
         default="any",
         help="keep to what one training stack ships (schedules, ZeRO stages, offload, TP overlap; "
         "distlab/data/stacks.toml) and price its own buffers and loss (distlab/data/memory_buffers.toml); default any",
+    )
+    p.add_argument(
+        "--loss",
+        choices=LOSSES,
+        default="stack",
+        help="the cross-entropy: the stack's own (default), eager (PyTorch on upcast logits), hf (also keeps the "
+        "bf16 logits and their upcast), fused (Megatron's vocab-parallel) or chunked (torchtune's, one chunk "
+        "upcast at a time)",
     )
     p.add_argument(
         "--min-headroom",

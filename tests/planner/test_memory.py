@@ -258,3 +258,24 @@ def test_nemotron_340b_recipe_fits_128_h100s_with_its_bf16_optimizer_state():
     mem = memory_per_gpu(NEMOTRON_340B, c, ran, plan)
     local = (12 * NEMOTRON_340B.params_per_layer() + 256000 * 18432 + 4096 * 18432) / 8  # stage 0 / TP
     assert mem.model_states == pytest.approx(local * (2 + 2 + 6 / 2), rel=1e-3)
+
+
+def test_stack_buffers_at_their_documented_defaults():
+    """DeepSpeed ZeRO-3 keeps up to stage3_max_live_parameters (1e9) resident plus a stage3_prefetch_bucket_size
+    (5e8) buffer of bf16 weights and a reduce_bucket_size (5e8) gradient bucket; FSDP with reshard_after_forward off
+    keeps the whole local model gathered; torchtune's chunked loss keeps 2 B per logit after forward and adds 3 at
+    its backward. Would catch a default mistyped in memory_buffers.toml or a flag that changes nothing."""
+    m = preset("7B")
+    p = Plan(dp=8, zero=3, micro_batch=1, microbatches=8)
+    ds = memory_per_gpu(m, H100, _t(framework="deepspeed"), p)
+    assert ds.gather_buffers == 2 * (1e9 + 5e8)
+    assert ds.grad_buckets == 2 * 5e8
+    kept = memory_per_gpu(m, H100, _t(framework="fsdp2", reshard_after_forward=False), p)
+    assert kept.gather_buffers == 2 * m.params()
+    assert memory_per_gpu(m, H100, _t(framework="fsdp2"), p).gather_buffers == 2 * 2 * m.params_per_layer()
+    one = Plan(dp=8, zero=3, micro_batch=1, microbatches=8)
+    chunked = memory_per_gpu(m, H100, _t(framework="fsdp2", loss="chunked"), one)
+    logits = 4096 * m.vocab
+    assert chunked.logits == 2 * logits and chunked.logits_backward == 3 * logits
+    with pytest.raises(ValueError):
+        _t(loss="liger")
