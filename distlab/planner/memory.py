@@ -142,6 +142,8 @@ class MemoryBreakdown:
     """The CUDA context (outside the allocator)."""
     fragmentation: float = 0.0
     """Reserved by the caching allocator but not handed out (an assumption: FRAGMENTATION_FRACTION)."""
+    autocast_cache: float = 0.0
+    """torch.autocast's bf16 casts of the fp32 weights, cached in forward and saved for backward (DDP stacks)."""
 
     @property
     def model_states(self) -> float:
@@ -150,7 +152,7 @@ class MemoryBreakdown:
     @functools.cached_property
     def phases(self) -> dict[str, float]:
         """Bytes alive in each phase (the allocator's view)."""
-        held = self.weights + self.optimizer + self.gather_buffers
+        held = self.weights + self.optimizer + self.gather_buffers + self.autocast_cache
         return {
             "forward": held + self.gradients_in_forward + self.activations + self.logits,
             "backward": held
@@ -167,7 +169,12 @@ class MemoryBreakdown:
 
     def by_phase(self) -> dict[str, dict[str, float]]:
         """`distlab plan --json`'s memory_by_phase: each phase's categories (bytes) and its total."""
-        wo = {"weights": self.weights, "optimizer": self.optimizer, "gather buffers": self.gather_buffers}
+        wo = {
+            "weights": self.weights,
+            "optimizer": self.optimizer,
+            "gather buffers": self.gather_buffers,
+            "autocast weight cache": self.autocast_cache,
+        }
         fwd = wo | {"gradients": self.gradients_in_forward, "activations": self.activations, "logits": self.logits}
         loss = self.logits + self.logits_backward
         bwd = wo | {
@@ -227,6 +234,7 @@ class MemoryBreakdown:
             "logits gradients": self.logits_backward,
             "recompute working set": self.recompute_working,
             "gather buffers": self.gather_buffers,
+            "autocast weight cache": self.autocast_cache,
             "gradient buckets": self.grad_buckets,
             "step temporaries": self.step_temporaries,
             "communication buffers": self.comm_buffers,
@@ -461,6 +469,15 @@ def op_policy_bytes(m: ModelShape, seq: int, batch: int, tp: int, sp: bool) -> f
     return 2.0 * rows * m.hidden + 2.0 * sb * (saved + qd) + 4.0 * batch * (m.heads // tp) * seq
 
 
+def autocast_cache_bytes(m: ModelShape, t: Training, p: Plan) -> float:
+    """PyTorch DDP under torch.autocast (torchtitan's and plain PyTorch's data parallelism without sharding): the
+    weights stay fp32 and autocast caches each one's bf16 cast for the forward (cache_enabled defaults to True); the
+    matmuls save those casts for backward, so 2 B per local parameter stay alive through backward."""
+    if t.framework not in ("torchtitan", "fsdp2") or p.zero != 0 or t.precision != "mixed" or t.peft != "none":
+        return 0.0
+    return _fact("autocast-cache", "cast_bytes") * local_params(m, p)
+
+
 def zero3_gather_bytes(m: ModelShape, t: Training, p: Plan) -> float:
     """ZeRO-3's gathered bf16 weights beside the shards. FSDP: the layer computing and the one prefetched (two
     layers), or with reshard_after_forward off every layer gathered in forward until its backward (the whole local
@@ -546,6 +563,7 @@ def memory_per_gpu(m: ModelShape, c: Cluster, t: Training, p: Plan) -> MemoryBre
             recompute_working=working,
             gather_buffers=gather,
             gradients_in_forward=grads if persistent else 0.0,
+            autocast_cache=autocast_cache_bytes(m, t, p),
             grad_buckets=buckets,
             step_temporaries=temps,
             comm_buffers=comm,

@@ -279,3 +279,18 @@ def test_stack_buffers_at_their_documented_defaults():
     assert chunked.logits == 2 * logits and chunked.logits_backward == 3 * logits
     with pytest.raises(ValueError):
         _t(loss="liger")
+
+
+def test_ddp_under_autocast_keeps_the_bf16_weight_casts_through_backward():
+    """Plain PyTorch DDP (fp32 weights, torch.autocast): 2 B per parameter of cached bf16 casts in forward and
+    backward, none at the optimizer step, none for Megatron-Core (bf16 weights, no autocast). Would catch the cast
+    cache forgotten (a DDP 7B under-predicted by 13 GB) or charged at the step."""
+    m = preset("7B")
+    p = Plan(dp=8, zero=0, micro_batch=1, microbatches=8, recompute="full")
+    ddp = memory_per_gpu(m, H100, _t(framework="fsdp2"), p)
+    assert ddp.autocast_cache == 2 * m.params()
+    base = memory_per_gpu(m, H100, _t(framework="megatron-core"), p)
+    assert base.autocast_cache == 0
+    assert ddp.phases["optimizer_step"] - ddp.step_temporaries - ddp.grad_buckets == pytest.approx(
+        ddp.weights + ddp.optimizer + ddp.gradients, rel=1e-12
+    )
