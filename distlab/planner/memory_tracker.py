@@ -31,7 +31,7 @@ STATE_REL_TOL = 0.01  # FSDP2 pads each tensor's first dimension to a multiple o
 CONFIGS = (("7B", 4096), ("13B", 4096), ("70B", 4096))  # the chapters' fine-tunes and a 70B shard
 
 
-def tracked_peak(m: ModelShape, seq: int, world: int = WORLD) -> dict[str, float]:
+def tracked_peak(m: ModelShape, seq: int, world: int = WORLD, lora_rank: int = 0) -> dict[str, float]:
     """The tracker's peak snapshot of one rank (bytes by category, and "total") for a pure-bf16 FSDP2 step of model
     `m` (its own depth) at micro-batch 1 of `seq` tokens."""
     import torch
@@ -49,11 +49,14 @@ def tracked_peak(m: ModelShape, seq: int, world: int = WORLD) -> dict[str, float
         mesh = init_device_mesh("cpu", (world,))  # outside FakeTensorMode: inside it fails
         with FakeTensorMode():
             model = _bf16_decoder(m, seq)
+            if lora_rank:
+                _add_lora(model, lora_rank)
             for layer in model.layers:
                 fully_shard(layer, mesh=mesh)
             fully_shard(model, mesh=mesh)
             model.to_empty(device="cpu")
-            opt = torch.optim.AdamW(model.parameters(), foreach=False)
+            trained = [w for w in model.parameters() if w.requires_grad]
+            opt = torch.optim.AdamW(trained, foreach=False)
             tokens = torch.randint(0, m.vocab, (1, seq))
             labels = torch.randint(0, m.vocab, (1, seq))
             tracker = FSDPMemTracker(model, opt)
@@ -110,6 +113,32 @@ def _bf16_decoder(m: ModelShape, seq: int):
         for name, buf in list(mod.named_buffers(recurse=False)):
             setattr(mod, name, buf.to(torch.bfloat16))
     return model
+
+
+def _add_lora(model, rank: int) -> None:
+    """LoRA on every linear map of every layer (attention's q, k, v, o and the MLP's), as QLoRA adapts them: the
+    base frozen, y = W x + B (A x) with A (r x d_in) and B (d_out x r) trained; embedding and head frozen too."""
+    import torch
+    from torch import nn
+
+    class LoRALinear(nn.Module):
+        def __init__(self, base: nn.Linear) -> None:
+            super().__init__()
+            self.base = base
+            with torch.device("meta"):
+                self.lora_a = nn.Linear(base.in_features, rank, bias=False, dtype=torch.bfloat16)
+                self.lora_b = nn.Linear(rank, base.out_features, bias=False, dtype=torch.bfloat16)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.base(x) + self.lora_b(self.lora_a(x))
+
+    for w in model.parameters():
+        w.requires_grad_(False)
+    for layer in model.layers:
+        for parent in list(layer.modules()):
+            for name, child in list(parent.named_children()):
+                if isinstance(child, nn.Linear):
+                    setattr(parent, name, LoRALinear(child))
 
 
 def tracked_peak_ddp(m: ModelShape, seq: int) -> dict[str, float]:
@@ -207,6 +236,7 @@ def memory_tracker(device: str) -> Result:
             ]
         )
     _ddp(r)
+    rows += _lora(r)
     r.table(
         "tracker",
         [
@@ -285,3 +315,68 @@ def _ddp(r: Result) -> None:
         caption="Measured on this machine's CPU under FakeTensorMode: PyTorch's MemTracker on one replica's step "
         "(no DDP wrapper: its buckets are the planner's alone) against the planner.",
     )
+
+
+LORA_RANK = 16
+
+
+def _lora(r: Result) -> list[list[str]]:
+    """LoRA (rank 16 on every linear map, base and embeddings frozen, FSDP2 on 8 ranks, pure bf16): the planner's
+    allocator peak against the tracker's, and the adapters' AdamW moments against its optimizer state."""
+    rows = []
+    r.add("lora_rank", LORA_RANK, "", "the adapters' rank in the LoRA runs")
+    for name, seq in CONFIGS[:2]:
+        m = replace(preset(name), layers=LAYERS)
+        got = tracked_peak(m, seq, lora_rank=LORA_RANK)
+        t = Training(
+            global_batch_tokens=WORLD * seq,
+            seq=seq,
+            precision="bf16",
+            framework="fsdp2",
+            task="finetune",
+            peft="lora",
+            lora_rank=LORA_RANK,
+        )
+        plan = memory_per_gpu(m, cluster("H100-SXM", gpus_per_node=WORLD), t, Plan(dp=WORLD, zero=3))
+        key = name.lower()
+        r.add(f"lora_tracker_peak_{key}", got["total"], "B", f"{name} width, LoRA r = {LORA_RANK}: the tracker's peak")
+        r.add(f"lora_peak_ratio_{key}", plan.allocator_peak_bytes / got["total"], "", "planner / tracker, LoRA")
+        ratio = plan.allocator_peak_bytes / got["total"]
+        if abs(ratio - 1) <= PEAK_REL_TOL:
+            r.claim(
+                f"{name} width, LoRA: the planner's allocator peak is the tracker's within {PEAK_REL_TOL:.0%}",
+                plan.allocator_peak_bytes,
+                got["total"],
+                rel_tol=PEAK_REL_TOL,
+                unit="B",
+                formula="FSDPMemTracker peak snapshot, total",
+            )
+        else:  # a miss, shown: the claim holds its direction (the planner above the tracker) and that it misses
+            r.claim(
+                f"{name} width, LoRA: the planner's allocator peak over-counts the tracker's by more than "
+                f"{PEAK_REL_TOL:.0%} (on the safe side)",
+                ratio - 1,
+                PEAK_REL_TOL,
+                relation=">=",
+                formula="FSDPMemTracker peak snapshot, total",
+            )
+        r.claim(
+            f"{name} width, LoRA: the adapters' bf16 AdamW moments, 4 B x r (d_in + d_out) per linear map / {WORLD}",
+            plan.optimizer,
+            got["opt"],
+            rel_tol=0.05,  # FSDP2 pads each small adapter's first dimension to a multiple of the world
+            unit="B",
+            formula="FSDPMemTracker OPT",
+        )
+        rows.append(
+            [
+                f"{name} width, LoRA r = {LORA_RANK}",
+                f"{got['total'] / 1e9:.2f}",
+                f"{plan.allocator_peak_bytes / 1e9:.2f} ({plan.peak_phase})",
+                f"{(got['sharded_param'] + got['opt']) / 1e9:.2f} / {(plan.weights + plan.optimizer) / 1e9:.2f}",
+                f"{(got['unsharded_param'] + got['all_gather']) / 1e9:.2f} / {plan.gather_buffers / 1e9:.2f}",
+                f"{(got['act'] + got['temp']) / 1e9:.2f} / "
+                f"{(plan.activations + plan.logits + plan.logits_backward) / 1e9:.2f}",
+            ]
+        )
+    return rows
