@@ -22,10 +22,12 @@ from distlab.memory.model_states import BYTES_PER_PARAM, DEFAULT_PRECISION
 from distlab.models.shapes import ModelShape, from_json, preset
 from distlab.planner.moe import MoESpec
 
-PRECISIONS = (*BYTES_PER_PARAM, "bf16", "mixed-bf16-moments")
+PRECISIONS = (*BYTES_PER_PARAM, "bf16", "mixed-bf16-moments", "mixed-bf16-state")
 """Chapter 1's conventions (mixed 16 B/param, Megatron's fp32 main_grad 18, fp32 accumulation 20, fp32 16) and what
 fine-tuners run: pure bf16 (8 B: torchtune's default) and bf16 moments with fp32 master and main grads (14 B:
-Megatron-Core's precision-aware optimizer); distlab.planner.memory.state_bytes_per_param prices each."""
+Megatron-Core's precision-aware optimizer), and an optimizer state wholly in bf16 beside bf16 weights and gradients
+(10 B: Apex's DistributedFusedAdam at dtype bf16, NeMo's Nemotron-4 340B recipe);
+distlab.planner.memory.state_bytes_per_param prices each."""
 MATMUL_DTYPES = ("bf16", "fp8")  # what the weight matmuls run in (fp8: Transformer Engine's recipe, bf16 elsewhere)
 OPTIMIZERS = ("adamw", "sgd", "adamw-8bit", "adamw-8bit-paged", "adamw-in-backward")
 """sgd: with momentum, one moment instead of Adam's two; adamw-8bit: bitsandbytes' block-wise 8-bit moments (paged:
@@ -38,6 +40,10 @@ TASKS = ("pretrain", "finetune")
 ATTENTION = ("flash", "standard")  # standard: the s x s scores go through HBM (Megatron-LM 2021)
 RECOMPUTE = ("none", "selective", "full")
 RECOMPUTE_MODULES = ("core_attn", "mlp", "layernorm", "moe_act", "moe", "op")
+LOSSES = ("stack", "eager", "hf", "fused", "chunked")
+"""The cross-entropy's implementation: the stack's own (stack), PyTorch's on upcast logits (eager), a Hugging
+Face-style loss that also keeps the bf16 logits and their upcast (hf), Megatron's vocab-parallel one (fused), or
+torchtune's chunked one (chunked: one chunk upcast at a time); memory_buffers.toml prices each."""
 """Megatron-Core's --recompute-modules (with --recompute-granularity selective): the attention core (the default), the
 dense MLP, the norms' outputs, the MoE experts' activation function, the whole MoE layer; and op, torchtitan's per-op
 policy (alone: the outputs of attention and of every other matmul are saved, everything else recomputed)."""
@@ -244,6 +250,11 @@ class Training:
     and the PCIe link carries them (distlab.planner.cost.activation_offload_seconds)."""
     recompute_modules: tuple[str, ...] = ("core_attn",)
     """What selective recomputation reruns in backward (RECOMPUTE_MODULES; Megatron-Core's default: core_attn)."""
+    loss: str = "stack"
+    """The cross-entropy's implementation (LOSSES): what it keeps of the logits through backward."""
+    reshard_after_forward: bool = True
+    """ZeRO-3 / FSDP2: free each layer's gathered weights after its forward (True, the default) or keep them until
+    its backward (False: no second all-gather, the whole unsharded model on the GPU)."""
 
     def __post_init__(self) -> None:
         for name, allowed in (
@@ -255,6 +266,7 @@ class Training:
             ("attention", ATTENTION),
             ("framework", STACKS),
             ("peft", PEFT),
+            ("loss", LOSSES),
         ):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {', '.join(allowed)}, not {getattr(self, name)!r}")

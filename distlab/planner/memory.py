@@ -33,7 +33,7 @@ from distlab.memory.activations import model_activation_bytes_per_layer
 from distlab.memory.model_states import BYTES_PER_PARAM
 from distlab.models.shapes import ModelShape
 from distlab.planner.config import FRAGMENTATION_FRACTION, Cluster, Plan, Training, device_capacity_bytes
-from distlab.planner.stages import stage_layers, stage_params
+from distlab.planner.stages import local_params, stage_layers, stage_params
 from distlab.sharding.zero import bytes_per_param_by_state, model_state_bytes_per_gpu, shard_elements
 
 PHASES = ("forward", "backward", "optimizer_step")
@@ -53,9 +53,10 @@ def state_bytes_per_param(precision: str, optimizer: str = "adamw") -> dict[str,
     """{"params", "grads", "optimizer"} bytes per trained parameter.
 
     mixed 2 + 2 + 12; pure bf16 2 + 2 + 4 (bf16 moments, no master: 8 B); mixed-bf16-moments 2 + 4 + (4 + 2 + 2)
-    (Megatron-Core's precision-aware optimizer: fp32 main grads and master, bf16 moments: 14 B). The optimizer
-    replaces Adam's two moments: sgd keeps one; adamw-8bit keeps two 1-byte moments plus an fp32 constant per block
-    of 2048 (bitsandbytes); adamw-in-backward keeps AdamW's state (its gradients are what it saves)."""
+    (Megatron-Core's precision-aware optimizer: fp32 main grads and master, bf16 moments: 14 B); mixed-bf16-state
+    2 + 2 + (2 + 2 + 2) (Apex's DistributedFusedAdam at dtype bf16: its parameter copy and moments in bf16: 10 B).
+    The optimizer replaces Adam's two moments: sgd keeps one; adamw-8bit keeps two 1-byte moments plus an fp32
+    constant per block of 2048 (bitsandbytes); adamw-in-backward keeps AdamW's state (its gradients: what it saves)."""
     if precision in BYTES_PER_PARAM:
         per = {k: float(v) for k, v in bytes_per_param_by_state(precision).items()}
         moments: float = sum(b for cat, b in BYTES_PER_PARAM[precision].items() if cat.startswith("Adam"))
@@ -72,6 +73,13 @@ def state_bytes_per_param(precision: str, optimizer: str = "adamw") -> dict[str,
             "params": _fact("precision-aware", "weight_bytes"),
             "grads": _fact("precision-aware", "main_grad_bytes"),
             "optimizer": _fact("precision-aware", "master_bytes") + moments,
+        }
+    elif precision == "mixed-bf16-state":
+        moments = 2 * _fact("apex-adam-bf16-state", "moment_bytes")
+        per = {
+            "params": _fact("apex-adam-bf16-state", "weight_bytes"),
+            "grads": _fact("apex-adam-bf16-state", "grad_bytes"),
+            "optimizer": _fact("apex-adam-bf16-state", "master_bytes") + moments,
         }
     else:
         raise ValueError(f"unknown precision {precision!r}")
@@ -134,6 +142,8 @@ class MemoryBreakdown:
     """The CUDA context (outside the allocator)."""
     fragmentation: float = 0.0
     """Reserved by the caching allocator but not handed out (an assumption: FRAGMENTATION_FRACTION)."""
+    autocast_cache: float = 0.0
+    """torch.autocast's bf16 casts of the fp32 weights, cached in forward and saved for backward (DDP stacks)."""
 
     @property
     def model_states(self) -> float:
@@ -142,7 +152,7 @@ class MemoryBreakdown:
     @functools.cached_property
     def phases(self) -> dict[str, float]:
         """Bytes alive in each phase (the allocator's view)."""
-        held = self.weights + self.optimizer + self.gather_buffers
+        held = self.weights + self.optimizer + self.gather_buffers + self.autocast_cache
         return {
             "forward": held + self.gradients_in_forward + self.activations + self.logits,
             "backward": held
@@ -159,7 +169,12 @@ class MemoryBreakdown:
 
     def by_phase(self) -> dict[str, dict[str, float]]:
         """`distlab plan --json`'s memory_by_phase: each phase's categories (bytes) and its total."""
-        wo = {"weights": self.weights, "optimizer": self.optimizer, "gather buffers": self.gather_buffers}
+        wo = {
+            "weights": self.weights,
+            "optimizer": self.optimizer,
+            "gather buffers": self.gather_buffers,
+            "autocast weight cache": self.autocast_cache,
+        }
         fwd = wo | {"gradients": self.gradients_in_forward, "activations": self.activations, "logits": self.logits}
         loss = self.logits + self.logits_backward
         bwd = wo | {
@@ -219,6 +234,7 @@ class MemoryBreakdown:
             "logits gradients": self.logits_backward,
             "recompute working set": self.recompute_working,
             "gather buffers": self.gather_buffers,
+            "autocast weight cache": self.autocast_cache,
             "gradient buckets": self.grad_buckets,
             "step temporaries": self.step_temporaries,
             "communication buffers": self.comm_buffers,
@@ -261,9 +277,10 @@ in place) or PyTorch's cross_entropy on upcast logits (eager)."""
 
 
 @functools.cache
-def loss_bytes_per_logit(framework: str) -> tuple[float, float]:
-    """(alive after forward, added by the loss's backward) bytes per logit element."""
-    row = entries("memory_buffers")[f"loss-{LOSS_OF_STACK[framework]}"]
+def loss_bytes_per_logit(framework: str, loss: str = "stack") -> tuple[float, float]:
+    """(alive after forward, added by the loss's backward) bytes per logit element: the stack's own loss, or the
+    one `loss` names (distlab.planner.config.LOSSES)."""
+    row = entries("memory_buffers")[f"loss-{LOSS_OF_STACK[framework] if loss == 'stack' else loss}"]
     return float(row["forward_bytes_per_logit"]), float(row["backward_bytes_per_logit"]) - float(
         row["forward_bytes_per_logit"]
     )
@@ -307,7 +324,8 @@ def _states(params: int, group: int, zero: int, precision: str, offload_optimize
 def _moment_bytes(precision: str) -> float:
     if precision in BYTES_PER_PARAM:
         return float(sum(b for cat, b in BYTES_PER_PARAM[precision].items() if cat.startswith("Adam")))
-    return 2 * _fact("pure-bf16" if precision == "bf16" else "precision-aware", "moment_bytes")
+    entry = {"bf16": "pure-bf16", "mixed-bf16-state": "apex-adam-bf16-state"}.get(precision, "precision-aware")
+    return 2 * _fact(entry, "moment_bytes")
 
 
 def model_states(m: ModelShape, t: Training, p: Plan, stage: int) -> dict[str, float]:
@@ -327,6 +345,10 @@ def model_states(m: ModelShape, t: Training, p: Plan, stage: int) -> dict[str, f
     ratio = per["optimizer"] / state_bytes_per_param(t.precision)["optimizer"]
     shard = shard_elements(local, group) if zero >= 1 else local
     grads = st["grads_bytes"]
+    if t.framework in ("torchtitan", "fsdp2") and p.pp > 1 and p.zero == 3 and t.precision == "mixed":
+        # FSDP2 under a pipeline: gradient sync is off until the last micro-batch, and the unsharded gradients
+        # accumulate in FSDP's reduce dtype (fp32 in torchtitan's default), not in the bf16 compute dtype
+        grads = grads * _fact("fsdp2-pp-accumulation", "reduce_dtype_bytes") / state_bytes_per_param("mixed")["grads"]
     if t.optimizer == "adamw-in-backward":  # each gradient is applied and freed in backward: one layer's at most
         grads = min(grads, per["grads"] * math.ceil(m.params_per_layer() / p.tp))
     return {
@@ -447,16 +469,42 @@ def op_policy_bytes(m: ModelShape, seq: int, batch: int, tp: int, sp: bool) -> f
     return 2.0 * rows * m.hidden + 2.0 * sb * (saved + qd) + 4.0 * batch * (m.heads // tp) * seq
 
 
+def autocast_cache_bytes(m: ModelShape, t: Training, p: Plan) -> float:
+    """PyTorch DDP under torch.autocast (torchtitan's and plain PyTorch's data parallelism without sharding): the
+    weights stay fp32 and autocast caches each one's bf16 cast for the forward (cache_enabled defaults to True); the
+    matmuls save those casts for backward, so 2 B per local parameter stay alive through backward."""
+    if t.framework not in ("torchtitan", "fsdp2") or p.zero != 0 or t.precision != "mixed" or t.peft != "none":
+        return 0.0
+    return _fact("autocast-cache", "cast_bytes") * local_params(m, p)
+
+
+def zero3_gather_bytes(m: ModelShape, t: Training, p: Plan) -> float:
+    """ZeRO-3's gathered bf16 weights beside the shards. FSDP: the layer computing and the one prefetched (two
+    layers), or with reshard_after_forward off every layer gathered in forward until its backward (the whole local
+    model). DeepSpeed: up to stage3_max_live_parameters resident plus the stage3_prefetch_bucket_size buffer, at
+    its documented defaults, never more than the local model."""
+    if p.zero != 3:
+        return 0.0
+    local = local_params(m, p)
+    if t.framework == "deepspeed":
+        live = min(_fact("deepspeed-zero3", "max_live_parameters"), local)
+        return 2.0 * (live + min(_fact("deepspeed-zero3", "prefetch_bucket_size"), local))
+    if not t.reshard_after_forward and p.pp == 1:
+        return 2.0 * local
+    return 2 * 2 * m.params_per_layer() / p.tp
+
+
 def in_flight(p: Plan, stage: int) -> float:
-    """Micro-batches whose activations stage `stage` holds at once: 1F1B's p - s (its warm-up plus one), the
-    interleaved schedule's p + (p-1)/v on stage 0 (Korthikanti et al. 2022, Section 4.2), never more than m."""
+    """Micro-batches whose activations stage `stage` holds at once, in units of the stage's layers: 1F1B's p - s
+    (its warm-up plus one); the interleaved schedule's warm-up of 2 (p - s - 1) + (v - 1) p model chunks plus the one
+    in flight, each chunk 1/v of the stage (Megatron-Core, pipeline_parallel/schedules.py,
+    forward_backward_pipelining_with_interleaving): p + (p - 1)/v on stage 0 as Korthikanti et al. 2022 (Section
+    4.2) state, and still about p - (p - 1)/v on the last. Never more than the m micro-batches there are."""
     if p.pp == 1:
         return 1.0
     if p.schedule == "interleaved":
-        held = (
-            (p.pp - stage) + (p.pp - 1 - stage) / p.virtual if stage == 0 else (p.pp - stage) + (p.pp - 1) / p.virtual
-        )
-        return min(held, p.microbatches)
+        chunks = 2 * (p.pp - stage - 1) + (p.virtual - 1) * p.pp + 1
+        return min(chunks / p.virtual, p.microbatches)
     return min(p.pp - stage, p.microbatches)
 
 
@@ -470,9 +518,9 @@ def memory_per_gpu(m: ModelShape, c: Cluster, t: Training, p: Plan) -> MemoryBre
     )
     if t.peft == "qlora":  # the NF4 base is dequantized to bf16 one matrix at a time: the largest one
         working = max(working, 2 * m.hidden * m.ffn / p.tp)
-    fwd_logit, bwd_logit = loss_bytes_per_logit(t.framework)
+    fwd_logit, bwd_logit = loss_bytes_per_logit(t.framework, t.loss)
     logit_elements = t.seq // p.cp * p.micro_batch * m.vocab / p.tp
-    gather = 2 * 2 * m.params_per_layer() / p.tp if p.zero == 3 else 0.0
+    gather = zero3_gather_bytes(m, t, p)
     comm = nccl_bytes_per_communicator() * communicators(p)
     context = context_bytes()
     fragmentation = FRAGMENTATION_FRACTION * device_capacity_bytes(c.gpu)
@@ -503,6 +551,8 @@ def memory_per_gpu(m: ModelShape, c: Cluster, t: Training, p: Plan) -> MemoryBre
         buckets, temps, persistent = _stack_buffers(
             t, p, grads, st["optimizer_shard_params"], _moment_bytes(t.precision)
         )
+        if t.framework == "deepspeed" and p.zero == 3:  # the gradient bucket of reduce_bucket_size elements
+            buckets += 2 * min(_fact("deepspeed-zero3", "reduce_bucket_size"), local_params(m, p))
         mb = MemoryBreakdown(
             weights=weights,
             gradients=grads,
@@ -513,6 +563,7 @@ def memory_per_gpu(m: ModelShape, c: Cluster, t: Training, p: Plan) -> MemoryBre
             recompute_working=working,
             gather_buffers=gather,
             gradients_in_forward=grads if persistent else 0.0,
+            autocast_cache=autocast_cache_bytes(m, t, p),
             grad_buckets=buckets,
             step_temporaries=temps,
             comm_buffers=comm,

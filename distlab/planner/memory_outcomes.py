@@ -29,6 +29,8 @@ def memory_outcomes(device: str) -> Result:
     rows = []
     models = catalog()
     for key, run in entries("memory_runs").items():
+        if "tp" in run:  # a Megatron-Core layout: priced below
+            continue
         m = models[run["model"]]
         c = cluster(run["gpu"], nodes=run["gpus"] // 8)
         recompute, modules = RECOMPUTE[run["recompute"]]
@@ -71,6 +73,7 @@ def memory_outcomes(device: str) -> Result:
         rows,
         caption="FSDP2 on 64 A100 80GB (torchtitan, docs/performance.md), priced by distlab.planner.memory",
     )
+    _nemotron(r)
     # Megatron-Core's --recompute-modules on Llama 2 7B, one sequence of 4096 tokens, no TP
     m, s = preset("7B"), 4096
     sel = Plan(dp=8, microbatches=8, recompute="selective")
@@ -96,3 +99,46 @@ def memory_outcomes(device: str) -> Result:
         caption="Computed from distlab.memory.layer_activations' saved tensors",
     )
     return r
+
+
+def _nemotron(r: Result) -> None:
+    """NVIDIA's Nemotron-4 340B benchmark on 128 H100s: it ran, so it must fit with its own optimizer (Apex's
+    DistributedFusedAdam at dtype bf16); priced with an fp32 state it would not, which is why it was refused."""
+    from distlab.models.shapes import ModelShape
+
+    run = entries("memory_runs")["nemotron4-340b-h100-128"]
+    shape = {k: run[k] for k in ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab")}
+    m = ModelShape(name="Nemotron-4 340B", mlp="gelu", dropout=False, seq=run["seq"], **shape)
+    c = cluster(run["gpu"], nodes=run["gpus"] // 8)
+    p = Plan(
+        tp=run["tp"],
+        pp=run["pp"],
+        dp=run["dp"],
+        zero=1,
+        micro_batch=run["micro_batch"],
+        microbatches=run["global_batch"] // (run["dp"] * run["micro_batch"]),
+        recompute=run["recompute"],
+        schedule="interleaved",
+        virtual=run["virtual"],
+    )
+    capacity = device_capacity_bytes(c.gpu)
+    for state, precision in (("bf16", "mixed-bf16-state"), ("fp32", "mixed")):
+        t = Training(
+            global_batch_tokens=run["global_batch"] * run["seq"],
+            seq=run["seq"],
+            framework="megatron-core",
+            precision=precision,
+        )
+        mem = memory_per_gpu(m, c, t, p)
+        need = mem.reserved_bytes + mem.outside_allocator_bytes
+        r.add(f"nemotron_{state}_need_bytes", need, "B", f"Nemotron-4 340B on 128 H100s, {state} optimizer state")
+        r.claim(
+            f"Nemotron-4 340B's published layout with a {state} optimizer state "
+            + ("fits, as it ran" if state == "bf16" else "would not fit"),
+            need,
+            capacity,
+            relation="<=" if state == "bf16" else ">=",
+            unit="B",
+            formula="NVIDIA/dgxc-benchmarking nemotron4-340b-synth.yaml",
+        )
+    r.add("nemotron_capacity_bytes", capacity, "B", "an H100's capacity as reported")

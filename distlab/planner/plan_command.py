@@ -10,6 +10,7 @@ from distlab.core.cli import MAX_GPUS, MAX_TOKENS, UsageError, command, emit, nu
 from distlab.models.shapes import ModelShape
 from distlab.planner.config import (
     ATTENTION,
+    LOSSES,
     MATMUL_DTYPES,
     OFFLOAD,
     OPTIMIZERS,
@@ -79,6 +80,8 @@ def request(args) -> tuple[ModelShape, Cluster, Training]:
         lora_rank=args.lora_rank,
         recompute_modules=recompute_modules(args.recompute_modules, m, moe),
         activation_offload=args.activation_offload,
+        loss=args.loss,
+        reshard_after_forward=args.reshard_after_forward,
     )
     return m, c, t
 
@@ -154,7 +157,9 @@ def plan_command(argv: list[str]) -> int:
         default="mixed",
         help="model-state bytes per parameter: mixed (bf16 + fp32 master and moments, 16 B; the default), "
         "mixed-fp32-grads (Megatron's fp32 main_grad, 18 B), mixed-fp32-accum (20 B), fp32, bf16 (pure bf16: "
-        "weights, gradients and moments, 8 B) or mixed-bf16-moments (Megatron-Core's precision-aware optimizer, 14 B)",
+        "weights, gradients and moments, 8 B), mixed-bf16-moments (Megatron-Core's precision-aware optimizer, 14 B) "
+        "or mixed-bf16-state (bf16 weights, gradients, parameter copy and moments: Apex's DistributedFusedAdam at "
+        "dtype bf16, 10 B)",
     )
     p.add_argument("--matmul-dtype", choices=MATMUL_DTYPES, default="bf16", help="weight matmuls in bf16 or fp8")
     p.add_argument(
@@ -200,6 +205,13 @@ def plan_command(argv: list[str]) -> int:
         help="keep saved activations in host memory between forward and backward, over PCIe (default off)",
     )
     switches.add_argument(
+        "--reshard-after-forward",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="ZeRO-3/FSDP: free gathered weights after each layer's forward (default on; off keeps the unsharded "
+        "model until backward)",
+    )
+    switches.add_argument(
         "--sequence-parallel",
         action=argparse.BooleanOptionalAction,
         default=True,
@@ -218,6 +230,14 @@ def plan_command(argv: list[str]) -> int:
         default="any",
         help="keep to what one training stack ships (schedules, ZeRO stages, offload, TP overlap; "
         "distlab/data/stacks.toml) and price its own buffers and loss (distlab/data/memory_buffers.toml); default any",
+    )
+    p.add_argument(
+        "--loss",
+        choices=LOSSES,
+        default="stack",
+        help="the cross-entropy: the stack's own (default), eager (PyTorch on upcast logits), hf (also keeps the "
+        "bf16 logits and their upcast), fused (Megatron's vocab-parallel) or chunked (torchtune's, one chunk "
+        "upcast at a time)",
     )
     p.add_argument(
         "--min-headroom",

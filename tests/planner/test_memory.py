@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from distlab.models.shapes import preset
+from distlab.models.shapes import ModelShape, preset
 from distlab.planner.config import Plan, Training, cluster, device_capacity_bytes, usable_bytes
 from distlab.planner.memory import (
     fits,
@@ -33,6 +33,7 @@ def _t(**kw) -> Training:
         ("mixed", "adamw", 16),  # ZeRO paper: 2 + 2 + 12
         ("bf16", "adamw", 8),  # torchtune: bf16 weights, gradients, m, v
         ("mixed-bf16-moments", "adamw", 2 + 4 + 4 + 2 + 2),  # Megatron-Core: fp32 main grad and master, bf16 m, v
+        ("mixed-bf16-state", "adamw", 2 + 2 + 2 + 2 + 2),  # Apex DistributedFusedAdam, dtype bf16 (NeMo 340B)
         ("mixed", "sgd", 2 + 2 + 4 + 4),  # one fp32 moment
         ("mixed", "adamw-8bit", 2 + 2 + 4 + 2 + 2 * 4 / 2048),  # two 1-byte moments, an fp32 absmax per 2048
         ("bf16", "adamw-8bit", 2 + 2 + 2 + 2 * 4 / 2048),
@@ -203,3 +204,93 @@ def test_published_throughput_runs_fit_with_their_recompute_setting():
 
     refused = sorted(set(runs()) - set(corpus_errors()))
     assert refused == ["tt-llama31-8b-h100-8-fsdp-compile-fp8"]
+
+
+def test_interleaved_schedule_holds_megatrons_warm_up_on_every_stage():
+    """Megatron-Core's interleaved 1F1B runs 2 (p - s - 1) + (v - 1) p chunk forwards before its first backward, so
+    stage 0 holds p + (p - 1)/v stage-loads of activations (Korthikanti et al. 2022) and the last stage nearly p, not
+    1 + (p - 1)/v. Would catch the last stage's activations (beside the logits) priced as 1F1B's single micro-batch."""
+    from distlab.planner.memory import in_flight
+
+    p, v = 8, 12
+    plan = Plan(tp=8, pp=p, dp=2, virtual=v, schedule="interleaved", microbatches=16)
+    assert in_flight(plan, 0) == pytest.approx(p * (1 + (p - 1) / (p * v)), rel=1e-12)
+    assert in_flight(plan, p - 1) == pytest.approx((0 + (v - 1) * p + 1) / v, rel=1e-12)  # 89 chunks of 1/12
+    few = Plan(tp=8, pp=p, dp=2, virtual=v, schedule="interleaved", microbatches=p)
+    assert in_flight(few, 0) == p  # m = p: every chunk forward is warm-up, never more than the m micro-batches
+
+
+NEMOTRON_340B = ModelShape(  # NVIDIA/dgxc-benchmarking nemotron4-340b-synth.yaml: squared ReLU, two matrices, no bias
+    name="Nemotron-4 340B",
+    layers=96,
+    hidden=18432,
+    heads=96,
+    kv_heads=8,
+    ffn=73728,
+    vocab=256000,
+    mlp="gelu",
+    dropout=False,
+)
+
+
+def test_nemotron_340b_recipe_fits_128_h100s_with_its_bf16_optimizer_state():
+    """NVIDIA's Nemotron-4 340B benchmark ran on 128 H100s (TP 8, PP 8, DP 2, interleaved v = 12, micro-batch 1,
+    GBS 32, selective recompute, 4.61 s per step) with Apex's DistributedFusedAdam at dtype bf16: its parameter copy
+    and moments in bf16, the gradient buffer in bf16 (10 B per parameter, 7 B at DP 2). Priced with an fp32 state
+    (16 B, 10 B at DP 2) it does not fit: the issue's refusal. Would catch the optimizer dtype ignored again, or the
+    layout refused for another reason."""
+    c = cluster("H100-SXM", nodes=16)
+    plan = Plan(
+        tp=8,
+        pp=8,
+        dp=2,
+        zero=1,
+        micro_batch=1,
+        microbatches=16,
+        recompute="selective",
+        schedule="interleaved",
+        virtual=12,
+    )
+    run = dict(global_batch_tokens=32 * 4096, seq=4096, framework="megatron-core")
+    ran = Training(**run, precision="mixed-bf16-state")
+    assert fits(NEMOTRON_340B, c, ran, plan)
+    assert not fits(NEMOTRON_340B, c, Training(**run), plan)
+    mem = memory_per_gpu(NEMOTRON_340B, c, ran, plan)
+    local = (12 * NEMOTRON_340B.params_per_layer() + 256000 * 18432 + 4096 * 18432) / 8  # stage 0 / TP
+    assert mem.model_states == pytest.approx(local * (2 + 2 + 6 / 2), rel=1e-3)
+
+
+def test_stack_buffers_at_their_documented_defaults():
+    """DeepSpeed ZeRO-3 keeps up to stage3_max_live_parameters (1e9) resident plus a stage3_prefetch_bucket_size
+    (5e8) buffer of bf16 weights and a reduce_bucket_size (5e8) gradient bucket; FSDP with reshard_after_forward off
+    keeps the whole local model gathered; torchtune's chunked loss keeps 2 B per logit after forward and adds 3 at
+    its backward. Would catch a default mistyped in memory_buffers.toml or a flag that changes nothing."""
+    m = preset("7B")
+    p = Plan(dp=8, zero=3, micro_batch=1, microbatches=8)
+    ds = memory_per_gpu(m, H100, _t(framework="deepspeed"), p)
+    assert ds.gather_buffers == 2 * (1e9 + 5e8)
+    assert ds.grad_buckets == 2 * 5e8
+    kept = memory_per_gpu(m, H100, _t(framework="fsdp2", reshard_after_forward=False), p)
+    assert kept.gather_buffers == 2 * m.params()
+    assert memory_per_gpu(m, H100, _t(framework="fsdp2"), p).gather_buffers == 2 * 2 * m.params_per_layer()
+    one = Plan(dp=8, zero=3, micro_batch=1, microbatches=8)
+    chunked = memory_per_gpu(m, H100, _t(framework="fsdp2", loss="chunked"), one)
+    logits = 4096 * m.vocab
+    assert chunked.logits == 2 * logits and chunked.logits_backward == 3 * logits
+    with pytest.raises(ValueError):
+        _t(loss="liger")
+
+
+def test_ddp_under_autocast_keeps_the_bf16_weight_casts_through_backward():
+    """Plain PyTorch DDP (fp32 weights, torch.autocast): 2 B per parameter of cached bf16 casts in forward and
+    backward, none at the optimizer step, none for Megatron-Core (bf16 weights, no autocast). Would catch the cast
+    cache forgotten (a DDP 7B under-predicted by 13 GB) or charged at the step."""
+    m = preset("7B")
+    p = Plan(dp=8, zero=0, micro_batch=1, microbatches=8, recompute="full")
+    ddp = memory_per_gpu(m, H100, _t(framework="fsdp2"), p)
+    assert ddp.autocast_cache == 2 * m.params()
+    base = memory_per_gpu(m, H100, _t(framework="megatron-core"), p)
+    assert base.autocast_cache == 0
+    assert ddp.phases["optimizer_step"] - ddp.step_temporaries - ddp.grad_buckets == pytest.approx(
+        ddp.weights + ddp.optimizer + ddp.gradients, rel=1e-12
+    )
