@@ -278,3 +278,12 @@ def _long_context(r: Result, seq: int = 131072, ranks: int = 8) -> None:
         unit="s",
         formula="4 c^2 h / F = 2 c kv x 2 B / link",
     )
+    c_causal = r.quantities["overlap_tokens_per_rank_causal"].value
+    r.claim(
+        "at the causal threshold one hop's masked attention (half the pairs) takes as long as its transfer",
+        2 * c_causal**2 * m.hidden / flops,
+        2 * c_causal * kv_width * 2 / link,
+        rel_tol=1e-12,
+        unit="s",
+        formula="2 c^2 h / F (half of 4 c^2 h) = 2 c kv x 2 B / link, at the causal c shown",
+    )
