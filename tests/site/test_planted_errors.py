@@ -153,8 +153,8 @@ PLANTS = [
     Plant(
         "InfiniBand NDR's port rate typed 200 instead of 400 Gb/s (chapter 5's cross-node ring, issue 26)",
         "distlab/data/interconnect.toml",
-        "[InfiniBand-NDR]\nsource = \"ibta-roadmap\"\ngbits_per_s_per_direction = 400",
-        "[InfiniBand-NDR]\nsource = \"ibta-roadmap\"\ngbits_per_s_per_direction = 200",
+        '[InfiniBand-NDR]\nsource = "ibta-roadmap"\ngbits_per_s_per_direction = 400',
+        '[InfiniBand-NDR]\nsource = "ibta-roadmap"\ngbits_per_s_per_direction = 200',
         "05-data-parallel.md",
         "QM9700",
     ),
