@@ -412,10 +412,10 @@ def _child(names: list[str], shown: dict[str, list[str]], op: Mutant | None, tra
     if trace:
         facts.dataset = lambda name: _Traced(original(name), (name,), reads)  # type: ignore[assignment]
     if op is not None and op.op[0] == "data":
-        _, (name, *keys), new = op.op
-        patched = copy.deepcopy(original(name))
+        _, (file, *keys), new = op.op
+        patched = copy.deepcopy(original(file))
         _set(patched, keys, new)
-        facts.dataset = lambda n: patched if n == name else original(n)  # type: ignore[assignment]
+        facts.dataset = lambda n, file=file: patched if n == file else original(n)  # type: ignore[assignment]
     if op is not None and op.op[0] == "code":
         module = sources.module_name(REPO / op.file)
         sys.meta_path.insert(0, _SourceFinder(module, mutated_code(REPO / op.file, op.op)))
