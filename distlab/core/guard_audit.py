@@ -172,7 +172,7 @@ def _text_operand(node: ast.AST) -> bool:
 
 def code_mutants(path: Path) -> list[Mutant]:
     """Every perturbation of a formula module, in a stable order (the index of its node in ast.walk)."""
-    rel = path.relative_to(REPO).as_posix()
+    rel = path.relative_to(REPO).as_posix() if path.is_relative_to(REPO) else str(path)
     tree = ast.parse(path.read_text(encoding="utf-8"))
     parents = _parents(tree)
     docstrings = {id(n.body[0].value) for n in ast.walk(tree) if _has_docstring(n)}
@@ -432,14 +432,10 @@ def _child(names: list[str], shown: dict[str, list[str]], op: Mutant | None, tra
         hits.clear()
         start = time.perf_counter()
         try:
-            result = experiments.get(name).function("cpu")
+            run.failed, run.rendered = _execute(name, shown.get(name, []))
         except BaseException as exc:  # noqa: BLE001 - any failure is the perturbation's outcome
             run.error = f"{type(exc).__name__}: {str(exc)[:200]}"
-            result = None
         run.seconds = time.perf_counter() - start
-        if result is not None:
-            run.failed = [f"{c.name!r}: {c.describe()}" for c in result.claims if c.kind == "value" and not c.passed]
-            run.rendered = _render(name, result, shown.get(name, []))
         run.covered = set(hits)
         run.modules = {m.__file__ for m in list(sys.modules.values()) if getattr(m, "__file__", None) in formula}
         out[name] = run
@@ -448,6 +444,21 @@ def _child(names: list[str], shown: dict[str, list[str]], op: Mutant | None, tra
             run.reads = reads  # reads of all experiments of this child (one experiment per baseline child)
     out[""] = Run(rendered={p: _render_fact(p) for p in shown.get("", [])})
     return out
+
+
+PLAN = "@plan"
+PLAN_SCRIPT = "gen/plan_page.py"
+"""The Plan page's pseudo-experiment: `distlab plan --json` on the page's own requests (gen/plan_page.py)."""
+
+
+def _execute(name: str, placeholders: list[str]) -> tuple[list[str], dict[str, str]]:
+    """Run one experiment (or the Plan page's requests): its failed value claims and its rendered numbers."""
+    if name == PLAN:
+        vectors = _gen_names(PLAN_SCRIPT, ("CUSTOM_SHAPE", "PLAN_VECTORS", "plan_vectors"))["plan_vectors"]()
+        return [], {f"{PLAN}.{v['name']}": json.dumps(v, sort_keys=True) for v in vectors}
+    result = experiments.get(name).function("cpu")
+    failed = [f"{c.name!r}: {c.describe()}" for c in result.claims if c.kind == "value" and not c.passed]
+    return failed, _render(name, result, placeholders)
 
 
 def _fresh_multiprocessing() -> None:
@@ -501,6 +512,7 @@ def fork_call(fn, args: tuple, timeout: float):
         os.close(r)
         try:
             os.setpgid(0, 0)
+            _die_with_parent()
             answer = ("ok", fn(*args))
         except BaseException as exc:  # noqa: BLE001
             answer = ("crash", f"{type(exc).__name__}: {exc}")
@@ -527,6 +539,16 @@ def fork_call(fn, args: tuple, timeout: float):
     os.waitpid(pid, 0)
     _kill(pid)  # its process group: ranks or servers it left
     return pickle.loads(b"".join(chunks)) if chunks else ("crash", "the child died without an answer")
+
+
+def _die_with_parent() -> None:
+    """The kernel kills this child when the audit dies (Linux), so an interrupted audit leaves nothing running."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 def _kill(pid: int) -> None:
@@ -583,6 +605,12 @@ def _js_index(text: str, at: int) -> bool:
 
 def _gen_check(script: str) -> dict:
     """The Node runner and the comparison of a gen script, read from its source (it builds the site when run)."""
+    return _gen_names(script, ("RUNNER", "REL_TOL", "NUMBERS", "disagreements"))
+
+
+def _gen_names(script: str, names: tuple[str, ...]) -> dict:
+    """Some constants and functions of a gen script (with its imports, mkdocs' aside), read from its source: the
+    script itself builds part of the site when it runs."""
     tree = ast.parse((REPO / script).read_text(encoding="utf-8"))
     keep = [
         n
@@ -591,9 +619,9 @@ def _gen_check(script: str) -> dict:
         and not any("mkdocs" in (a.name or "") for a in n.names)
         and "mkdocs" not in (getattr(n, "module", "") or "")
         or isinstance(n, ast.Assign)
-        and any(getattr(t, "id", "") in ("RUNNER", "REL_TOL", "NUMBERS") for t in n.targets)
+        and any(getattr(t, "id", "") in names for t in n.targets)
         or isinstance(n, ast.FunctionDef)
-        and n.name == "disagreements"
+        and n.name in names
     ]
     namespace: dict = {}
     exec(compile(ast.Module(body=keep, type_ignores=[]), script, "exec"), namespace)  # our own gen script
@@ -638,6 +666,21 @@ def exclusions(path: Path = CONFIG) -> list[Exclusion]:
         return []
     with path.open("rb") as f:
         return [Exclusion(**e) for e in tomllib.load(f).get("exclude", [])]
+
+
+def plan_page(all_pages: list[PageSpec], path: Path = CONFIG) -> PageSpec | None:
+    """The Plan page: no placeholder, it shows what `distlab plan --json` answers to its requests (gen/plan_page.py)
+    in the reader's browser; the claims that guard those numbers are the planner chapters' (guard-audit.toml)."""
+    if not path.exists():
+        return None
+    with path.open("rb") as f:
+        conf = tomllib.load(f).get("plan_page")
+    if not conf:
+        return None
+    vectors = _gen_names(PLAN_SCRIPT, ("CUSTOM_SHAPE", "PLAN_VECTORS"))["PLAN_VECTORS"]
+    guards = [e for p in all_pages if p.path in conf["guarded_by"] for e in p.experiments]
+    shown = tuple(f"{PLAN}.{name}" for name, _, _ in vectors)
+    return PageSpec(conf["page"], shown, tuple(dict.fromkeys([PLAN, *guards])))
 
 
 # ---------------------------------------------------------------- the audit
@@ -698,11 +741,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=MAX_JOBS, help=f"parallel children (at most {MAX_JOBS})")
     ap.add_argument("--cap", type=float, default=10.0, help="seconds: experiments slower than this are not re-run")
     ap.add_argument("--limit", type=int, default=0, help="stop after this many perturbations (development)")
+    ap.add_argument("--budget", type=float, default=0, help="seconds: start no perturbation after this (CI); 0: none")
     args = ap.parse_args(argv)
     jobs = max(1, min(args.jobs, MAX_JOBS))
     started = time.monotonic()
     files = set(args.file)
     all_pages = pages()
+    plan = plan_page(all_pages)
+    all_pages += [plan] if plan else []
     chosen = [p for p in all_pages if not args.page or p.path in args.page]
     if args.page and not chosen:
         print(f"guard-audit: no page {args.page} with placeholders", file=sys.stderr)
@@ -724,7 +770,7 @@ def main(argv: list[str] | None = None) -> int:
             lst = shown.setdefault(exp or "", [])
             if text not in lst:
                 lst.append(text)
-    names = list(dict.fromkeys(e for p in chosen for e in p.experiments if e in shown))
+    names = list(dict.fromkeys(e for p in chosen for e in p.experiments))
 
     # 1. baseline: every experiment once here (it warms torch for the children and times it), then once in a child
     # that notes what it calls and reads; a number that differs between the two runs is noise, never compared
@@ -736,12 +782,11 @@ def main(argv: list[str] | None = None) -> int:
     for name in names:
         t0 = time.perf_counter()
         try:
-            result = experiments.get(name).function("cpu")
+            first[name] = _execute(name, shown.get(name, []))[1]
         except Exception as exc:  # noqa: BLE001
             capped[name] = f"its baseline raises {type(exc).__name__}: {exc}"
             continue
         seconds = time.perf_counter() - t0
-        first[name] = _render(name, result, shown.get(name, []))
         if seconds > args.cap:
             capped[name] = f"baseline {seconds:.0f} s > cap {args.cap:.0f} s"
         _progress(f"  {name}: {seconds:.1f} s")
@@ -801,8 +846,13 @@ def main(argv: list[str] | None = None) -> int:
     outcomes: list[Outcome] = []
     done = [0]
 
+    unrun: list[Mutant] = []
+
     def one(item: tuple[Mutant, list[str]]) -> None:
         m, runs = item
+        if args.budget and time.monotonic() - started > args.budget:
+            unrun.append(m)
+            return
         budget = sum(max(10.0, 4 * base[n].seconds) for n in runs) + 10
         t0 = time.monotonic()
         status, answer = fork_call(_child, (runs, shown, m, False, formula), budget)
@@ -834,8 +884,10 @@ def main(argv: list[str] | None = None) -> int:
             f"measured experiments limited to their formula side ({len(noisy)} noisy numbers not compared; ranks run "
             f"unperturbed source): {', '.join(measured)}"
         )
+    if unrun:
+        print(f"budget of {args.budget:.0f} s reached: {len(unrun)} of {total} perturbations not run")
     print(
-        f"perturbations: {total} run, {len(skipped)} excluded; page outcomes: {len(guarded)} guarded, "
+        f"perturbations: {total - len(unrun)} run, {len(skipped)} excluded; page outcomes: {len(guarded)} guarded, "
         f"{len(escaped)} escaped, {len(raised)} stopped the build with an exception (not counted); "
         f"{time.monotonic() - started:.0f} s"
     )
