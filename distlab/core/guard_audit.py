@@ -57,6 +57,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import tomllib
 
@@ -74,7 +75,7 @@ _SWAP: dict[type, type] = {
     ast.Div: ast.Mult,
     ast.FloorDiv: ast.Mult,
 }
-_SYMBOL = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Pow: "**"}
+_SYMBOL: dict[type, str] = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Pow: "**"}
 
 
 # ---------------------------------------------------------------- pages and their placeholders
@@ -175,21 +176,22 @@ def code_mutants(path: Path) -> list[Mutant]:
     rel = path.relative_to(REPO).as_posix() if path.is_relative_to(REPO) else str(path)
     tree = ast.parse(path.read_text(encoding="utf-8"))
     parents = _parents(tree)
-    docstrings = {id(n.body[0].value) for n in ast.walk(tree) if _has_docstring(n)}
+    docstrings = {id(_docstring(n)) for n in ast.walk(tree) if _has_docstring(n)}
     out = []
     for i, node in enumerate(ast.walk(tree)):
-        if _number(node) and id(node) not in docstrings and not _skipped_constant(node, parents):
-            v, p = node.value, parents.get(node)
+        if isinstance(node, ast.Constant) and _number(node) and id(node) not in docstrings:
+            if _skipped_constant(node, parents):
+                continue
+            v: Any = node.value
+            p = parents.get(node)
             if isinstance(p, ast.BinOp) and isinstance(p.op, ast.Pow) and p.right is node:
                 out.append(Mutant(rel, node.lineno, f"exponent {v!r} -> {v + 1!r}", ("code", i, "set", v + 1)))
                 continue
             if v != 0:
                 out.append(Mutant(rel, node.lineno, f"constant {v!r} -> {v * 2!r} (x2)", ("code", i, "set", v * 2)))
             if isinstance(p, ast.BinOp) and not isinstance(p.op, ast.Pow) and v not in (0, 1):
-                other = p.right if p.left is node else p.left
                 sym = _SYMBOL.get(type(p.op), "op")
                 out.append(Mutant(rel, node.lineno, f"constant {v!r} dropped (`{sym} {v!r}`)", ("code", i, "drop", 0)))
-                del other
         elif isinstance(node, (ast.BinOp, ast.AugAssign)) and type(node.op) in _SWAP:
             if isinstance(node, ast.BinOp) and (_text_operand(node.left) or _text_operand(node.right)):
                 continue
@@ -199,6 +201,10 @@ def code_mutants(path: Path) -> list[Mutant]:
             suffix = "=" if isinstance(node, ast.AugAssign) else ""
             out.append(Mutant(rel, node.lineno, f"`{a}{suffix}` -> `{b}{suffix}`", ("code", i, "swap", 0)))
     return out
+
+
+def _docstring(n: Any) -> ast.AST:
+    return n.body[0].value
 
 
 def _has_docstring(n: ast.AST) -> bool:
@@ -215,13 +221,13 @@ def mutated_code(path: Path, op: tuple):
     _, index, action, value = op
     tree = ast.parse(path.read_text(encoding="utf-8"))
     parents = _parents(tree)
-    node = next(n for i, n in enumerate(ast.walk(tree)) if i == index)
+    node: Any = next(n for i, n in enumerate(ast.walk(tree)) if i == index)
     if action == "set":
         node.value = value
     elif action == "swap":
         node.op = _SWAP[type(node.op)]()
     else:  # drop: the BinOp becomes its other operand
-        binop = parents[node]
+        binop: Any = parents[node]
         other = binop.right if binop.left is node else binop.left
         _replace(parents[binop], binop, other)
     return compile(ast.fix_missing_locations(tree), str(path), "exec")
@@ -331,7 +337,7 @@ class _CountingFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         exec(compile(ast.fix_missing_locations(tree), path, "exec"), module.__dict__)
 
 
-def _first_line(node: ast.AST) -> int:
+def _first_line(node: Any) -> int:
     return min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
 
 
@@ -612,7 +618,7 @@ def _gen_names(script: str, names: tuple[str, ...]) -> dict:
     """Some constants and functions of a gen script (with its imports, mkdocs' aside), read from its source: the
     script itself builds part of the site when it runs."""
     tree = ast.parse((REPO / script).read_text(encoding="utf-8"))
-    keep = [
+    keep: list[ast.stmt] = [
         n
         for n in tree.body
         if isinstance(n, (ast.Import, ast.ImportFrom))
@@ -945,14 +951,15 @@ def _fact_after(text: str, m: Mutant) -> str:
 
 
 def _audit_js(todo: list, done: list, total: int) -> list[Outcome]:
-    from distlab.calculator import site_data, vectors
-
-    data, vecs = site_data(), vectors()
     out = []
     checks: dict[str, dict] = {}
     baselines: dict[str, list | str] = {}
     for m, page, check in todo:
-        ns = checks.setdefault(check, _gen_check(check))
+        if check not in checks:  # the gen script's own data and vectors (its imports: core imports no topic)
+            ns = checks[check] = _gen_check(check)
+            ns["DATA"], ns["VECTORS"] = ns["site_data"](), ns["vectors"]()
+        ns = checks[check]
+        data, vecs = ns["DATA"], ns["VECTORS"]
         text = (REPO / m.file).read_text(encoding="utf-8")
         if m.file not in baselines:
             baselines[m.file] = js_outputs(text, ns["RUNNER"], data, vecs)
