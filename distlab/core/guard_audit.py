@@ -723,6 +723,17 @@ class Outcome:
     detail: str = ""
 
 
+def _where_differs(a: str, b: str, width: int = 50) -> str:
+    """`old -> new` around their first difference: a long table or JSON text shows where it changed."""
+    a, b = " ".join(a.split()), " ".join(b.split())
+    if len(a) <= width and len(b) <= width:
+        return f"{a} -> {b}"
+    i = next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    start = max(0, i - 20)
+    lead = "..." if start else ""
+    return f"{lead}{a[start : start + width]}... -> {lead}{b[start : start + width]}..."
+
+
 def _short(text: str, n: int = 90) -> str:
     text = " ".join(text.split())
     return text if len(text) <= n else text[: n - 3] + "..."
@@ -879,12 +890,12 @@ def main(argv: list[str] | None = None) -> int:
     guarded = [o for o in outcomes if o.status == "guarded"]
     raised = [o for o in outcomes if o.status == "raised"]
     for o in sorted(escaped, key=lambda o: (o.page, o.mutant.file, o.mutant.line)):
-        moved = "; ".join(f"{_short(k, 40)}: {_short(a, 60)} -> {_short(b, 60)}" for k, a, b in o.moved[:3])
+        moved = "; ".join(f"{_short(k, 40)}: {_where_differs(a, b)}" for k, a, b in o.moved[:3])
         more = f" (+{len(o.moved) - 3} more)" if len(o.moved) > 3 else ""
         print(f"escaped: {o.mutant.file}:{o.mutant.line}: {o.mutant.change} | page {o.page} | moved: {moved}{more}")
     for name, why in sorted(capped.items()):
         print(f"not run per perturbation: {name} ({why})")
-    measured = sorted(n for n in live if experiments.spec(n).kind == "measured")
+    measured = sorted(n for n in live if n != PLAN and experiments.spec(n).kind == "measured")
     if measured:
         print(
             f"measured experiments limited to their formula side ({len(noisy)} noisy numbers not compared; ranks run "
