@@ -662,9 +662,18 @@ class Exclusion:
     line: int = 0
     match: str = ""
     """Text of the change ("buffer_mb", "constant 25"): empty matches every perturbation of the line or file."""
+    code: str = ""
+    """Text the perturbed line holds ("SHAPE = dict("): survives edits above it, where a line number does not."""
 
     def covers(self, m: Mutant) -> bool:
-        return m.file == self.file and self.line in (0, m.line) and self.match in m.change
+        if m.file != self.file or self.line not in (0, m.line) or self.match not in m.change:
+            return False
+        return not self.code or self.code in _source_line(m.file, m.line)
+
+
+def _source_line(rel: str, line: int) -> str:
+    lines = (REPO / rel).read_text(encoding="utf-8").splitlines()
+    return lines[line - 1] if 0 < line <= len(lines) else ""
 
 
 def exclusions(path: Path = CONFIG) -> list[Exclusion]:

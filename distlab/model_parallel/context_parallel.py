@@ -326,3 +326,9 @@ def _long_context(r: Result, seq: int = 131072, ranks: int = 8) -> None:
         seq,
         unit="tokens",
     )
+    r.claim(
+        "key/value width = KV heads x (hidden / heads), from the model card",
+        kv_width,
+        value("models.70B.kv_heads") * value("models.70B.hidden") / value("models.70B.heads"),
+        formula="8 x 8,192 / 64 = 1,024",
+    )
