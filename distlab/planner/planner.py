@@ -9,6 +9,7 @@ from distlab.core.experiments import experiment
 from distlab.core.results import Quantity, Result
 from distlab.models.shapes import ModelShape
 from distlab.planner.calibration import with_band
+from distlab.planner.comms_checks import comms_by_hand
 from distlab.planner.config import FRAGMENTATION_FRACTION, Cluster, Plan, Training, cluster, model, usable_bytes
 from distlab.planner.cost import memory_per_gpu, step
 from distlab.planner.planner_validation import claim_band
@@ -133,53 +134,12 @@ def planner(device: str) -> Result:
     )
     _consistency(r)
     _tp_overlap(r)
-    _comms_by_hand(r)
+    comms_by_hand(r)
     claim_band(r)  # the MFU bands this page quotes
     return r
 
 
 ASYNC_TP_RUNS = {"70b": "tt-llama31-70b-h100-256-fsdp32-tp8-bf16", "8b": "tt-llama31-8b-h100-64-fsdp8-tp8-bf16"}
-
-
-def _comms_by_hand(r: Result) -> None:
-    """Where the planner's collective groups sit and what a send costs, on 8 nodes of 8 H100s with a NIC per GPU,
-    worked by hand (issue 26: a wrong rank count or NIC share moved every step time and no claim saw it)."""
-    from distlab.core.facts import value
-    from distlab.planner.comms import group, p2p_seconds, seconds
-
-    c = cluster("H100-SXM", nodes=8)
-    nic = value("interconnect.InfiniBand-NDR.gbits_per_s_per_direction") * 1e9 / 8  # one NIC per GPU
-    for ranks, inner, per_node, nodes in ((2, 1, 2, 1), (8, 1, 8, 1), (16, 4, 2, 8), (8, 8, 1, 8)):
-        g = group(c, ranks, inner)
-        r.claim(
-            f"{ranks} ranks {inner} GPUs apart on 8-GPU nodes: (ranks, per node, nodes) by hand",
-            (g.ranks, g.per_node, g.nodes) == (ranks, per_node, nodes),
-            True,
-            formula=f"{ranks} ranks x {inner} GPUs = {per_node} per node on {nodes} node(s)",
-        )
-        if nodes > 1:
-            r.claim(
-                f"{ranks} ranks across {nodes} nodes: ring bandwidth = {per_node} GPUs' NICs (below NVLink)",
-                g.bus_bytes_per_s,
-                per_node * nic,
-                rel_tol=1e-12,
-                unit="B/s",
-            )
-    pair = group(c, 2, 1)
-    r.claim(
-        "2 ranks, 1 GB all-reduce: at least the bytes a 2-rank ring moves, 2(N-1)/N x S = S, at its bandwidth",
-        seconds("all-reduce", 1e9, pair),
-        1e9 / pair.bus_bytes_per_s,
-        relation=">=",
-        unit="s",
-    )
-    r.claim(
-        "a 100 MB send between nodes = NCCL's net step latency + 100 MB over one NDR NIC",
-        p2p_seconds(c, 1e8, True),
-        value("interconnect.nccl-v2-30-latency-net.ring_simple_us") / 1e6 + 1e8 / nic,
-        rel_tol=1e-12,
-        unit="s",
-    )
 
 
 def _tp_overlap(r: Result) -> None:
