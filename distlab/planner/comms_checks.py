@@ -14,7 +14,7 @@ from distlab.planner.comms import alltoall_seconds, group, p2p_seconds, seconds
 from distlab.planner.config import cluster
 
 # (ranks, GPUs its inner dimensions fill per rank) -> (ranks per node, nodes): Megatron's order, by hand
-LAYOUTS = ((2, 1, 2, 1), (8, 1, 8, 1), (16, 4, 2, 8), (8, 8, 1, 8))
+LAYOUTS = ((2, 1, 2, 1), (8, 1, 8, 1), (16, 4, 2, 8), (8, 8, 1, 8), (2, 16, 1, 2))
 
 
 def comms_by_hand(r: Result) -> None:
@@ -59,10 +59,11 @@ def comms_by_hand(r: Result) -> None:
         unit="s",
     )
     r.claim(
-        "a 100 MB send inside a node: at least NVLink's latency + 100 MB at NVLink 4's 900 GB/s (both ways)",
+        "a 100 MB send inside a node = NVLink's latency + 100 MB at NVLink 4's 450 GB/s per direction, within 10 %",
         p2p_seconds(c, 1e8, False),
         value("interconnect.nccl-v2-30-latency-nvlink.ring_simple_us") / 1e6
-        + 1e8 / (value("interconnect.NVLink4-H100.bidirectional_gbytes_per_s") * 1e9),
-        relation=">=",
+        + 1e8 / (value("interconnect.NVLink4-H100.bidirectional_gbytes_per_s") * 1e9 / 2),
+        rel_tol=0.1,
         unit="s",
+        formula="the planner sends at the bus bandwidth fitted to nccl-tests (a few % above the line rate)",
     )
