@@ -885,6 +885,9 @@ def main(argv: list[str] | None = None) -> int:
         got = answer if status == "ok" else {n: Run(error=f"{status}: {answer}") for n in runs} | {"": base[""]}
         found = _judge(m, runs, got, base, noisy, chosen)
         outcomes.extend(found)
+        for o in found:
+            if o.status == "escaped":  # as found: a long run that is stopped still leaves its escapes
+                _progress(f"escaped: {_escape_line(o)}")
         done[0] += 1
         verdict = ", ".join(f"{o.page} {o.status}" for o in found) or "no page moved"
         _progress(f"[{done[0]}/{total}] {m.key}: {verdict} ({time.monotonic() - t0:.1f} s)")
@@ -899,9 +902,7 @@ def main(argv: list[str] | None = None) -> int:
     guarded = [o for o in outcomes if o.status == "guarded"]
     raised = [o for o in outcomes if o.status == "raised"]
     for o in sorted(escaped, key=lambda o: (o.page, o.mutant.file, o.mutant.line)):
-        moved = "; ".join(f"{_short(k, 40)}: {_where_differs(a, b)}" for k, a, b in o.moved[:3])
-        more = f" (+{len(o.moved) - 3} more)" if len(o.moved) > 3 else ""
-        print(f"escaped: {o.mutant.file}:{o.mutant.line}: {o.mutant.change} | page {o.page} | moved: {moved}{more}")
+        print(f"escaped: {_escape_line(o)}")
     for name, why in sorted(capped.items()):
         print(f"not run per perturbation: {name} ({why})")
     measured = sorted(n for n in live if n != PLAN and experiments.spec(n).kind == "measured")
@@ -919,6 +920,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(f"guard-audit: {len(guarded)}/{len(guarded) + len(escaped)} guarded")
     return 0 if not escaped else 1
+
+
+def _escape_line(o: Outcome) -> str:
+    moved = "; ".join(f"{_short(k, 40)}: {_where_differs(a, b)}" for k, a, b in o.moved[:3])
+    more = f" (+{len(o.moved) - 3} more)" if len(o.moved) > 3 else ""
+    return f"{o.mutant.file}:{o.mutant.line}: {o.mutant.change} | page {o.page} | moved: {moved}{more}"
 
 
 def _fact_path(text: str) -> list:
