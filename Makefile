@@ -23,7 +23,7 @@ PYODIDE_FILES   := pyodide.mjs pyodide.asm.mjs pyodide.asm.wasm pyodide-lock.jso
 # The browser tests drive Debian's chromium through Playwright (never a Playwright browser download).
 CHROMIUM      := /usr/bin/chromium
 
-.PHONY: setup site serve test browser lint experiments gpu-results stress guard-audit clean
+.PHONY: setup site serve test browser lint experiments gpu-results stress stress-test guard-audit clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -91,6 +91,26 @@ stress: setup
 		rm -rf $$d/site $$d/cache; \
 	done; \
 	echo "stress: $$passed of $(N) cold builds passed with two CPU hogs running (logs in $(STRESS_DIR))"; \
+	test $$passed -eq $(N)
+
+# `make stress-test N=3`: the whole pytest suite N times in a row while the same two CPU hogs compete for the cores:
+# no test may need an idle machine. Prints one line per run (pass/FAIL, seconds, the failing tests) and "k of N
+# passed"; exits 1 if any run failed. Logs stay in $(STRESS_DIR)/tests.
+stress-test: setup browser
+	@rm -rf $(STRESS_DIR)/tests && mkdir -p $(STRESS_DIR)/tests; \
+	hogs=""; for i in 1 2; do sh -c 'while :; do :; done' & hogs="$$hogs $$!"; done; \
+	trap 'kill $$hogs 2>/dev/null' EXIT; trap 'exit 130' INT TERM; \
+	passed=0; \
+	for i in $$(seq 1 $(N)); do \
+		log=$(STRESS_DIR)/tests/run$$i.log; start=$$(date +%s); \
+		if $(BIN)/python -m pytest -q -p no:cacheprovider > $$log 2>&1; then \
+			passed=$$((passed + 1)); echo "run $$i/$(N): passed in $$(( $$(date +%s) - start )) s: $$(tail -n 1 $$log)"; \
+		else \
+			echo "run $$i/$(N): FAILED in $$(( $$(date +%s) - start )) s: $$(tail -n 1 $$log)"; \
+			grep -E '^(FAILED|ERROR) ' $$log | sed 's/^/    /'; \
+		fi; \
+	done; \
+	echo "stress-test: $$passed of $(N) runs of the whole suite passed with two CPU hogs running (logs in $(STRESS_DIR)/tests)"; \
 	test $$passed -eq $(N)
 
 # `make guard-audit`: every page's numbers traced to realistic perturbations of the data and code its experiments

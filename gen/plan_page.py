@@ -27,7 +27,7 @@ import mkdocs_gen_files
 
 from distlab.core import cli, sources
 
-PLAN_COMMANDS = ("plan", "pipeline")  # what the page runs
+PLAN_COMMANDS = ("plan", "pipeline", "trace")  # what the pages run (the Trace page shares the Plan page's bundle)
 PYODIDE_SERVED = ("pyodide.mjs", "pyodide.asm.mjs", "pyodide.asm.wasm", "pyodide-lock.json", "python_stdlib.pyc.zip")
 GEN = Path(__file__).resolve().parent
 ENTRY = GEN / "plan_entry.py"  # the page's way into distlab.core.cli.main, at the bundle's root

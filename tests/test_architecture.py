@@ -44,6 +44,7 @@ TORCH_BY_DESIGN = {
     "distlab.attention.triton_aot",
     "distlab.data_parallel.ddp",
     "distlab.sharding.equivalence",
+    "distlab.throughput.trace_record",  # records torch.profiler traces for `distlab trace --record-demo`
 }
 HEAVY = ("torch", "numpy", "triton", "matplotlib")
 

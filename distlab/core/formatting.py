@@ -34,8 +34,11 @@ def format_quantity(value: float, unit: str = "", spec: str = "") -> str:
     """Render a value with its unit: 16 B/param, 112 GB, 41.3 TFLOP/s, 2.5 ms, 37.5 %.
 
     `spec` overrides: a unit to express the value in ("GB", "GiB", "TFLOP/s", "%", "ms"),
-    "value" for the bare number, or a Python format spec (".2f").
+    "value" for the bare number, "~" for a whiteboard figure (two significant figures, see `whiteboard`),
+    or a Python format spec (".2f").
     """
+    if spec == "~":
+        return whiteboard(value, unit)
     if spec == "value":
         return format_number(value)
     if spec:
@@ -77,3 +80,28 @@ def round_sig(value: float, sig: int) -> float:
     if value == 0 or not math.isfinite(value) or isinstance(value, int):
         return value
     return round(value, sig - 1 - int(math.floor(math.log10(abs(value)))))
+
+
+WHITEBOARD_SIG = 2
+"""Significant figures of a whiteboard derivation: what a candidate says out loud (1.1 TB, 3.2x, 16 days)."""
+
+
+def whiteboard(value: float, unit: str = "") -> str:
+    """A number rounded for a whiteboard: two significant figures, the unit scaled as everywhere else
+    (`{{ exp.q | ~ }}` on a page). The value is the library's; only its display is rounded, here and nowhere else."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return format_quantity(value, unit)
+    rounded = round_sig(float(value), WHITEBOARD_SIG)
+    if unit == "fraction":
+        return f"{format_number(round_sig(100 * value, WHITEBOARD_SIG))} %"
+    if unit == "s" and rounded != 0 and abs(rounded) < 1:
+        scale, label = (1e3, "ms") if abs(rounded) >= 1e-3 else (1e6, "µs")
+        return f"{format_number(round_sig(value * scale, WHITEBOARD_SIG))} {label}"
+    if unit in _SCALED_UNITS and abs(rounded) >= 1e3:
+        prefixes = _BYTE_PREFIXES if unit.startswith("B") else _PREFIXES
+        if abs(rounded) >= 1e4 * prefixes[0][0]:  # beyond the largest prefix: 6.0e23 FLOP, as on a whiteboard
+            return f"{value:.{WHITEBOARD_SIG - 1}e} {unit}"
+        for factor, prefix in prefixes:
+            if abs(rounded) >= factor:
+                return f"{format_number(round_sig(value / factor, WHITEBOARD_SIG))} {prefix}{unit}"
+    return f"{format_number(rounded)} {unit}".strip()

@@ -249,6 +249,22 @@ def _flop_count(device: str) -> Result:
     )
     r.add("recompute_ratio", recomputed / plain, "", "hardware / model FLOPs with full recompute (counted)")
     r.add("recompute_ratio_textbook", 4 / 3, "", "(8N + 16Lhs) / (6N + 12Lhs)")
+    # The same count at a 7B GPT's shape (h 4096, 32 layers, f = 4h, vocabulary 32000, s 4096): the output head is
+    # a small share of N there, so the ratio comes close to the textbook third, less each block's down projection.
+    big = GPTConfig(vocab=32000, seq=4096, layers=32, hidden=4096, heads=32)
+    ratio_7b = counted_flops_closed_form(big, big.seq, recompute=True) / counted_flops_closed_form(big, big.seq)
+    r.add("recompute_ratio_7b", ratio_7b, "", "the same count at a 7B GPT's shape (closed form)")
+    h, L, s, v = 4096, 32, 4096, 32000  # float64 reference: 6N + 12Lsh, plus a forward less the h x 4h matmul
+    n_matmul = L * (4.0 * h * h + 8.0 * h * h) + v * h
+    again = L * (2.0 * (4 * h * h + 4 * h * h) + 4.0 * s * h)
+    r.claim(
+        "at a 7B GPT's shape full recompute adds a forward less each block's down projection and the head",
+        ratio_7b,
+        1 + again / (6 * n_matmul + 12.0 * L * s * h),
+        rel_tol=1e-12,
+        formula="1 + L(2(4h² + hf) + 4sh) / (6N + 12Lsh), f = 4h",
+    )
+    r.claim("... which stays below the textbook 4/3", ratio_7b, 4 / 3, relation="<=")
 
     counted, elements, tokens = counts["tied, s=512"]
     r.table(

@@ -13,7 +13,7 @@ from distlab.core.experiments import experiment
 from distlab.core.facts import fact
 from distlab.core.results import Quantity, Result
 from distlab.memory.activations import published_bytes_per_layer
-from distlab.memory.model_states import BYTES_PER_PARAM, STEP_COUNTER_BYTES, model_state_bytes
+from distlab.memory.model_states import BYTES_PER_PARAM, STEP_COUNTER_BYTES, add_state_bytes, model_state_bytes
 from distlab.models.gpt import GPT, GPTConfig, param_count, random_batch
 from distlab.models.shapes import presets
 
@@ -161,6 +161,26 @@ def _seven_b(r: Result) -> None:
     r.add("7b_states_per_gpu_min", total / -(-total // hbm), "B", "states per GPU, sharded evenly over that many")
     r.add("7b_left_per_gpu_min", hbm - total / -(-total // hbm), "B", "HBM left per GPU beside those states")
     r.add("optimizer_share", 12 / 16, "fraction", "share of model states that is optimizer state")
+    add_state_bytes(r)  # 16, 18 (Megatron's fp32 main_grad), 20 (an fp32 accumulation buffer beside bf16 gradients)
+    # Inference: the weights plus the KV cache, K and V of every layer for every token in flight.
+    per_token = 2 * model.layers * model.kv_heads * model.head_dim * 2  # K and V, bf16
+    r.add("7b_kv_bytes_per_seq", per_token * model.seq, "B", f"KV cache of one {model.seq}-token sequence, bf16")
+    fit = int((hbm - states["weights (bf16)"]) // (per_token * model.seq))
+    r.add("7b_kv_seqs_fit", fit, "sequences", "full-length sequences whose KV cache fits beside the weights, one GPU")
+    r.claim(
+        "7B's KV cache per token = 4 L h bytes (Llama 2 7B has as many key/value heads as heads)",
+        per_token,
+        4 * model.layers * model.hidden,
+        unit="B",
+        formula="2 (K and V) x L x h x 2 bytes",
+    )
+    r.claim(
+        "one more full-length sequence's KV cache would not fit beside the weights",
+        (fit + 1) * 4 * model.layers * model.hidden * model.seq + 2 * n,
+        hbm,
+        relation=">=",
+        unit="B",
+    )
 
 
 def _dominance_figure(r: Result, seq: int = 4096, batch: int = 1) -> None:

@@ -19,6 +19,7 @@ import torch
 from distlab.core.experiments import experiment
 from distlab.core.facts import value
 from distlab.core.results import Result
+from distlab.model_parallel.cp_choice import ring_bytes_per_rank
 
 ORDERS = ("contiguous", "zigzag")
 
@@ -101,9 +102,7 @@ def _online_softmax_update(state: dict, key, s: torch.Tensor, v_blk: torch.Tenso
     state[key] = (m_new, denom * correction + p.sum(-1, keepdim=True), acc * correction + p @ v_blk)
 
 
-def forward_bytes_per_rank(seq: int, ranks: int, kv_width: int, bytes_per_element: int = 2) -> float:
-    """Each rank forwards R-1 key/value blocks of seq/R tokens: (R-1) x 2 x (seq/R) x kv_width x bytes."""
-    return (ranks - 1) * 2 * seq / ranks * kv_width * bytes_per_element
+forward_bytes_per_rank = ring_bytes_per_rank  # the formula lives with the other options' in cp_choice
 
 
 def causal_imbalance(ranks: int, order: str, chunk: int) -> float:

@@ -1,4 +1,4 @@
-"""Pipeline-parallel schedules, simulated op by op: GPipe, 1F1B, interleaved 1F1B and zero-bubble ZB-H1.
+"""Pipeline-parallel schedules, simulated op by op: GPipe, 1F1B, interleaved 1F1B, zero-bubble ZB-H1 and ZB-V.
 
 p stages (one per device), m micro-batches per step. Each device runs a fixed order of operations,
 F (forward of one micro-batch through its layers) and B (its backward); ZB-H1 splits B into B (input
@@ -12,6 +12,11 @@ longest path through that graph, so the bubble is *measured* from the timeline:
 for GPipe and 1F1B (v = 1) and Megatron's interleaved schedule with v model chunks per device
 (Narayanan et al. 2021, https://arxiv.org/abs/2104.04473, Section 2.2). 1F1B's point is memory: its
 first stage holds p micro-batches of activations, GPipe's holds all m.
+
+ZB-V (Qi et al., https://arxiv.org/abs/2401.10241, Section 6) gives each device two chunks placed in a V:
+device d holds virtual stage d and virtual stage 2p-1-d, so the last device turns a micro-batch round on
+itself and the first device both starts the forward and ends the backward. Splitting B and W as ZB-H1 does,
+its steady state alternates the two chunks and its W ops fill both the fill and the drain.
 
 Two simulators compute the same start times:
 
@@ -43,7 +48,8 @@ from operator import add, eq, gt, itemgetter
 
 from distlab.core.cli import UsageError, command, emit, non_negative, parser, positive
 
-SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1")
+SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-v")
+SPLIT_BACKWARD = ("zb-h1", "zb-v")  # schedules that split the backward into B (input) and W (weight) ops
 F, B, W = 0, 1, 2  # op kinds: forward, backward (input gradient for zb-h1), weight gradient (zb-h1 only)
 KIND_NAMES = ("F", "B", "W")
 
@@ -67,6 +73,16 @@ def zb_h1_bubble_fraction(
     return idle / (microbatches * (forward + backward_input + backward_weight) + idle)
 
 
+def zb_v_bubble_fraction(stages: int, microbatches: int, forward: float = 1.0, backward: float = 2.0) -> float:
+    """ZB-V's idle share of the whole step, for m >= 2p-1 and B = W = half the backward. The paper's claim
+    (Qi et al., Section 6) is that with T_F = T_B = T_W no device idles between its first op and its last:
+    each device is busy for exactly 2m chunk passes of F + B + W = m(forward + backward). What remains is
+    the parallelogram's skew: device d starts d chunk forwards late, so the step is m(f + b) + (p-1) f/2."""
+    _check_sizes(stages, microbatches, 1)
+    skew = (stages - 1) * forward / 2
+    return skew / (microbatches * (forward + backward) + skew)
+
+
 def _check_sizes(stages: int, microbatches: int, virtual: int) -> None:
     for name, v in (("stages", stages), ("microbatches", microbatches), ("virtual", virtual)):
         if isinstance(v, bool) or not isinstance(v, Integral) or v < 1:
@@ -86,8 +102,11 @@ def _check_schedule(schedule: str, p: int, m: int, v: int) -> None:
                 f"the interleaved schedule needs microbatches divisible by stages "
                 f"({m} % {p} = {m % p}): micro-batches go round in groups of p"
             )
+    elif schedule == "zb-v":
+        if v != 2:
+            raise ValueError(f"the zb-v schedule runs exactly two chunks per GPU (virtual=2), got virtual={v}")
     elif v != 1:
-        raise ValueError(f"virtual stages apply only to the interleaved schedule, not {schedule}")
+        raise ValueError(f"virtual stages apply only to the interleaved and zb-v schedules, not {schedule}")
 
 
 def warmup_forwards(schedule: str, stages: int, microbatches: int, virtual: int, device: int) -> int:
@@ -125,6 +144,50 @@ def _zb_h1_kinds(p: int, m: int, d: int) -> list[int]:
     return out + [W] * min(d, m)
 
 
+def virtual_stage(schedule: str, chunk: int, device: int, stages: int) -> int:
+    """Which slice of the layers chunk c of device d holds: c p + d (interleaved: round robin), or the V of
+    zb-v, where chunk 1 of device d is virtual stage 2p-1-d."""
+    if schedule == "zb-v" and chunk == 1:
+        return 2 * stages - 1 - device
+    return chunk * stages + device
+
+
+def _zb_v_order(p: int, m: int, d: int) -> tuple[list[int], list[int], list[int]]:
+    """ZB-V on device d (the paper's Figure 8; the same order as PyTorch's ScheduleZBVZeroBubble): 2(p-d)-1
+    forwards of chunk 0, then d pairs (chunk 1, chunk 0), then p-d rounds of F B W on chunk 1; the steady
+    state alternates F B W on chunk 0 and on chunk 1; the cool-down runs the remaining Bs (chunk 0 and 1 in
+    turn, then chunk 0 with its W) and closes with the Ws held back. Built for max(m, 2p-1) micro-batches;
+    the ops of micro-batches >= m are dropped, as PyTorch does when m is small."""
+    n = max(m, 2 * p - 1)
+    ops: list[tuple[int, int, int]] = []  # (kind, chunk, micro-batch)
+    count = {(k, c): 0 for k in (F, B, W) for c in (0, 1)}
+
+    def op(kind: int, chunk: int) -> None:
+        ops.append((kind, chunk, count[(kind, chunk)]))
+        count[(kind, chunk)] += 1
+
+    for _ in range(2 * (p - d) - 1):
+        op(F, 0)
+    for _ in range(d):
+        op(F, 1)
+        op(F, 0)
+    for _ in range(p - d):
+        op(F, 1), op(B, 1), op(W, 1)
+    while count[(F, 1)] < count[(F, 0)] or count[(F, 0)] < n:
+        if count[(F, 0)] < n:
+            op(F, 0)
+        op(B, 0), op(W, 0), op(F, 1), op(B, 1), op(W, 1)
+    for _ in range(d):
+        op(B, 0), op(B, 1)
+    for _ in range(p - d):
+        op(B, 0), op(W, 0)
+    for c in (1, 0):
+        while count[(W, c)] < count[(B, c)]:
+            op(W, c)
+    kept = [o for o in ops if o[2] < m]
+    return [k for k, _, _ in kept], [j for _, _, j in kept], [c for _, c, _ in kept]
+
+
 def schedule_order(schedule: str, stages: int, microbatches: int, virtual: int = 1):
     """Per device, the order of its ops as three lists (kind, micro-batch, chunk).
 
@@ -137,6 +200,8 @@ def schedule_order(schedule: str, stages: int, microbatches: int, virtual: int =
     f_mb, f_chunk = forward_sequence(p, m, v)
     b_chunk = [v - 1 - c for c in f_chunk]
     orders = []
+    if schedule == "zb-v":
+        return [_zb_v_order(p, m, d) for d in range(p)]
     for d in range(p):
         if schedule == "zb-h1":
             kinds = _zb_h1_kinds(p, m, d)
@@ -241,9 +306,10 @@ def _per_stage(name: str, value, stages: int) -> list[float]:
 
 
 def _op_times(schedule, p, v, forward, backward) -> list[tuple[float, float, float]]:
-    """Per stage (F, B, W) op times: a chunk takes 1/v of the stage; zb-h1 splits backward into equal B and W."""
+    """Per stage (F, B, W) op times: a chunk takes 1/v of the stage; zb-h1 and zb-v split backward into equal
+    B and W."""
     fw, bw = _per_stage("forward", forward, p), _per_stage("backward", backward, p)
-    split = schedule == "zb-h1"
+    split = schedule in SPLIT_BACKWARD
     return [(f / v, (b / 2 if split else b) / v, b / 2 / v) for f, b in zip(fw, bw)]
 
 
@@ -283,7 +349,7 @@ def simulate_event_loop(
     for d, (kinds, mb, chunk) in enumerate(orders):
         dep, out = [], []
         for k, j, c in zip(kinds, mb, chunk):
-            vs = c * p + d  # virtual stage of this op
+            vs = virtual_stage(schedule, c, d, p)  # the slice of layers this op runs
             o = k * per_kind + j * n_virtual + vs
             out.append(o)
             if k == F and vs > 0:
@@ -340,7 +406,7 @@ def _longest_paths(deps, outs, durs, dummy: int, p2p: float) -> list[list[float]
 
 
 def _result(schedule, p, m, v, orders, starts, times) -> Simulation:
-    last_backward = W if schedule == "zb-h1" else B
+    last_backward = W if schedule in SPLIT_BACKWARD else B
     ends = [st[-1] + times[d][kinds[-1]] for d, ((kinds, _, _), st) in enumerate(zip(orders, starts))]
     first = min(st[0] for st in starts)
     busy = [sum(times[d][k] for k in kinds) for d, (kinds, _, _) in enumerate(orders)]
@@ -366,7 +432,7 @@ def simulate(
     _check_schedule(schedule, p, m, v)
     _check_p2p(p2p)
     times = _op_times(schedule, p, v, forward, backward)
-    if p == 1:
+    if p == 1 or schedule == "zb-v":  # zb-v's V sends chunk 1's inputs back up the devices: no slot order
         return simulate_event_loop(p, m, schedule, virtual=v, forward=forward, backward=backward, p2p=p2p)
     collecting = gc.isenabled()
     gc.disable()  # millions of small lists and floats, none of them cyclic: the collector only slows it down
@@ -593,15 +659,17 @@ def pipeline_command(argv: list[str]) -> int:
         help="with --json: every op of every stage (kind, micro-batch, chunk, start, end), to draw the step",
     )
     args = p.parse_args(argv)
-    virtual = args.virtual or (2 if args.schedule == "interleaved" else 1)
-    if args.virtual and args.schedule != "interleaved" and args.virtual != 1:
+    virtual = args.virtual or (2 if args.schedule in ("interleaved", "zb-v") else 1)
+    if args.schedule == "zb-v" and virtual != 2:
+        raise UsageError(f"distlab pipeline: --schedule zb-v runs exactly 2 chunks per GPU, not --virtual {virtual}")
+    if args.virtual and args.schedule not in ("interleaved", "zb-v") and args.virtual != 1:
         raise UsageError(f"distlab pipeline: --virtual applies only to --schedule interleaved, not {args.schedule}")
     if args.stages * args.microbatches * virtual > MAX_CLI_CHUNK_PASSES:
         raise UsageError(
             f"distlab pipeline: at most {MAX_CLI_CHUNK_PASSES:,} stages x microbatches x virtual "
             f"(a few seconds of simulation), got {args.stages * args.microbatches * virtual:,}"
         )
-    ops = args.stages * args.microbatches * virtual * (3 if args.schedule == "zb-h1" else 2)
+    ops = args.stages * args.microbatches * virtual * (3 if args.schedule in SPLIT_BACKWARD else 2)
     if args.timeline and ops > MAX_CLI_TIMELINE_OPS:
         raise UsageError(f"distlab pipeline: --timeline prints at most {MAX_CLI_TIMELINE_OPS:,} ops, got {ops:,}")
     start = time.perf_counter()
@@ -623,6 +691,11 @@ def pipeline_command(argv: list[str]) -> int:
         out["bubble_fraction_formula"] = zb_h1_bubble_fraction(
             args.stages, args.microbatches, args.forward, args.backward / 2, args.backward / 2
         )
+    elif args.schedule == "zb-v":  # the closed form holds from m = 2p-1 on
+        ok = args.microbatches >= 2 * args.stages - 1 and args.forward * 2 == args.backward
+        out["bubble_fraction_formula"] = (
+            zb_v_bubble_fraction(args.stages, args.microbatches, args.forward, args.backward) if ok else None
+        )
     else:
         out["bubble_fraction_formula"] = bubble_fraction(args.stages, args.microbatches, virtual)
     if args.timeline:
@@ -639,9 +712,13 @@ def pipeline_command(argv: list[str]) -> int:
         f"  bubble fraction  {sim.bubble_fraction:.4%} measured, "
         + (
             "no closed form for stages of unequal times"
+            if formula is None and not uniform
+            else "no closed form here (zb-v's needs m >= 2p-1 and backward = 2 x forward)"
             if formula is None
             else f"{formula:.4%} formula"
-            + (" (holds for m >= p, p2p = 0)" if args.schedule == "zb-h1" else " (p2p = 0)")
+            + {"zb-h1": " (holds for m >= p, p2p = 0)", "zb-v": " (m >= 2p-1, p2p = 0)"}.get(
+                args.schedule, " (p2p = 0)"
+            )
         ),
         f"  peak in flight   stage 0: {sim.peak_inflight[0]:g} micro-batches of activations, "
         f"last stage: {sim.peak_inflight[-1]:g}",

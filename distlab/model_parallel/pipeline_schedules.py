@@ -1,9 +1,11 @@
-"""GPipe, 1F1B, interleaved and ZB-H1 simulated op by op: bubbles, activations in flight, p2p cost and figures
-(experiment pipeline-schedules), from the simulator in distlab.model_parallel.pipeline."""
+"""GPipe, 1F1B, interleaved, ZB-H1 and ZB-V simulated op by op: bubbles, activations in flight, p2p cost and
+figures (experiment pipeline-schedules), from the simulator in distlab.model_parallel.pipeline; ZB-V and
+DualPipe against the closed forms their papers print (distlab/data/pipeline_schedules.toml)."""
 
 from __future__ import annotations
 
 from distlab.core.experiments import experiment
+from distlab.core.facts import fact, value
 from distlab.core.results import Result
 from distlab.model_parallel.pipeline import (
     COLORS,
@@ -13,8 +15,11 @@ from distlab.model_parallel.pipeline import (
     bubble_fraction,
     draw_timeline,
     interleaved_peak_inflight,
+    schedule_order,
     simulate,
+    virtual_stage,
     zb_h1_bubble_fraction,
+    zb_v_bubble_fraction,
 )
 
 # ---------------------------------------------------------------- the experiment
@@ -29,8 +34,8 @@ BIG = (128, 4096)
 
 @experiment(
     "pipeline-schedules",
-    "GPipe, 1F1B, interleaved and ZB-H1 simulated op by op: bubble and "
-    "activations in flight against their closed forms",
+    "GPipe, 1F1B, interleaved, ZB-H1 and ZB-V simulated op by op: bubble and "
+    "activations in flight against their closed forms; DualPipe's and ZB-V's published forms",
     kind="simulated",
 )
 def pipeline_schedules(device: str) -> Result:
@@ -107,6 +112,8 @@ def pipeline_schedules(device: str) -> Result:
         rows,
         caption="Times in units of one micro-batch forward through one stage (backward = 2).",
     )
+    _zb_v(r)
+    _table2(r)
     _p2p(r)
     _big(r)
     _quantities(r)
@@ -114,17 +121,212 @@ def pipeline_schedules(device: str) -> Result:
     return r
 
 
+P2P_MODEL, P2P_TP, P2P_NIC = "70B", 8, "InfiniBand-NDR"  # a 70B pipeline across nodes: TP 8 in the node, one NIC/GPU
+
+
+def realistic_p2p(r: Result, p: int) -> tuple[float, float]:
+    """δ for a real pipeline, in units of one micro-batch's forward through one stage: Llama 2 70B, TP 8 inside
+    each node, p stages across nodes, one sequence per micro-batch. The message is the (s, b, h) bf16 activation;
+    Megatron sends each tensor-parallel rank's 1/t of it over that rank's own NIC (scatter-gather, on with sequence
+    parallelism), or the whole tensor from each rank without it. The forward runs at the bf16 peak, so δ is at its
+    largest (a slower forward makes δ smaller)."""
+    from distlab.hardware.gpus import gpu
+    from distlab.hardware.links import per_direction_bytes_per_s
+    from distlab.models.shapes import preset
+
+    m = preset(P2P_MODEL)
+    message = m.seq * 1 * m.hidden * 2  # s x b x h bf16
+    nic = per_direction_bytes_per_s(P2P_NIC)
+    forward = 2 * m.params() / p / P2P_TP * m.seq / gpu("H100-SXM").peak_flops("bf16")  # 2 FLOPs / param / token
+    split, whole = message / P2P_TP / nic / forward, message / nic / forward
+    r.add("p2p_message_bytes", message, "B", "one micro-batch's activation between stages (70B, s = 4096, b = 1)")
+    r.add("p2p_nic_bytes_per_s", nic, "B/s", f"{P2P_NIC} per direction")
+    r.add("p2p_forward_s", forward, "s", f"one stage's forward of it at the bf16 peak, TP {P2P_TP}, p = {p}")
+    r.add("p2p_delta_split", split, "", "δ with each TP rank sending its 1/t (Megatron's scatter-gather)")
+    r.add("p2p_delta_whole", whole, "", "δ with each rank sending the whole activation")
+    r.claim(
+        "δ = s h 2 B / t / NIC over 2 (N/p/t) s / peak: the sequence cancels, δ = h p peak / (N NIC)",
+        split,
+        m.hidden * p * gpu("H100-SXM").peak_flops("bf16") / (m.params() * nic),
+        rel_tol=1e-9,
+        formula="bytes over the link against the stage's forward",
+    )
+    return split, whole
+
+
+ZB_V = [(4, 8), (4, 7), (8, 16), (8, 64), (5, 13), (3, 5)]  # m >= 2p-1; (4, 7) and (3, 5) at the bound
+
+
+def p2p_sends(schedule: str, stages: int, microbatches: int, virtual: int = 1) -> int:
+    """Activations sent from one device to another in a step, counted from the op orders: every F whose input
+    (the previous virtual stage's F of the same micro-batch) ran on another device. Backward sends as many."""
+    orders = schedule_order(schedule, stages, microbatches, virtual)
+    owner = {virtual_stage(schedule, c, d, stages): d for d in range(stages) for c in range(virtual)}
+    return sum(
+        1
+        for d, (kinds, _, chunks) in enumerate(orders)
+        for k, c in zip(kinds, chunks)
+        if k == F and (vs := virtual_stage(schedule, c, d, stages)) > 0 and owner[vs - 1] != d
+    )
+
+
+def _zb_v(r: Result) -> None:
+    """ZB-V against the authors' comparison (T_F = T_B = T_W, which the default backward = 2 x forward split in
+    equal B and W gives): no device idles between its first and last op, activations as 1F1B's first stage,
+    twice 1F1B's point-to-point volume; and the step's skew of (p-1) chunk forwards, derived here."""
+    rows = []
+    zero = value("pipeline_schedules.zb-v.bubble_rate_equal_times")
+    memory = value("pipeline_schedules.zb-v.activation_vs_1f1b")
+    volume = value("pipeline_schedules.zb-v.p2p_volume_vs_1f1b")
+    for p, m in ZB_V:
+        sim = simulate(p, m, "zb-v", virtual=2)
+        spans = [max(t["end"]) - min(t["start"]) for t in sim.timeline]
+        stage_rate = 1 - m * 3.0 / max(spans)  # the authors' bubble rate: 1 - (F+B+W) m / longest stage time
+        r.claim(
+            f"zb-v p={p} m={m}: bubble rate per the authors (longest stage) = published",
+            stage_rate,
+            zero,
+            abs_tol=1e-12,
+            formula="1 - (F+B+W)m / longest stage time, T_F = T_B = T_W",
+        )
+        r.claim(
+            f"zb-v p={p} m={m}: bubble of the whole step = skew / step",
+            sim.bubble_fraction,
+            zb_v_bubble_fraction(p, m),
+            rel_tol=1e-12,
+            unit="fraction",
+            formula="(p-1)f/2 / (m(f+b) + (p-1)f/2)",
+        )
+        one = simulate(p, m, "1f1b")
+        r.claim(
+            f"zb-v p={p} m={m}: every device's peak activations / 1F1B stage 0's = published",
+            max(sim.peak_inflight) / one.peak_inflight[0],
+            memory,
+            rel_tol=1e-12,
+        )
+        r.claim(f"zb-v p={p} m={m}: every device holds the same (balanced memory)", min(sim.peak_inflight), p)
+        ratio = p2p_sends("zb-v", p, m, 2) / p2p_sends("1f1b", p, m)
+        r.claim(f"zb-v p={p} m={m}: point-to-point sends / 1F1B's = published", ratio, volume, rel_tol=1e-12)
+        rows.append(
+            [p, m, sim.step_time, sim.bubble_fraction, stage_rate, one.bubble_fraction, max(sim.peak_inflight), ratio]
+        )
+    r.table(
+        "zb_v",
+        [
+            "p",
+            "m",
+            "step time",
+            "bubble (whole step)",
+            "bubble (longest stage, the authors')",
+            "1F1B bubble",
+            "peak in flight (every device)",
+            "p2p sends / 1F1B's",
+        ],
+        rows,
+        caption="ZB-V simulated op by op: two chunks per GPU in a V, backward split into equal B and W "
+        "(T_F = T_B = T_W); times in units of one micro-batch forward through one stage.",
+    )
+    p, m = 4, 8
+    sim = simulate(p, m, "zb-v", virtual=2)
+    r.add("ex_zbv_bubble", sim.bubble_fraction, "fraction", f"zb-v bubble, p={p} m={m}")
+    r.add("ex_zbv_peak", sim.peak_inflight[0], "micro-batches", "zb-v peak in flight on every device")
+    r.add("ex_zbv_step", sim.step_time, "", "zb-v step time")
+    r.add("ex_zbv_skew", (p - 1) * 0.5, "", "zb-v: the last device starts (p-1) chunk forwards late")
+
+
+def _table2(r: Result, p: int = 8, m: int = 32) -> None:
+    """DeepSeek-V3's Table 2 (1F1B, ZB1P, DualPipe) in the units of the simulator (F = 1, full backward B = 2,
+    W = 1): the 1F1B and ZB1P rows are simulated and compared with the printed forms; DualPipe's row is the
+    printed form only (not simulated here), between perfect overlap (F&B = max(F, B)) and none (F&B = F + B)."""
+    f, b, w = 1.0, 2.0, 1.0
+    rows = []
+    for name, schedule, printed in (  # the printed forms, evaluated
+        ("1F1B", "1f1b", (p - 1) * (f + b)),
+        ("ZB1P (ZB-H1)", "zb-h1", (p - 1) * (f + b - 2 * w)),
+    ):
+        sim = simulate(p, m, schedule)
+        idle = sim.step_time - max(sim.busy)
+        key = "one-f-one-b" if schedule == "1f1b" else "zb1p"
+        r.claim(
+            f"{name} p={p} m={m}: simulated idle per device = DeepSeek-V3 Table 2",
+            idle,
+            printed,
+            rel_tol=1e-12,
+            formula=str(value(f"pipeline_schedules.{key}.bubble")),
+        )
+        rows.append(
+            [
+                name,
+                value(f"pipeline_schedules.{key}.bubble"),
+                idle,
+                printed,
+                value(f"pipeline_schedules.{key}.parameter_copies"),
+                sim.peak_inflight[0],
+            ]
+        )
+    copies = value("pipeline_schedules.dualpipe.parameter_copies")
+    extra = value("pipeline_schedules.dualpipe.activation_microbatches_extra")
+    for label, fb in (("DualPipe, F&B = F + B (no overlap)", f + b), ("DualPipe, F&B = max(F, B)", max(f, b))):
+        rows.append(
+            [label, value("pipeline_schedules.dualpipe.bubble"), "—", (p / 2 - 1) * (fb + b - 3 * w), copies, p + extra]
+        )
+    r.claim(
+        f"DualPipe p={p}: Table 2's idle, even without overlap, is below ZB1P's simulated idle",
+        rows[2][3],
+        rows[1][2],
+        relation="<=",
+        formula="(PP/2-1)(F+B+B-3W) <= (PP-1)(F+B-2W)",
+    )
+    r.table(
+        "table2",
+        [
+            "schedule",
+            "idle per device (simulated)",
+            "idle per device (Table 2)",
+            "parameter copies",
+            "activations (micro-batches)",
+        ],
+        rows,
+        caption=f"PP = {p}, m = {m}; F = 1 (forward), B = 2 (full backward), W = 1 (its weight part). DualPipe is "
+        "not simulated here: its row is Table 2's formula.",
+    )
+    r.add("t2_stages", p, "", "pipeline stages in the Table 2 comparison")
+    r.add("t2_dualpipe_no_overlap", rows[2][3], "", "DualPipe idle per Table 2, no overlap")
+    r.add("t2_1f1b", rows[0][3], "", "1F1B idle per Table 2")
+    r.add("t2_zb1p", rows[1][3], "", "ZB1P idle per Table 2")
+    r.add("t2_dualpipe_params", copies, "x", "DualPipe's parameter copies")
+    stacks = ("pytorch", "megatron-core", "colossalai", "zb-megatron", "deepseek-dualpipe")
+    r.table(
+        "stacks",
+        ["stack", "pipeline schedules it ships", "source"],
+        [
+            [
+                value(f"pipeline_schedules.{k}.name"),
+                value(f"pipeline_schedules.{k}.schedules"),
+                fact(f"pipeline_schedules.{k}.schedules").source.citation(),
+            ]
+            for k in stacks
+        ],
+        caption="Transcribed from each stack's documentation or source (distlab/data/pipeline_schedules.toml).",
+    )
+
+
 def _p2p(r: Result, p: int = 8, m: int = 32) -> None:
     """Point-to-point time c: GPipe pays 2(p-1)c once; 1F1B's steady state is a loop through every
-    stage and back, so it pays about 2(p-1)c/p per micro-batch as well."""
+    stage and back, so it pays about 2(p-1)c/p per micro-batch as well. The realistic δ comes first."""
     rows = []
-    for c in (0.0, 0.05, 0.2, 0.5):
+    split, whole = realistic_p2p(r, p)
+    for c in (0.0, split, whole, 0.2, 0.5):
         base = (m + p - 1) * 3.0 + 2 * (p - 1) * c
         g, o = simulate(p, m, "gpipe", p2p=c), simulate(p, m, "1f1b", p2p=c)
         rows.append([c, g.step_time, base, o.step_time, o.step_time / base])
-        r.claim(f"gpipe p={p} m={m} p2p={c}: step = (m+p-1)(F+B) + 2(p-1)δ", g.step_time, base, rel_tol=1e-12)
+        r.claim(f"gpipe p={p} m={m} p2p={c:.3g}: step = (m+p-1)(F+B) + 2(p-1)δ", g.step_time, base, rel_tol=1e-12)
         r.claim(
-            f"1f1b p={p} m={m} p2p={c}: step >= (m+p-1)(F+B) + 2(p-1)δ", o.step_time, base, relation=">=", rel_tol=1e-12
+            f"1f1b p={p} m={m} p2p={c:.3g}: step >= (m+p-1)(F+B) + 2(p-1)δ",
+            o.step_time,
+            base,
+            relation=">=",
+            rel_tol=1e-12,
         )
     r.table(
         "p2p",
@@ -135,6 +337,16 @@ def _p2p(r: Result, p: int = 8, m: int = 32) -> None:
     r.add("p2p_stages", p, "", "stages in the p2p table")
     r.add("p2p_microbatches", m, "", "micro-batches in the p2p table")
     r.add("p2p_1f1b_slowdown", rows[-1][4], "", f"1F1B step / formula at p2p = {rows[-1][0]}")
+    r.add("p2p_1f1b_slowdown_split", rows[1][4], "", "1F1B step / formula at the realistic δ")
+    r.add("p2p_1f1b_slowdown_whole", rows[2][4], "", "... at δ with whole activations per rank")
+    r.add("p2p_cost_split", rows[1][3] / rows[0][3] - 1, "fraction", "1F1B step longer than at δ = 0, realistic δ")
+    r.claim(
+        "at the realistic δ, 1F1B's step is at most 2(p-1)δ/p per micro-batch longer than with free sends",
+        rows[1][3] - rows[0][3],
+        (m + p - 1) * 2 * (p - 1) * split / p,
+        relation="<=",
+        formula="every round of p micro-batches waits for 2(p-1) hops at most",
+    )
     r.add("p2p_largest", rows[-1][0], "", "largest p2p time in the table")
 
 
@@ -183,9 +395,10 @@ def _figures(r: Result) -> None:
         ("1F1B", simulate(p, m, "1f1b")),
         ("interleaved 1F1B, v = 2 (a, b: chunk)", simulate(p, m, "interleaved", virtual=2)),
         ("ZB-H1 (B: input gradient, W: weight gradient)", simulate(p, m, "zb-h1")),
+        ("ZB-V (two chunks per GPU in a V; a, b: chunk)", simulate(p, m, "zb-v", virtual=2)),
     ]
     horizon = max(s.step_time for _, s in sims)
-    fig, axes = plt.subplots(len(sims), 1, figsize=(9, 6.4), sharex=True)
+    fig, axes = plt.subplots(len(sims), 1, figsize=(9, 8.0), sharex=True)
     for ax, (title, sim) in zip(axes, sims):
         draw_timeline(ax, sim)
         ax.set_xlim(0, horizon)

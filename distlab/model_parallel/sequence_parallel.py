@@ -42,6 +42,39 @@ def tp_wire_bytes_per_layer(seq: int, batch: int, hidden: int, tp: int, bytes_pe
     return 4 * ring_wire_bytes("all-reduce", n, tp)
 
 
+def _llama_70b(r: Result, m) -> None:
+    """Llama 2 70B's own activations at t = 8 with selective recompute (chapter 3's architecture-exact count:
+    SwiGLU of width f, grouped key/value heads, RMSNorm, no dropout), not Table 2's GPT layer, which is low for
+    Llama with sequence parallelism. Checked against chapter 3's closed form written out here."""
+    from distlab.memory.activations import model_activation_bytes_per_layer
+
+    s, b, h, f, t = m.seq, 1, m.hidden, m.ffn, 8
+    for sp in (False, True):
+        key = "sp" if sp else "tp"
+        layer = model_activation_bytes_per_layer(
+            m, s, b, tp=t, sequence_parallel=sp, recompute="selective", attention="flash"
+        )
+        r.add(
+            f"70b_{key}_selective_layer", layer, "B", f"Llama 2 70B, t=8, selective, per layer{' + SP' if sp else ''}"
+        )
+        r.add(f"70b_{key}_selective_model", m.layers * layer, "B", f"... all {m.layers} layers")
+    exact = (12 * s * b * h + 4 * s * b * h * m.kv_heads / m.heads + 8 * s * b * f + 8 * s * b) / t
+    r.claim(
+        "Llama 2 70B, t=8, SP, selective: per layer = (12sbh + 4sbh g/a + 8sbf + 8sb) / t (chapter 3)",
+        r.quantities["70b_sp_selective_layer"].value,
+        exact,
+        rel_tol=1e-12,
+        unit="B",
+    )
+    r.claim(
+        "... without SP each rank keeps Llama's norm inputs, outputs and fp32 statistics whole: + (8sbh + 8sb)(t-1)/t",
+        r.quantities["70b_tp_selective_layer"].value - r.quantities["70b_sp_selective_layer"].value,
+        (8 * s * b * h + 8 * s * b) * (t - 1) / t,
+        rel_tol=1e-12,
+        unit="B",
+    )
+
+
 @experiment(
     "sequence-parallel",
     "activation memory per layer with and without sequence parallelism "
@@ -101,19 +134,14 @@ def sequence_parallel(device: str) -> Result:
     )
     m = presets()["70B"]
     s, h, a = m.seq, m.hidden, m.heads
+    _llama_70b(r, m)
     for sp in (False, True):
         key = "sp" if sp else "tp"
         r.add(
-            f"70b_{key}_selective_layer",
-            activation_bytes_per_layer(s, 1, h, a, tp=8, sequence_parallel=sp, recompute="selective"),
-            "B",
-            f"70B, t=8, selective recompute, per layer{' with SP' if sp else ''}",
-        )
-        r.add(
-            f"70b_{key}_selective_model",
+            f"70b_{key}_table2_model",
             m.layers * activation_bytes_per_layer(s, 1, h, a, tp=8, sequence_parallel=sp, recompute="selective"),
             "B",
-            f"70B, all {m.layers} layers",
+            f"70B's shape in Table 2's GPT formula, all {m.layers} layers{' with SP' if sp else ''}",
         )
     r.add(
         "70b_wire_bytes_layer",
@@ -131,6 +159,13 @@ def sequence_parallel(device: str) -> Result:
         rel_tol=1e-12,
         unit="B",
         formula="two all-reduces forward, two backward (Megatron's f and g)",
+    )
+    r.claim(
+        "with SP, Table 2's GPT layer is low for Llama 2 70B (its SwiGLU MLP keeps 8sbf, GPT's 4sbf at f = 4h)",
+        r.quantities["70b_sp_table2_model"].value,
+        r.quantities["70b_sp_selective_model"].value,
+        relation="<=",
+        unit="B",
     )
     r.add("70b_layers", m.layers, "", "layers of Llama 2 70B")
     r.add("70b_seq", s, "tokens", "training sequence of Llama 2 70B")

@@ -30,3 +30,11 @@ def with_band(mfu: float) -> str:
     """An MFU as a table quotes it: the model's figure and its band, e.g. "60.0 % (50 %-70 %)"."""
     lo, hi = mfu_band(mfu)
     return f"{mfu:.1%} ({lo:.0%}-{hi:.0%})"
+
+
+def within_band(mfu: float, best_mfu: float) -> bool:
+    """Is a plan predicted at `mfu` as good as one predicted at `best_mfu`, as far as the planner can tell? Yes when
+    the better prediction lies inside this plan's band (mfu / (1 + e_max) <= best_mfu <= mfu / (1 + e_min)): the
+    corpus's errors could turn either ranking around. For a slower plan that is mfu >= best_mfu x (1 + e_min)."""
+    lo, hi = mfu_band(mfu)
+    return lo <= best_mfu <= hi or mfu >= best_mfu

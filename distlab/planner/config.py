@@ -22,12 +22,25 @@ from distlab.memory.model_states import BYTES_PER_PARAM, DEFAULT_PRECISION
 from distlab.models.shapes import ModelShape, from_json, preset
 from distlab.planner.moe import MoESpec
 
-PRECISIONS = tuple(BYTES_PER_PARAM)  # chapter 1's conventions: mixed (16 B/param), Megatron's fp32 main_grad (18), ...
+PRECISIONS = (*BYTES_PER_PARAM, "bf16", "mixed-bf16-moments")
+"""Chapter 1's conventions (mixed 16 B/param, Megatron's fp32 main_grad 18, fp32 accumulation 20, fp32 16) and what
+fine-tuners run: pure bf16 (8 B: torchtune's default) and bf16 moments with fp32 master and main grads (14 B:
+Megatron-Core's precision-aware optimizer); distlab.planner.memory.state_bytes_per_param prices each."""
 MATMUL_DTYPES = ("bf16", "fp8")  # what the weight matmuls run in (fp8: Transformer Engine's recipe, bf16 elsewhere)
-OPTIMIZERS = ("adamw", "sgd")  # sgd: with momentum, one fp32 moment instead of Adam's two
+OPTIMIZERS = ("adamw", "sgd", "adamw-8bit", "adamw-8bit-paged", "adamw-in-backward")
+"""sgd: with momentum, one moment instead of Adam's two; adamw-8bit: bitsandbytes' block-wise 8-bit moments (paged:
+the same bytes, spilling to the host under pressure); adamw-in-backward: each gradient applied and freed in backward
+(torchtune's optimizer_in_bwd; no gradient accumulation)."""
+PEFT = ("none", "lora", "qlora")
+"""none: every weight trains; lora: a frozen bf16 base with rank-r adapters; qlora: the base in NF4 with double
+quantization (Dettmers et al. 2023)."""
 TASKS = ("pretrain", "finetune")
 ATTENTION = ("flash", "standard")  # standard: the s x s scores go through HBM (Megatron-LM 2021)
 RECOMPUTE = ("none", "selective", "full")
+RECOMPUTE_MODULES = ("core_attn", "mlp", "layernorm", "moe_act", "moe", "op")
+"""Megatron-Core's --recompute-modules (with --recompute-granularity selective): the attention core (the default), the
+dense MLP, the norms' outputs, the MoE experts' activation function, the whole MoE layer; and op, torchtitan's per-op
+policy (alone: the outputs of attention and of every other matmul are saved, everything else recomputed)."""
 OFFLOAD = ("none", "optimizer", "params")  # ZeRO-Offload (stage >= 1); ZeRO-Infinity's parameters too (stage 3)
 SCHEDULES = ("1f1b", "interleaved", "zb-h1")
 KERNELS = tuple(FRAMEWORKS)  # the training code's kernels (distlab.gpu.block_bytes): megatron's fused, eager, ...
@@ -206,9 +219,10 @@ class Training:
     """Dropout masks and their kernels (GPT-3-era pretraining used them; Llama does not)."""
     sequence_parallel: bool = True
     """Megatron sequence parallelism with TP (splits norms, dropout and residuals t ways)."""
-    tp_overlap: bool = True
+    tp_overlap: bool = False
     """Tensor-parallel collectives overlapped with the matmuls next to them (Megatron-Core's --tp-comm-overlap,
-    Transformer Engine's userbuffers, PyTorch's async-TP); off, they sit on the critical path."""
+    Transformer Engine's userbuffers, PyTorch's async-TP); off, they sit on the critical path. Off by default: every
+    stack makes it opt-in (distlab/data/stacks.toml), and PyTorch's async-TP needs torch.compile."""
     moe: MoESpec | None = None
     """The experts of a mixture-of-experts model (distlab.planner.moe.MoESpec), None for a dense one."""
     kernels: str = "megatron"
@@ -220,6 +234,16 @@ class Training:
     --overlap-grad-reduce, FSDP) or waits for it (Megatron-LM 2021's local DDP, DeepSpeed's pipeline engine)."""
     framework: str = "any"
     """The training stack (STACKS) whose schedules, features and own buffers a plan must use; any: no restriction."""
+    peft: str = "none"
+    """Parameter-efficient fine-tuning (PEFT): none, lora (frozen bf16 base) or qlora (frozen NF4 base)."""
+    lora_rank: int = 16
+    """The adapters' rank r (LoRA on every linear layer of attention and MLP)."""
+    activation_offload: bool = False
+    """Saved activations go to host memory after each layer's forward and come back for its backward (torchtune's
+    enable_activation_offloading, Megatron-Core's CPU offloading): the GPU keeps two layers' worth, the host the rest,
+    and the PCIe link carries them (distlab.planner.cost.activation_offload_seconds)."""
+    recompute_modules: tuple[str, ...] = ("core_attn",)
+    """What selective recomputation reruns in backward (RECOMPUTE_MODULES; Megatron-Core's default: core_attn)."""
 
     def __post_init__(self) -> None:
         for name, allowed in (
@@ -230,9 +254,19 @@ class Training:
             ("task", TASKS),
             ("attention", ATTENTION),
             ("framework", STACKS),
+            ("peft", PEFT),
         ):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {', '.join(allowed)}, not {getattr(self, name)!r}")
+        bad = [x for x in self.recompute_modules if x not in RECOMPUTE_MODULES]
+        if "op" in self.recompute_modules and len(self.recompute_modules) > 1:
+            raise ValueError("recompute module op (torchtitan's per-op policy) is a whole policy: use it alone")
+        if bad or not self.recompute_modules:
+            raise ValueError(
+                f"recompute modules must be a non-empty list of {', '.join(RECOMPUTE_MODULES)}, not {bad or '()'}"
+            )
+        if isinstance(self.lora_rank, bool) or not isinstance(self.lora_rank, int) or self.lora_rank < 1:
+            raise ValueError(f"lora_rank must be a positive integer, got {self.lora_rank!r}")
         if self.seq < 1 or self.global_batch_tokens < 1:
             raise ValueError("sequence length and global batch must be positive")
         if self.global_batch_tokens % self.seq:
@@ -240,6 +274,8 @@ class Training:
                 f"global batch of {self.global_batch_tokens:,} tokens is not a whole number of "
                 f"{self.seq:,}-token sequences"
             )
+        if self.peft != "none" and self.optimizer == "adamw-in-backward":
+            raise ValueError("adamw-in-backward is for full fine-tunes: with PEFT only the adapters have gradients")
         if self.matmul_dtype == "fp8" and self.precision == "fp32":
             raise ValueError("fp8 matmuls need mixed precision (fp32 training runs its matmuls in tf32)")
 

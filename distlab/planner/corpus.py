@@ -238,6 +238,8 @@ def request(run: Run):
         tp_overlap=("async TP" in notes or "asyncTP" in run.key or "AsyncTP" in notes) or fw.tp_overlap,
         kernels=r["kernels"],
         grad_reduce_overlap=r.get("grad_reduce", "overlapped") == "overlapped",
+        # torchtitan's "selective" is its per-op policy (the notes say so), not Megatron's attention-core recompute
+        recompute_modules=("op",) if r.get("recompute") == "selective" and "per-op" in notes else ("core_attn",),
     )
     fixed = {k: r[k] for k in ("tp", "pp", "dp", "cp")}
     for k in ("micro_batch", "recompute"):

@@ -1,17 +1,7 @@
-"""The planner's cost model: memory per GPU by category, and step time by cause, for one plan.
+"""The planner's cost model: step time by cause for one plan (and, through distlab.planner.memory, its memory).
 
-Memory (bytes, the most loaded pipeline stage), `memory_per_gpu`:
-    weights, gradients, optimizer     distlab.sharding.zero.model_state_bytes_per_gpu on the stage's share of the
-                                      parameters (/ tp; experts / ep), sharded over dp x cp by the ZeRO stage, in the
-                                      precision's bytes per parameter (distlab.memory.model_states.BYTES_PER_PARAM)
-    activations                       distlab.memory.activations.model_activation_bytes_per_layer x the stage's
-                                      layers x the micro-batches it holds (1F1B: p - s on stage s; interleaved:
-                                      p + (p-1)/v on stage 0)
-    logits                            fp32 logits of one micro-batch for the loss (last stage, / tp)
-    gather buffers                    ZeRO-3: two layers' gathered bf16 weights (the one computing, the prefetched)
-    communication buffers             NCCL's buffers, per communicator the plan opens (distlab/data/planner.toml)
-It fits when the sum is at most the device's reported capacity less the CUDA context and a fragmentation margin
-(distlab.planner.config.usable_bytes).
+Memory per GPU, by category and by phase (forward, backward, optimizer step; the peak is the largest phase):
+distlab.planner.memory, whose names (memory_per_gpu, MemoryBreakdown, fits) this module re-exports.
 
 Step time (seconds), `step`: each stage's time per micro-batch (distlab.planner.kernels: matmuls at the measured
 sustained rate and their wave efficiency, FlashAttention at its published rate, memory-bound kernels at a share of HBM),
@@ -45,17 +35,14 @@ MFU counts model FLOPs 6N + 12Lhs per token (attention over all s x s scores, th
 from __future__ import annotations
 
 import functools
-import inspect
 import math
 from dataclasses import dataclass, field
 
-from distlab.core.facts import value
 from distlab.gpu.flops import attention_flops_per_token, flops_per_token
-from distlab.memory.activations import model_activation_bytes_per_layer
 from distlab.model_parallel.pipeline import bubble_fraction, simulate
 from distlab.models.shapes import ModelShape
 from distlab.planner import comms
-from distlab.planner.config import Cluster, Plan, Training, usable_bytes
+from distlab.planner.config import Cluster, Plan, Training
 from distlab.planner.kernels import (
     MEMORY_EFFICIENCY,
     head_times,
@@ -63,55 +50,23 @@ from distlab.planner.kernels import (
     layer_times,
     mamf_fraction,
 )
-from distlab.sharding.zero import bytes_per_param_by_state, model_state_bytes_per_gpu
+from distlab.planner.memory import (  # noqa: F401  (re-exported: the memory model's names, as before)
+    MemoryBreakdown,
+    _activations,
+    _states,
+    activation_bytes,
+    communicators,
+    fits,
+    in_flight,
+    memory_per_gpu,
+    state_bytes_per_param,
+)
+from distlab.planner.stages import local_params, stage_layers, stage_params
 
-LOGIT_BYTES = 4  # fp32 logits for the loss
 DDP_BUCKET_BYTES = 25 * 2**20  # DistributedDataParallel(bucket_cap_mb=25): the last bucket waits for backward
 
 
 # ---------------------------------------------------------------- typed results
-@dataclass(frozen=True)
-class MemoryBreakdown:
-    """Bytes per GPU by category (device), and host bytes per GPU (CPU offload)."""
-
-    weights: float
-    gradients: float
-    optimizer: float
-    activations: float
-    logits: float
-    gather_buffers: float
-    comm_buffers: float
-    host: float
-
-    @property
-    def model_states(self) -> float:
-        return self.weights + self.gradients + self.optimizer
-
-    @property
-    def device_bytes(self) -> float:
-        return (
-            self.weights
-            + self.gradients
-            + self.optimizer
-            + self.activations
-            + self.logits
-            + self.gather_buffers
-            + self.comm_buffers
-        )
-
-    def as_dict(self) -> dict[str, float]:
-        """By category, as `distlab plan --json` prints memory_by_category."""
-        return {
-            "weights": self.weights,
-            "gradients": self.gradients,
-            "optimizer": self.optimizer,
-            "activations": self.activations,
-            "logits": self.logits,
-            "gather buffers": self.gather_buffers,
-            "communication buffers": self.comm_buffers,
-        }
-
-
 @dataclass(frozen=True)
 class StepBreakdown:
     """Seconds of one optimizer step by cause (they add up to the step)."""
@@ -197,184 +152,19 @@ class StepEstimate:
         }
 
 
-# ---------------------------------------------------------------- parameters per stage and GPU
-@functools.lru_cache(maxsize=4096)
-def stage_layers(m: ModelShape, pp: int) -> tuple[int, ...]:
-    """Layers of each pipeline stage: as even as the layer count allows, the first stages taking one more (126
-    layers on 8 stages: 16 x 6 and 15 x 2)."""
-    base, extra = divmod(m.layers, pp)
-    return tuple(base + (1 if s < extra else 0) for s in range(pp))
-
-
-def _embedding_params(m: ModelShape) -> int:
-    return m.vocab * m.hidden + (m.seq * m.hidden if m.mlp == "gelu" else 0)
-
-
-def _head_params(m: ModelShape, pp: int) -> int:
-    """The output head (untied, or tied but on another stage than the embedding) and the final norm."""
-    norm = m.hidden if m.mlp == "swiglu" else 2 * m.hidden
-    return (m.vocab * m.hidden if (not m.tie_embeddings or pp > 1) else 0) + norm
-
-
-@functools.lru_cache(maxsize=4096)
-def stage_params(m: ModelShape, pp: int) -> tuple[int, ...]:
-    """Parameters held by each stage: its layers, the embedding on the first, the head and final norm on the last.
-    With pp = 1 the whole model."""
-    if pp == 1:
-        return (m.params(),)
-    out = [n * m.params_per_layer() for n in stage_layers(m, pp)]
-    out[0] += _embedding_params(m)
-    out[-1] += _head_params(m, pp)
-    return tuple(out)
-
-
-def local_params(m: ModelShape, p: Plan) -> int:
-    """Parameters one GPU holds a slice of: its stage's (the largest stage) / tp."""
-    return math.ceil(max(stage_params(m, p.pp)) / p.tp)
-
-
-@functools.cache
-def _per_param(precision: str) -> dict[str, int]:
-    return bytes_per_param_by_state(precision)
-
-
-@functools.lru_cache(maxsize=65536)
-def _states(params: int, group: int, zero: int, precision: str, offload_optimizer: bool, offload_params: bool):
-    return model_state_bytes_per_gpu(
-        params,
-        group,
-        zero,
-        precision=precision,
-        offload_optimizer=offload_optimizer,
-        offload_params=offload_params,
-    )
-
-
-@functools.cache
-def _nccl_buffer_bytes() -> float:
-    return value("planner.memory-reserve.nccl_per_communicator_gb") * 1e9
-
-
+# ---------------------------------------------------------------- model state per parameter
 def optimizer_factor(t: Training) -> float:
-    """SGD with momentum keeps one fp32 moment where AdamW keeps two (chapter 1's categories)."""
-    if t.optimizer == "adamw":
-        return 1.0
-    per = _per_param(t.precision)
-    return (per["optimizer"] - 4) / per["optimizer"]
+    """The optimizer's state relative to AdamW's in the same precision (SGD keeps one moment, 8-bit AdamW two 1-byte
+    ones: distlab.planner.memory.state_bytes_per_param)."""
+    return (
+        state_bytes_per_param(t.precision, t.optimizer)["optimizer"] / state_bytes_per_param(t.precision)["optimizer"]
+    )
 
 
 def grad_reduce_bytes(t: Training) -> int:
     """Bytes per gradient element the data-parallel reduction moves: the gradient's own dtype (fp32 with
     Megatron's main_grad and fp32 accumulation, bf16 otherwise)."""
-    return 4 if t.precision in ("fp32", "mixed-fp32-grads", "mixed-fp32-accum") else 2
-
-
-# ---------------------------------------------------------------- memory
-@functools.cache
-def _activation_takes_dropout() -> bool:
-    return "dropout" in inspect.signature(model_activation_bytes_per_layer).parameters
-
-
-def activation_bytes(m: ModelShape, t: Training, p: Plan, recompute: str | None = None) -> float:
-    """One layer's activations kept for backward on one GPU, micro-batch of p.micro_batch sequences of s / cp."""
-    return _activations(
-        m,
-        t.seq // p.cp,
-        p.micro_batch,
-        p.tp,
-        t.sequence_parallel and p.tp > 1,
-        p.recompute if recompute is None else recompute,
-        "flash" if t.attention == "flash" else "eager",
-        t.dropout,
-    )
-
-
-@functools.lru_cache(maxsize=65536)
-def _activations(m, seq, batch, tp, sp, recompute, attention, dropout) -> float:
-    kw = {"dropout": dropout} if _activation_takes_dropout() else {}
-    return model_activation_bytes_per_layer(
-        m, seq, batch, tp=tp, sequence_parallel=sp, recompute=recompute, attention=attention, **kw
-    )
-
-
-def in_flight(p: Plan, stage: int) -> float:
-    """Micro-batches whose activations stage `stage` holds at once: 1F1B's p - s (its warm-up plus one), the
-    interleaved schedule's p + (p-1)/v on stage 0 (Korthikanti et al. 2022, Section 4.2), never more than m."""
-    if p.pp == 1:
-        return 1.0
-    if p.schedule == "interleaved":
-        held = (
-            (p.pp - stage) + (p.pp - 1 - stage) / p.virtual if stage == 0 else (p.pp - stage) + (p.pp - 1) / p.virtual
-        )
-        return min(held, p.microbatches)
-    return min(p.pp - stage, p.microbatches)
-
-
-def communicators(p: Plan) -> int:
-    """NCCL communicators a plan opens on each GPU: one per parallel dimension larger than 1."""
-    return sum(1 for n in (p.tp, p.pp, p.dp * p.cp, p.cp, p.ep) if n > 1)
-
-
-def memory_per_gpu(m: ModelShape, c: Cluster, t: Training, p: Plan) -> MemoryBreakdown:
-    """Bytes per GPU by category on the most loaded stage, and host bytes per GPU (offload)."""
-    group = p.dp * p.cp
-    params = stage_params(m, p.pp)
-    layers = stage_layers(m, p.pp)
-    per_layer = activation_bytes(m, t, p)
-    working = (
-        activation_bytes(m, t, p, "selective" if t.attention == "flash" else "none") if p.recompute == "full" else 0.0
-    )
-    logits = t.seq // p.cp * p.micro_batch * m.vocab * LOGIT_BYTES / p.tp
-    gather = 2 * 2 * m.params_per_layer() / p.tp if p.zero == 3 else 0.0
-    comm = _nccl_buffer_bytes() * communicators(p)
-    moe = t.moe
-    best: MemoryBreakdown | None = None
-    for s in sorted({0, p.pp - 1}):  # the first stage holds the most micro-batches and layers, the last the logits
-        # ZeRO-3 with a pipeline (torchtitan's FSDP + PP): each stage's weights are gathered once per step and
-        # kept, its gradients accumulate unsharded and reduce-scatter once at the end: ZeRO-1's memory
-        zero = 1 if (p.pp > 1 and p.zero == 3) else p.zero
-        states = _states(
-            math.ceil(params[s] / p.tp),
-            group,
-            zero if group > 1 or p.offload != "none" else 0,
-            t.precision,
-            p.offload != "none",
-            p.offload == "params",
-        )
-        weights, grads = states["params_bytes"], states["grads_bytes"]
-        if moe is not None:  # the routed experts beyond the dense path, sharded over the dp x cp / ep replicas
-            from distlab.planner.moe import expert_params_per_gpu
-
-            extra = expert_params_per_gpu(m, moe, layers[s], p.tp, p.ep)
-            replicas = max(1, group // p.ep)
-            if extra:
-                ex = _states(extra, replicas, zero if replicas > 1 else 0, t.precision, False, False)
-                weights += ex["params_bytes"]
-                grads += ex["grads_bytes"]
-                states = dict(states, optimizer_bytes=states["optimizer_bytes"] + ex["optimizer_bytes"])
-        acts = per_layer * layers[s] * in_flight(p, s) + working
-        lg = logits if s == p.pp - 1 else 0.0
-        mb = MemoryBreakdown(
-            weights=weights,
-            gradients=grads,
-            optimizer=states["optimizer_bytes"] * optimizer_factor(t),
-            activations=acts,
-            logits=lg,
-            gather_buffers=gather,
-            comm_buffers=comm,
-            host=states["host_bytes"],
-        )
-        if best is None or mb.device_bytes > best.device_bytes:
-            best = mb
-    if best is None:  # cannot happen: the loop visits stage 0
-        raise ValueError(f"no pipeline stage to size for {p.label()}")
-    return best
-
-
-def fits(m: ModelShape, c: Cluster, t: Training, p: Plan, mem: MemoryBreakdown | None = None) -> bool:
-    mem = mem or memory_per_gpu(m, c, t, p)
-    host_budget = c.host_bytes / c.gpus_per_node * 0.9  # the host keeps a tenth for itself
-    return mem.device_bytes <= usable_bytes(c.gpu) and mem.host <= host_budget
+    return int(state_bytes_per_param(t.precision)["grads"]) if t.precision != "mixed-fp32-accum" else 4
 
 
 # ---------------------------------------------------------------- one stage, one micro-batch
@@ -475,7 +265,13 @@ def stage_time(
     if p.recompute == "full":
         rec = lt.forward + tp_fwd + cp_f + ep_f
     elif p.recompute == "selective":
-        rec = lt.attention_forward
+        rec = lt.attention_forward if "core_attn" in t.recompute_modules else 0.0
+        if "mlp" in t.recompute_modules or "moe" in t.recompute_modules:  # the MLP's GEMMs run twice
+            rec += gemm["mlp_up"] + gemm["mlp_down"]
+        if t.recompute_modules == ("op",):  # torchtitan's per-op policy reruns every second matmul: k, o, up or down
+            kv, q = m.kv * m.head_dim, m.heads * m.head_dim
+            rec = gemm["qkv"] * kv / (q + 2 * kv) + gemm["proj"]
+            rec += gemm["mlp_up"] / 2 if m.mlp == "swiglu" else gemm["mlp_down"]
     else:
         rec = 0.0
     fwd = layers * (lt.forward + tp_fwd + cp_f + ep_f)
@@ -553,7 +349,7 @@ def optimizer_seconds(m: ModelShape, c: Cluster, t: Training, p: Plan, hbm: floa
     the state and the weights). With offload it runs on the host (offload_seconds)."""
     if p.offload != "none":
         return 0.0
-    per = _per_param(t.precision)
+    per = state_bytes_per_param(t.precision)
     params = local_params(m, p)
     shard = params if p.zero == 0 else math.ceil(params / (p.dp * p.cp))
     per_param = per["grads"] + 2 * per["optimizer"] * optimizer_factor(t) + per["params"]
@@ -580,6 +376,16 @@ def offload_seconds(m: ModelShape, c: Cluster, t: Training, p: Plan, micro: Stag
         fetch = 2 * shard * 2 / pcie  # forward and backward each fetch the parameter shard
         exposed += p.microbatches * max(0.0, fetch - micro.forward - micro.backward)
     return exposed
+
+
+def activation_offload_seconds(m: ModelShape, c: Cluster, t: Training, p: Plan, micro: StageTime) -> float:
+    """Activation offload's exposed time per step: each micro-batch's saved activations go to the host over PCIe
+    during its forward and come back during its backward; what the link needs beyond the pass it hides under shows."""
+    if not t.activation_offload:
+        return 0.0
+    saved = activation_bytes(m, t, p) * max(stage_layers(m, p.pp))
+    link = saved / c.pcie.bandwidth_bytes_per_s
+    return p.microbatches * (max(0.0, link - micro.forward) + max(0.0, link - micro.backward))
 
 
 # ---------------------------------------------------------------- the step
@@ -645,7 +451,7 @@ def step(
         exposed_dp=dp_exposed,
         exposed_cp_ep=n * worst.exposed_cp_ep,
         bubble=pipeline - busy,
-        offload=offload_seconds(m, c, t, p, worst),
+        offload=offload_seconds(m, c, t, p, worst) + activation_offload_seconds(m, c, t, p, worst),
         optimizer=optimizer_seconds(m, c, t, p, hbm),
     )
     seconds = breakdown.total

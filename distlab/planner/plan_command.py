@@ -6,32 +6,39 @@ from __future__ import annotations
 
 import argparse
 
-from distlab.core.cli import MAX_GPUS, MAX_TOKENS, UsageError, command, emit, parser, positive
+from distlab.core.cli import MAX_GPUS, MAX_TOKENS, UsageError, command, emit, number, parser, positive
 from distlab.models.shapes import ModelShape
 from distlab.planner.config import (
     ATTENTION,
     MATMUL_DTYPES,
     OFFLOAD,
     OPTIMIZERS,
+    PEFT,
     PRECISIONS,
     RECOMPUTE,
+    RECOMPUTE_MODULES,
     SCHEDULES,
+    STACKS,
     TASKS,
     Cluster,
     Training,
     cluster,
     model,
 )
+from distlab.planner.rules import MIN_HEADROOM
 from distlab.planner.search import (
     FIXABLE,
     PRETRAIN_BATCH_TOKENS,
     NothingFits,
     explain,
+    fastest,
     finetune_batch_sequences,
     search,
+    versus_fastest,
 )
 
 MAX_PARALLEL = 2**20  # a parallel size beyond a million GPUs is no request
+MAX_HEADROOM = 0.9  # a rule leaving more than 90 % of the memory free recommends nothing useful
 
 
 def resolve_model(spec: str):
@@ -67,8 +74,27 @@ def request(args) -> tuple[ModelShape, Cluster, Training]:
         sequence_parallel=args.sequence_parallel,
         tp_overlap=args.tp_overlap,
         moe=moe,
+        framework=args.framework,
+        peft=args.peft,
+        lora_rank=args.lora_rank,
+        recompute_modules=recompute_modules(args.recompute_modules, m, moe),
+        activation_offload=args.activation_offload,
     )
     return m, c, t
+
+
+def recompute_modules(spec: str, m: ModelShape, moe) -> tuple[str, ...]:
+    """--recompute-modules core_attn,mlp: Megatron-Core's names, each one the model has."""
+    names = tuple(x.strip() for x in spec.split(",") if x.strip())
+    bad = [x for x in names if x not in RECOMPUTE_MODULES]
+    if bad or not names:
+        raise UsageError(
+            f"distlab plan: --recompute-modules takes a comma-separated list of {', '.join(RECOMPUTE_MODULES)}, "
+            f"not {spec!r}"
+        )
+    if {"moe", "moe_act"} & set(names) and moe is None and not m.experts:
+        raise UsageError(f"distlab plan: recompute modules moe and moe_act need an MoE model; {m.name} is dense")
+    return names
 
 
 def fixed_dims(args) -> dict:
@@ -127,10 +153,23 @@ def plan_command(argv: list[str]) -> int:
         choices=PRECISIONS,
         default="mixed",
         help="model-state bytes per parameter: mixed (bf16 + fp32 master and moments, 16 B; the default), "
-        "mixed-fp32-grads (Megatron's fp32 main_grad, 18 B), mixed-fp32-accum (20 B) or fp32",
+        "mixed-fp32-grads (Megatron's fp32 main_grad, 18 B), mixed-fp32-accum (20 B), fp32, bf16 (pure bf16: "
+        "weights, gradients and moments, 8 B) or mixed-bf16-moments (Megatron-Core's precision-aware optimizer, 14 B)",
     )
     p.add_argument("--matmul-dtype", choices=MATMUL_DTYPES, default="bf16", help="weight matmuls in bf16 or fp8")
-    p.add_argument("--optimizer", choices=OPTIMIZERS, default="adamw")
+    p.add_argument(
+        "--optimizer",
+        choices=OPTIMIZERS,
+        default="adamw",
+        help="adamw, sgd, adamw-8bit (bitsandbytes), adamw-8bit-paged, adamw-in-backward (no accumulation)",
+    )
+    p.add_argument(
+        "--peft",
+        choices=PEFT,
+        default="none",
+        help="none (every weight trains), lora (frozen bf16 base) or qlora (frozen NF4 base, double quantization)",
+    )
+    p.add_argument("--lora-rank", type=positive(int, 65536), default=16, help="LoRA/QLoRA adapter rank (default 16)")
     p.add_argument("--task", choices=TASKS, default="pretrain", help="pretrain or finetune (a full fine-tune)")
     p.add_argument("--attention", choices=ATTENTION, default="flash")
     layout = p.add_argument_group("layout (each fixes one dimension; the others are searched)")
@@ -139,6 +178,12 @@ def plan_command(argv: list[str]) -> int:
     layout.add_argument("--zero", type=int, choices=(0, 1, 2, 3), default=None, help="ZeRO stage (0 = DDP, 3 = FSDP)")
     layout.add_argument("--micro-batch", type=positive(int, MAX_TOKENS), default=None, help="sequences per micro-batch")
     layout.add_argument("--recompute", choices=RECOMPUTE, default=None, help="activation recomputation")
+    layout.add_argument(
+        "--recompute-modules",
+        default="core_attn",
+        help="what selective recomputation reruns, Megatron-Core's names, comma-separated: "
+        f"{', '.join(RECOMPUTE_MODULES)} (default core_attn)",
+    )
     layout.add_argument("--schedule", choices=SCHEDULES, default=None, help="pipeline schedule")
     layout.add_argument(
         "--virtual", type=positive(int, 1024), default=None, help="model chunks per stage (interleaved schedule)"
@@ -149,6 +194,12 @@ def plan_command(argv: list[str]) -> int:
         "--dropout", action=argparse.BooleanOptionalAction, default=False, help="dropout (default off)"
     )
     switches.add_argument(
+        "--activation-offload",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="keep saved activations in host memory between forward and backward, over PCIe (default off)",
+    )
+    switches.add_argument(
         "--sequence-parallel",
         action=argparse.BooleanOptionalAction,
         default=True,
@@ -157,8 +208,23 @@ def plan_command(argv: list[str]) -> int:
     switches.add_argument(
         "--tp-overlap",
         action=argparse.BooleanOptionalAction,
-        default=True,
-        help="overlap TP collectives with the GEMMs next to them (default on)",
+        default=False,
+        help="overlap TP collectives with the GEMMs next to them (default off: opt-in in every stack; "
+        "Megatron-Core's --tp-comm-overlap, torchtitan's async TP under torch.compile)",
+    )
+    p.add_argument(
+        "--framework",
+        choices=STACKS,
+        default="any",
+        help="keep to what one training stack ships (schedules, ZeRO stages, offload, TP overlap; "
+        "distlab/data/stacks.toml) and price its own buffers and loss (distlab/data/memory_buffers.toml); default any",
+    )
+    p.add_argument(
+        "--min-headroom",
+        type=number(float, minimum=0, maximum=MAX_HEADROOM),
+        default=MIN_HEADROOM,
+        help=f"the headroom rule: among plans within chapter 13's error band of the fastest, recommend the fastest "
+        f"that leaves this share of usable memory free (default {MIN_HEADROOM:g}; 0 ranks by time alone)",
     )
     p.add_argument("--top", type=positive(int, 10_000), default=5, help="how many plans to print (default 5)")
     p.add_argument("--json", action="store_true", help="machine-readable: a list of plans, best first")
@@ -168,12 +234,18 @@ def plan_command(argv: list[str]) -> int:
     fixed = fixed_dims(args)
     m, c, t = request(args)
     try:
-        ranked = search(m, c, t, fixed=fixed)
+        ranked = search(m, c, t, fixed=fixed, min_headroom=args.min_headroom)
     except NothingFits as exc:
         raise UsageError(f"distlab plan: {exc}") from None
-    reasons = explain(m, c, t, ranked)
-    plans = [e.to_dict() for e in ranked[: args.top]]
+    except ValueError as exc:  # a switch the chosen stack does not ship
+        raise UsageError(f"distlab plan: {exc}") from None
+    reasons = explain(m, c, t, ranked, args.min_headroom)
+    quick = fastest(ranked)
+    top = ranked[: max(args.top, 2 if quick is not ranked[0] else 1)]
+    plans = [e.to_dict() | {"recommended": i == 0, "fastest": e is quick} for i, e in enumerate(top)]
     plans[0]["reasons"] = reasons
+    plans[0]["min_headroom"] = args.min_headroom
+    plans[0]["fastest_plan"] = versus_fastest(ranked)
     lines = [
         f"{m.name} ({m.params() / 1e9:.2f}B parameters{', MoE' if t.moe else ''}), {t.task}, "
         f"{t.global_batch_tokens:,} tokens per step of {t.seq:,}-token sequences, on {c.describe()}",
@@ -182,10 +254,12 @@ def plan_command(argv: list[str]) -> int:
         + f"; the best {len(plans)}:",
         "",
     ]
-    for i, e in enumerate(ranked[: args.top], 1):
+    for i, e in enumerate(top, 1):
         lo, hi = plans[i - 1]["mfu_band"]
+        tag = " (recommended)" if i == 1 else (" (fastest)" if e is quick else "")
         lines.append(
-            f"{i}. {e.plan.label()}\n   {e.memory_bytes / 1e9:.1f} GB/GPU, step {e.step_seconds:.3g} s, MFU "
+            f"{i}. {e.plan.label()}{tag}\n   {e.memory_bytes / 1e9:.1f} of {e.usable_bytes / 1e9:.1f} GB/GPU "
+            f"(headroom {e.headroom_fraction:.1%}), step {e.step_seconds:.3g} s, MFU "
             f"{e.time.mfu:.1%} (band {lo:.0%}-{hi:.0%}), {e.time.tokens_per_second:,.0f} tokens/s"
         )
     lines += ["", "Why the first:"] + [f"  - {r}" for r in reasons]

@@ -11,8 +11,9 @@ the planner's single cost model (distlab.planner.cost), never from a model of th
     context_sizes    CP only for long sequences (from LONG_SEQ tokens), in sizes that split the sequence
                      into 2c zigzag chunks
     pipeline_sizes   PP only when it is needed: when a pipeline-free plan at this TP and CP, with ZeRO-1
-                     and no recomputation, does not fit (takeaway 2: PP across nodes for larger models);
-                     otherwise a pipeline only adds its bubble
+                     and no recomputation, does not fit with MIN_HEADROOM free (takeaway 2: PP across nodes for
+                     larger models); otherwise a pipeline only adds its bubble
+    MIN_HEADROOM     the headroom rule: a recommended plan leaves this share of usable memory free
     zero_stages      ZeRO-0/1 with a pipeline (stages 2 and 3 would re-gather every micro-batch), 0-3 without
     zero_stage       which ZeRO stage a plan needs: the lowest whose model states and activations fit
     expert_parallel  for mixture-of-experts layers: the smallest EP, over data-parallel ranks, at which the
@@ -36,6 +37,12 @@ from distlab.planner.config import Cluster, Plan, Training, usable_bytes
 from distlab.planner.cost import memory_per_gpu
 
 LONG_SEQ = 16384  # context parallelism is considered from this sequence length on
+
+MIN_HEADROOM = 0.08
+"""The headroom rule: a recommended plan leaves at least this share of the usable memory free. A stated margin,
+not a measurement: the memory model leaves out backward temporaries, attention and GEMM workspaces, the fp32 logit
+gradient, the longest batch's spikes and the allocator's retries (`num_alloc_retries`), each a few per cent; a
+plan at 99 % of the budget OOMs on its first long batch. 8 % is the rule; `distlab plan --min-headroom` changes it."""
 
 
 class Choice(NamedTuple):
@@ -82,29 +89,40 @@ def context_sizes(m: ModelShape, c: Cluster, t: Training, tp: int, *, long_only:
     return Choice(sizes, f"CP up to {sizes[-1]}: {t.seq:,}-token sequences, split into 2c zigzag chunks")
 
 
-def fits_without_pipeline(m: ModelShape, c: Cluster, t: Training, tp: int, cp: int) -> tuple[bool, float]:
+def fits_without_pipeline(
+    m: ModelShape, c: Cluster, t: Training, tp: int, cp: int, min_headroom: float = MIN_HEADROOM
+) -> tuple[bool, float]:
     """Does a pipeline-free plan at this TP and CP fit with ZeRO-1 (DDP when there is nothing to shard over),
-    one sequence per micro-batch and no recomputation? Returns (fits, bytes per GPU)."""
+    one sequence per micro-batch and no recomputation, leaving min_headroom of the budget free? Returns (fits,
+    bytes per GPU)."""
     dp = c.gpus // (tp * cp)
     plan = Plan(tp=tp, pp=1, dp=dp, cp=cp, zero=1 if dp * cp > 1 else 0, micro_batch=1, microbatches=1)
     need = memory_per_gpu(m, c, t, plan).device_bytes
-    return need <= budget_bytes(c, t), need
+    return need <= (1 - min_headroom) * budget_bytes(c, t), need
 
 
 def pipeline_sizes(
-    m: ModelShape, c: Cluster, t: Training, tp: int, cp: int, *, only_when_needed: bool = True
+    m: ModelShape,
+    c: Cluster,
+    t: Training,
+    tp: int,
+    cp: int,
+    *,
+    only_when_needed: bool = True,
+    min_headroom: float = MIN_HEADROOM,
 ) -> Choice:
     """PP sizes allowed at this TP and CP: the stage counts (up to the layer count; stages may hold unequal numbers
     of layers, as torchtitan's 126 layers on 8 stages do) that tile the GPUs, or only 1 when a pipeline-free
-    ZeRO-1 plan without recomputation already fits (a pipeline would only add its bubble: it does not shrink the
-    first stage's activations, and ZeRO-1 already shards the optimizer)."""
+    ZeRO-1 plan without recomputation already fits with the headroom rule's margin (a pipeline would only add its
+    bubble: it does not shrink the first stage's activations, and ZeRO-1 already shards the optimizer)."""
     sizes = [pp for pp in range(1, m.layers + 1) if c.gpus % (tp * cp * pp) == 0]
     if only_when_needed:
-        fits, need = fits_without_pipeline(m, c, t, tp, cp)
+        fits, need = fits_without_pipeline(m, c, t, tp, cp, min_headroom)
         if fits:
             return Choice(
                 [1],
-                f"no PP: at TP {tp} ZeRO-1 fits without one ({need / 1e9:.1f} of {budget_bytes(c, t) / 1e9:.1f} GB)",
+                f"no PP: at TP {tp} ZeRO-1 fits without one ({need / 1e9:.1f} of {budget_bytes(c, t) / 1e9:.1f} GB"
+                f", {1 - need / budget_bytes(c, t):.0%} free)",
             )
         return Choice(
             sizes,
@@ -178,12 +196,12 @@ def expert_parallel(m: ModelShape, c: Cluster, t: Training, p: Plan, *, experts:
     return Choice(None, f"the {experts} experts fit at no EP that divides DP {p.dp}")
 
 
-def decisions(m: ModelShape, c: Cluster, t: Training, p: Plan) -> dict[str, Choice]:
+def decisions(m: ModelShape, c: Cluster, t: Training, p: Plan, min_headroom: float = MIN_HEADROOM) -> dict[str, Choice]:
     """Every rule's verdict for the request, at plan p's TP and CP: what `distlab plan` searched and why."""
     return {
         "tensor": tensor_sizes(m, c),
         "context": context_sizes(m, c, t, p.tp),
-        "pipeline": pipeline_sizes(m, c, t, p.tp, p.cp),
+        "pipeline": pipeline_sizes(m, c, t, p.tp, p.cp, min_headroom=min_headroom),
         "zero": zero_stage(m, c, t, p),
     }
 

@@ -12,7 +12,9 @@ every dimension fixed it prices exactly one plan, and says why in one line if th
 
 Each plan's memory comes first (cheap: those that do not fit are dropped); the survivors are timed with
 distlab.planner.cost, the pipeline by its closed form; the best few are timed again with the pipeline simulator
-and re-ranked. `explain` says why the winner won, in words.
+and re-ranked. Then the headroom rule (distlab.planner.rules.MIN_HEADROOM): among the plans as fast as the fastest
+within chapter 13's error band, the fastest that leaves at least that share of the usable memory free is the
+recommended plan, first in the list (the fastest follows it when they differ). `explain` says why, in words.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from distlab.planner.config import (
 )
 from distlab.planner.cost import MemoryBreakdown, StepEstimate, fits, memory_per_gpu, step
 from distlab.planner.rules import (
+    MIN_HEADROOM,
     context_sizes,
     decisions,
     expert_sizes,
@@ -50,15 +53,22 @@ FIXABLE = ("tp", "pp", "dp", "cp", "ep", "zero", "micro_batch", "recompute", "sc
 
 @dataclass(frozen=True)
 class Estimate:
-    """A plan with its memory and time."""
+    """A plan with its memory and time, and the usable memory it was fitted into."""
 
     plan: Plan
     memory: MemoryBreakdown
     time: StepEstimate
+    usable_bytes: float
+    """What a plan may fill on one GPU (distlab.planner.config.usable_bytes)."""
 
     @property
     def memory_bytes(self) -> float:
         return self.memory.device_bytes
+
+    @property
+    def headroom_fraction(self) -> float:
+        """The share of the usable memory the plan leaves free: 1 - memory / usable."""
+        return 1 - self.memory_bytes / self.usable_bytes
 
     @property
     def step_seconds(self) -> float:
@@ -84,7 +94,14 @@ class Estimate:
             "schedule": p.schedule,
             "virtual": p.virtual,
             "memory_bytes_per_gpu": self.memory_bytes,
+            "usable_bytes_per_gpu": self.usable_bytes,
+            "headroom_fraction": self.headroom_fraction,
             "memory_by_category": self.memory.as_dict(),
+            "memory_by_phase": self.memory.by_phase(),
+            "peak_phase": self.memory.peak_phase,
+            "allocator_peak_bytes": self.memory.allocator_peak_bytes,
+            "reserved_bytes": self.memory.reserved_bytes,
+            "outside_allocator_bytes": self.memory.outside_allocator_bytes,
             "host_bytes_per_gpu": self.memory.host,
             "step_seconds": t.seconds,
             "time_by_component": t.time_by_component(),
@@ -112,7 +129,14 @@ def _options(fixed: dict, name: str, default):
     return [fixed[name]] if name in fixed else list(default)
 
 
-def candidates(m: ModelShape, c: Cluster, t: Training, rules=RULES, fixed: dict | None = None):
+def candidates(
+    m: ModelShape,
+    c: Cluster,
+    t: Training,
+    rules=RULES,
+    fixed: dict | None = None,
+    min_headroom: float = MIN_HEADROOM,
+):
     """Every plan that tiles the cluster and splits the global batch evenly (memory not checked yet), as chapter 7's
     rules allow (distlab.planner.rules): TP sizes that divide the heads, inside a node ("tp-in-node"); CP only
     from LONG_SEQ tokens ("cp-long-only"); pipelines only where a pipeline-free ZeRO-1 plan does not fit
@@ -135,7 +159,15 @@ def candidates(m: ModelShape, c: Cluster, t: Training, rules=RULES, fixed: dict 
             pps = _options(
                 fixed,
                 "pp",
-                pipeline_sizes(m, c, t, tp, cp, only_when_needed="pp-when-needed" in rules and "pp" not in fixed).value,
+                pipeline_sizes(
+                    m,
+                    c,
+                    t,
+                    tp,
+                    cp,
+                    only_when_needed="pp-when-needed" in rules and "pp" not in fixed,
+                    min_headroom=min_headroom,
+                ).value,
             )
             for pp in pps:
                 if c.gpus % (tp * cp * pp) or pp > m.layers:
@@ -271,20 +303,31 @@ def search(
     fixed: dict | None = None,
     hbm: float | None = None,
     share: float | None = None,
+    min_headroom: float = MIN_HEADROOM,
 ) -> list[Estimate]:
-    """Feasible plans, fastest first (ties: less memory); the first RESIMULATE with the simulated pipeline.
-    `where(plan) -> bool` restricts the search (a published configuration, one ZeRO stage, ...); `fixed` pins
-    dimensions by name. `rules` (see candidates): by default all of RULES, or all but "pp-when-needed" when the
-    search is restricted (a restriction may ask about pipelines the rule would skip)."""
+    """Feasible plans: the recommended one first (`recommend`: the headroom rule), then the others fastest first
+    (ties: less memory); the first RESIMULATE with the simulated pipeline. `where(plan) -> bool` restricts the
+    search (a published configuration, one ZeRO stage, ...); `fixed` pins dimensions by name. `rules` (see
+    candidates): by default all of RULES, or all but "pp-when-needed" when the search is restricted (a restriction
+    may ask about pipelines the rule would skip). `min_headroom` = 0 ranks by time alone (the published runs of
+    chapter 13 are compared fastest to fastest). A `t.framework` other than "any" keeps to that stack
+    (distlab.planner.stacks)."""
+    from distlab.planner.stacks import allows, check
+
     fixed = dict(fixed or {})
     check_fixed(fixed)
+    check(t)
+    if not 0 <= min_headroom < 1:
+        raise ValueError(f"min_headroom must be in [0, 1), not {min_headroom!r}")
     if rules is None:
         rules = RULES if where is None and "pp" not in fixed else tuple(r for r in RULES if r != "pp-when-needed")
     budget = usable_bytes(c.gpu)
     fits_, seen, least = [], 0, None
     groups: dict[Plan, list[tuple[Plan, MemoryBreakdown]]] = {}
-    for p in candidates(m, c, t, rules, fixed):
+    for p in candidates(m, c, t, rules, fixed, min_headroom):
         if where is not None and not where(p):
+            continue
+        if not allows(t.framework, p):
             continue
         seen += 1
         mem = memory_per_gpu(m, c, t, p)
@@ -292,10 +335,11 @@ def search(
             least = (mem.device_bytes, p, mem.host)
         if fits(m, c, t, p, mem):
             groups.setdefault(replace(p, recompute="none", offload="none"), []).append((p, mem))
-    for variants in groups.values():  # time only what a faster variant that also fits does not dominate
+    roomy = (1 - min_headroom) * budget
+    for variants in groups.values():  # time only what a faster variant that also fits with headroom does not dominate
         for p, mem in variants:
-            if not any(_dominates(q, p) for q, _ in variants):
-                fits_.append(Estimate(p, mem, step(m, c, t, p, exact_pipeline=False, hbm=hbm, share=share)))
+            if not any(_dominates(q, p) and qm.device_bytes <= roomy for q, qm in variants):
+                fits_.append(Estimate(p, mem, step(m, c, t, p, exact_pipeline=False, hbm=hbm, share=share), budget))
     if least is None:  # no candidate at all (seen == 0): every candidate sets least
         if fixed:
             raise NothingFits(f"no such plan: {_why_not(m, c, t, fixed)}")
@@ -320,10 +364,29 @@ def search(
     key = lambda e: (round(e.step_seconds, 9), e.memory_bytes)
     fits_.sort(key=key)
     head = [
-        Estimate(e.plan, e.memory, step(m, c, t, e.plan, exact_pipeline=True, hbm=hbm, share=share))
+        Estimate(e.plan, e.memory, step(m, c, t, e.plan, exact_pipeline=True, hbm=hbm, share=share), budget)
         for e in fits_[:RESIMULATE]
     ]
-    return sorted(head, key=key) + fits_[RESIMULATE:]
+    by_time = sorted(head, key=key) + fits_[RESIMULATE:]
+    pick = recommend(by_time, min_headroom)
+    return [by_time[pick]] + by_time[:pick] + by_time[pick + 1 :]
+
+
+def recommend(by_time: list[Estimate], min_headroom: float = MIN_HEADROOM) -> int:
+    """The headroom rule: of the plans the planner cannot tell from the fastest (its predicted MFU inside their
+    band, chapter 13: distlab.planner.calibration.within_band), the fastest that leaves at least min_headroom of the
+    usable memory free; if none does, the one of them that leaves the most. Returns its index in `by_time`."""
+    from distlab.planner.calibration import within_band
+
+    best = by_time[0].time.mfu
+    band = [i for i, e in enumerate(by_time) if within_band(e.time.mfu, best)]
+    roomy = [i for i in band if by_time[i].headroom_fraction >= min_headroom - 1e-12]
+    return roomy[0] if roomy else max(band, key=lambda i: (by_time[i].headroom_fraction, -i))
+
+
+def fastest(ranked: list[Estimate]) -> Estimate:
+    """The fastest plan of a search's answer (the recommended plan, or the one right after it)."""
+    return min(ranked[:2], key=lambda e: (round(e.step_seconds, 9), e.memory_bytes))
 
 
 # ---------------------------------------------------------------- the winner in words
@@ -331,7 +394,41 @@ def _share(e: Estimate, part: str) -> float:
     return getattr(e.time.breakdown, part) / e.step_seconds
 
 
-def explain(m: ModelShape, c: Cluster, t: Training, ranked: list[Estimate]) -> list[str]:
+def versus_fastest(ranked: list[Estimate]) -> dict | None:
+    """Where the recommended plan (ranked[0]) is not the fastest: the fastest, and what the recommendation costs in
+    time and saves in memory (`distlab plan --json`: the recommended plan's `fastest_plan`)."""
+    best, quick = ranked[0], fastest(ranked)
+    if quick is best:
+        return None
+    return {
+        "label": quick.plan.label(),
+        "step_seconds": quick.step_seconds,
+        "memory_bytes_per_gpu": quick.memory_bytes,
+        "headroom_fraction": quick.headroom_fraction,
+        "step_seconds_difference": best.step_seconds - quick.step_seconds,
+        "slower_fraction": best.step_seconds / quick.step_seconds - 1,
+        "memory_bytes_difference": best.memory_bytes - quick.memory_bytes,
+    }
+
+
+def headroom_line(best: Estimate, min_headroom: float = MIN_HEADROOM) -> str:
+    """The recommended plan's headroom against the rule, in words."""
+    free = best.headroom_fraction
+    verdict = (
+        f"meets the headroom rule (at least {min_headroom:.0%} free)"
+        if free >= min_headroom - 1e-12
+        else f"BELOW the headroom rule of {min_headroom:.0%}: no plan as fast within the band leaves more; expect "
+        "out-of-memory risk on long batches (add GPUs, recompute, or offload)"
+    )
+    return (
+        f"Headroom {free:.1%} ({best.usable_bytes * free / 1e9:.1f} GB free per GPU): {verdict}; the memory model "
+        "leaves out backward temporaries, workspaces and allocator fragmentation spikes, which this margin absorbs."
+    )
+
+
+def explain(
+    m: ModelShape, c: Cluster, t: Training, ranked: list[Estimate], min_headroom: float = MIN_HEADROOM
+) -> list[str]:
     """Why the first plan of `ranked` is the one to run, for an engineer defending it."""
     from distlab.planner.calibration import mfu_band
 
@@ -342,9 +439,22 @@ def explain(m: ModelShape, c: Cluster, t: Training, ranked: list[Estimate]) -> l
         f"Fits: {best.memory_bytes / 1e9:.1f} GB of the {budget / 1e9:.1f} GB usable per GPU (weights "
         f"{mem.weights / 1e9:.1f}, gradients {mem.gradients / 1e9:.1f}, optimizer {mem.optimizer / 1e9:.1f}"
         f", activations {mem.activations / 1e9:.1f}, NCCL buffers {mem.comm_buffers / 1e9:.1f} GB; model state in "
-        f"the {t.precision} convention)."
+        f"the {t.precision} convention).",
+        headroom_line(best, min_headroom),
     ]
-    rules = decisions(m, c, t, p)
+    vs = versus_fastest(ranked)
+    if vs is not None:
+        out.append(
+            f"Recommended over the fastest plan ({vs['label']}, {vs['headroom_fraction']:.1%} headroom): "
+            f"{vs['slower_fraction']:.1%} slower ({vs['step_seconds_difference']:.3g} s per step) for "
+            f"{-vs['memory_bytes_difference'] / 1e9:.1f} GB less per GPU; within chapter 13's error band the planner "
+            "cannot tell them apart on time, so the one with headroom wins."
+        )
+    if t.framework != "any":
+        from distlab.planner.stacks import describe
+
+        out.append(f"Restricted to what the stack ships: {describe(t.framework)}.")
+    rules = decisions(m, c, t, p, min_headroom)
     out.append(
         f"Searched under chapter 7's rules: {rules['tensor'].reason}; {rules['pipeline'].reason}; "
         f"{rules['context'].reason}."
@@ -421,8 +531,10 @@ def explain(m: ModelShape, c: Cluster, t: Training, ranked: list[Estimate]) -> l
             "model needs only the unmasked half, the half FlashAttention computes. Counting only that half "
             f"(6N + 6Lhs): {best.time.mfu_causal:.1%}."
         )
-    if len(ranked) > 1:
-        nxt = ranked[1]
+    quick = fastest(ranked)
+    nxt = next((e for e in ranked[1:] if e is not quick and e.headroom_fraction >= min_headroom - 1e-12), None)
+    nxt = nxt if vs is not None else (nxt or (ranked[1] if len(ranked) > 1 else None))
+    if nxt is not None:
         a, b = best.time.breakdown.as_dict(), nxt.time.breakdown.as_dict()
         diff = {k: b[k] - a[k] for k in a}
         worst = max(diff, key=lambda k: diff[k])
@@ -435,7 +547,10 @@ def explain(m: ModelShape, c: Cluster, t: Training, ranked: list[Estimate]) -> l
                 f"{'more' if nxt.memory_bytes >= best.memory_bytes else 'less'} per GPU"
             )
         )
-        out.append(f"Runner-up: {nxt.plan.label()}, {slower:.1%} slower ({why}).")
+        out.append(
+            f"Runner-up: {nxt.plan.label()}, {slower:.1%} {'slower' if slower >= 0 else 'faster'} ({why}; "
+            f"headroom {nxt.headroom_fraction:.1%})."
+        )
     return out
 
 

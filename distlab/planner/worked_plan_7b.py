@@ -11,6 +11,7 @@ from __future__ import annotations
 from distlab.core.experiments import experiment
 from distlab.core.results import Result
 from distlab.memory.model_states import add_state_bytes, bytes_per_param
+from distlab.planner.advice import add_advice
 from distlab.planner.calibration import mfu_band, with_band
 from distlab.planner.config import Plan, Training, cluster, usable_bytes
 from distlab.planner.planner_validation import claim_band
@@ -91,13 +92,17 @@ def strategy_table(r: Result, key: str, m, c, t, names=tuple(STRATEGIES)) -> dic
                 *(Quantity(getattr(mem, k), "B") for k in ("weights", "gradients", "optimizer", "activations")),
                 Quantity(total, "B"),
                 "yes" if fits else f"no: {biggest}",
+                f"{e.headroom_fraction:.1%}" if e else "—",
                 Quantity(e.step_seconds, "s") if e else "—",
                 with_band(e.time.mfu) if e else "—",
             ]
         )
         slug = SLUGS[name]
         r.add(f"{key}_{slug}_bytes", total, "B", f"{name}: memory per GPU ({'best' if fits else 'leanest'} plan)")
+        r.add(f"{key}_{slug}_recomputes", int(plan.recompute != "none"), "", f"{name}: 1 if its plan recomputes")
+        r.add(f"{key}_{slug}_micro_batch", plan.micro_batch, "sequences", f"{name}: its plan's micro-batch")
         if e:
+            r.add(f"{key}_{slug}_headroom", e.headroom_fraction, "fraction", f"{name}: its plan's headroom")
             r.add(f"{key}_{slug}_mfu", e.time.mfu, "fraction", f"{name}: MFU of its best plan")
             lo, hi = mfu_band(e.time.mfu)
             r.add(f"{key}_{slug}_mfu_low", lo, "fraction", f"{name}: its band, low (chapter 13)")
@@ -114,12 +119,14 @@ def strategy_table(r: Result, key: str, m, c, t, names=tuple(STRATEGIES)) -> dic
             "activations",
             "total per GPU",
             f"fits {budget / 1e9:.1f} GB?",
+            "headroom",
             "step",
             "MFU (band)",
         ],
         table,
         caption=f"{m.name}, {t.task}, {t.global_batch_tokens:,} tokens per step, on {c.gpus} x {c.gpu.name}: the "
-        "best plan of each strategy, or, where none fits, the one that needs least memory (computed)",
+        "recommended plan of each strategy (the headroom rule within it), or, where none fits, the one that needs "
+        "least memory (computed)",
     )
     return out
 
@@ -166,6 +173,30 @@ def worked_plan_7b(device: str) -> Result:
         ["why the first plan"],
         [[line] for line in explain(m, c, t, ranked)],
         caption="distlab plan --model 7B --task finetune --gpu A100-SXM-80GB",
+    )
+    add_advice(r, "rec", m, c, t, ranked)
+    r.claim(
+        "the Takeaway's 'no tensor or pipeline parallelism': the recommended plan has TP 1 and PP 1", p.tp * p.pp, 1
+    )
+    r.claim("the Takeaway's 'do not recompute': the recommended plan recomputes nothing", int(p.recompute != "none"), 0)
+    r.claim("the Takeaway's 'no offload': the recommended plan offloads nothing", int(p.offload != "none"), 0)
+    from distlab.planner.calibration import stored_error_range
+    from distlab.planner.rules import MIN_HEADROOM
+
+    qs = r.quantities
+    r.claim(
+        "the Takeaway's 'at the edge on memory': the fastest plan leaves less than the headroom rule",
+        qs["rec_fastest_headroom"].value,
+        MIN_HEADROOM,
+        relation="<=",
+        unit="fraction",
+    )
+    r.claim(
+        "the Takeaway's 'inside the model's error on time': the fastest is faster by less than the band's e_min",
+        qs["rec_fastest_slower"].value,
+        -stored_error_range()[0],
+        relation="<=",
+        unit="fraction",
     )
     lo, hi = mfu_band(best.time.mfu)
     r.add("best_label_zero", p.zero, "", "the best plan's ZeRO stage")
@@ -277,6 +308,7 @@ def worked_plan_7b(device: str) -> Result:
     r.add(
         "mb1_slower", step_seconds[1, "none"] / best.step_seconds - 1, "fraction", "micro-batch 1 against the best plan"
     )
+    _qualitative(r)
     _h100_variant(r)
     claim_band(r)  # the MFU bands this page quotes
     from distlab.planner.comms_checks import comms_by_hand
@@ -285,9 +317,47 @@ def worked_plan_7b(device: str) -> Result:
     return r
 
 
+def _qualitative(r: Result) -> None:
+    """The page's words about the strategy table, checked against it."""
+    q = {k: v.value for k, v in r.quantities.items()}
+    mfus = [q[f"strategies_{s}_mfu"] for s in ("zero1", "zero2", "zero3")]
+    r.claim(
+        "'ZeRO-1, 2 and 3 run at nearly the same speed': their MFUs within 5 % of each other",
+        max(mfus) / min(mfus),
+        1.05,
+        relation="<=",
+    )
+    r.claim(
+        "'CPU offload costs time': its MFU below ZeRO-1's",
+        q["strategies_offload_mfu"],
+        q["strategies_zero1_mfu"],
+        relation="<=",
+        unit="fraction",
+    )
+    r.claim(
+        "'TP 8 is slower than sharding': its MFU below the recommended plan's",
+        q["strategies_tp8_mfu"],
+        q["best_mfu"],
+        relation="<=",
+        unit="fraction",
+    )
+    r.claim(
+        "'PP 4 fits with the least memory' of the strategies that fit",
+        q["strategies_pp4_bytes"],
+        min(q[f"strategies_{s}_bytes"] for s in ("zero1", "zero2", "zero3", "offload", "tp8", "tp2", "pp4")),
+        unit="B",
+    )
+
+
 def _h100_variant(r: Result) -> None:
     m, c, t = finetune("7B", gpu="H100-SXM")
     best = search(m, c, t)[0]
+    r.claim(
+        "H100: the same ZeRO stage as on A100s (the page says 'again')",
+        best.plan.zero,
+        r.quantities["best_label_zero"].value,
+    )
+    r.add("h100_headroom", best.headroom_fraction, "fraction", "H100: the recommended plan's headroom")
     lo, hi = mfu_band(best.time.mfu)
     r.add("h100_label_zero", best.plan.zero, "", "H100: the best plan's ZeRO stage")
     r.add("h100_step", best.step_seconds, "s", "H100: step by the model")

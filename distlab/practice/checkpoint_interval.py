@@ -12,7 +12,9 @@ from distlab.planner.search import search
 
 # ---------------------------------------------------------------- practice (f): checkpoint interval of a 70B run
 RESTART_70B_S = 900.0  # reschedule 128 nodes, load the checkpoint, warm up (an input)
-STORAGE_BYTES_PER_S = 100e9  # aggregate write rate of the cluster's parallel file system (an input)
+STORAGE_BYTES_PER_S = 100e9  # aggregate write rate of the cluster's parallel file system (an input, shown on the page)
+RESTART_IN_MEMORY_S = 300.0  # restart from a copy in the peers' host memory: reschedule and warm up, no storage read
+HOST_LINK = "PCIe5-x16"  # an H100's link to host memory, the async save's only stall
 
 
 @experiment(
@@ -128,7 +130,100 @@ def practice_checkpoint(device: str) -> Result:
         unit="fraction",
     )
     claim_band(r)  # the MFU bands this page quotes
+    _whiteboard(r, m, c, tokens, per_token, best.time.mfu / ratio)
+    _async_and_in_memory(r, state, c.gpus, mtbf, save)
     return r
+
+
+def _whiteboard(r: Result, m, c, tokens: float, per_token: float, mfu: float) -> None:
+    """Both FLOP counts and the days each gives: 6ND (Chinchilla's C) and D(6N + 12Lhs), which the page's days use
+    (the MFU is defined with the attention term, so the two must match)."""
+    n = m.params()
+    rate = c.gpus * c.gpu.peak_flops("bf16") * mfu
+    six_nd = 6 * n * tokens
+    full = per_token * tokens
+    r.add("tokens_per_param", tokens / n, "tokens/param", "compute-optimal tokens per parameter")
+    r.add("storage_bytes_per_s", STORAGE_BYTES_PER_S, "B/s", "input: the file system's aggregate write rate")
+    r.add("flops_full", full, "FLOP", "D (6N + 12Lhs): the FLOPs the MFU counts")
+    r.add("attention_factor", full / six_nd, "", "(6N + 12Lhs) / 6N for 70B at its sequence")
+    r.add("cluster_flops_per_s", rate, "FLOP/s", "1024 GPUs x bf16 peak x expected MFU")
+    r.add("days_6nd", six_nd / rate / 86400, "days", "6ND at that rate")
+    r.add("days_full", full / rate / 86400, "days", "D (6N + 12Lhs) at that rate")
+    low = r.quantities["mfu_band_low"].value
+    r.add("days_band_low", full / (c.gpus * c.gpu.peak_flops("bf16") * low) / 86400, "days", "at the band's low MFU")
+    r.claim(
+        "budgeting at the band's low MFU takes longer than the expected days",
+        r.quantities["days_band_low"].value,
+        r.quantities["days_full"].value,
+        relation=">=",
+        unit="days",
+    )
+    r.claim(
+        "the page's days = D (6N + 12Lhs) / (GPUs x peak x MFU), not 6ND",
+        r.quantities["work_days"].value,
+        tokens * (6 * n + 12 * m.layers * m.hidden * m.seq) / (c.gpus * c.gpu.peak_flops("bf16") * mfu) / 86400,
+        rel_tol=1e-6,
+        unit="days",
+        formula="PaLM's Appendix B count per token, written out",
+    )
+
+
+def _async_and_in_memory(r: Result, state: float, gpus: int, mtbf: float, save: float) -> None:
+    """Young's formula with the two levers: an asynchronous save stalls training only for the copy of each GPU's
+    shard to host memory (the write to storage runs behind the next steps, so the interval may not be shorter than
+    the write); an in-memory checkpoint on peers' host memory also shortens the restart (no storage read)."""
+    from distlab.hardware.links import per_direction_bytes_per_s
+    from distlab.throughput.young_daly import lost_fraction, young_seconds
+
+    stall = state / gpus / per_direction_bytes_per_s(HOST_LINK)  # every GPU copies its shard at once
+    tau_async = max(young_seconds(stall, mtbf), save)  # a new save cannot start before the last one is written
+    cases = {
+        "sync": (young_seconds(save, mtbf), save, RESTART_70B_S),
+        "async": (tau_async, stall, RESTART_70B_S),
+        "memory": (tau_async, stall, RESTART_IN_MEMORY_S),
+    }
+    for key, (tau, c_s, restart) in cases.items():
+        r.add(f"{key}_interval", tau, "s", f"{key}: Young's interval")
+        r.add(f"{key}_stall", c_s, "s", f"{key}: seconds training stops per save")
+        r.add(f"{key}_lost", lost_fraction(tau, c_s, mtbf, restart), "fraction", f"{key}: time lost")
+    r.add("restart_in_memory", RESTART_IN_MEMORY_S, "s", "input: restart from peers' host memory")
+    r.add("shard_bytes", state / gpus, "B", "one GPU's share of the checkpoint")
+    r.claim(
+        "an async save stalls for its shard over PCIe: state / GPUs / 64 GB/s (PCIe 5 x16 per direction)",
+        stall,
+        state / gpus / (32e9 * 16 * 128 / 130 / 8),
+        rel_tol=1e-9,
+        unit="s",
+        formula="32 GT/s x 16 lanes x 128b/130b / 8 bits",
+    )
+    r.claim(
+        "the levers only help: async loses less than synchronous saves, in-memory restarts less than async",
+        r.quantities["memory_lost"].value,
+        r.quantities["async_lost"].value,
+        relation="<=",
+        unit="fraction",
+    )
+    r.claim(
+        "... async loses less than synchronous saves",
+        r.quantities["async_lost"].value,
+        r.quantities["sync_lost"].value,
+        relation="<=",
+        unit="fraction",
+    )
+    r.claim(
+        "with async saves what is left is mostly the restart: loss within 25 % of R/M",
+        r.quantities["async_lost"].value,
+        RESTART_70B_S / mtbf,
+        rel_tol=0.25,
+        unit="fraction",
+    )
+    r.claim(
+        "the first-order loss at Young's interval is about sqrt(2C/M) + R/M",
+        r.quantities["sync_lost"].value,
+        (2 * save / mtbf) ** 0.5 + RESTART_70B_S / mtbf,
+        rel_tol=0.05,
+        unit="fraction",
+    )
 
 
 def _dollars(r: Result, m, c, gpu_hours: float, mfu: float, per_token: float, fns) -> None:

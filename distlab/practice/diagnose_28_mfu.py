@@ -29,13 +29,20 @@ BUSBW_ALARM = 0.8  # an nccl-tests busbw below this share of the link model is a
 
 def _planner_view(m, c, t):
     """The planner's step for the team's plan and its best plan (the one place this module calls the planner)."""
-    from distlab.planner.config import Plan
-    from distlab.planner.cost import step
+    from distlab.planner.config import Plan, usable_bytes
+    from distlab.planner.cost import memory_per_gpu, step
     from distlab.planner.search import search
 
     e = step(m, c, t, Plan(**TEAM_PLAN))
-    team = {"mfu": e.mfu, "step_seconds": e.seconds, "parts": e.time_by_component()}
+    team = {
+        "mfu": e.mfu,
+        "step_seconds": e.seconds,
+        "parts": e.time_by_component(),
+        "memory_bytes": memory_per_gpu(m, c, t, Plan(**TEAM_PLAN)).device_bytes,
+        "usable_bytes": usable_bytes(c.gpu),
+    }
     best = search(m, c, t)[0]
+    team["best_memory_bytes"] = best.memory_bytes
     return team, best.time.mfu, best.plan.label(), Plan(**TEAM_PLAN).label()
 
 
@@ -53,7 +60,8 @@ def practice_mfu_budget(device: str) -> Result:
     r = Result("practice-mfu-budget", kind="computed")
     m = model(MODEL)
     c = cluster(GPU, nodes=NODES)
-    t = Training(global_batch_tokens=256 * m.seq, seq=m.seq)
+    # the team runs Megatron-Core with --tp-comm-overlap (opt-in there; the planner's default is off since issue 25)
+    t = Training(global_batch_tokens=256 * m.seq, seq=m.seq, tp_overlap=True)
     team, best_mfu, best_label, team_label = _planner_view(m, c, t)
     r.data["team_plan"], r.data["best_plan"] = team_label, best_label
     _arithmetic(r, m, c)
@@ -88,6 +96,8 @@ def practice_mfu_budget(device: str) -> Result:
     known = _environment(r, m, c, steps)
     rows += known["rows"]
     _residual(r, low, high, known["factors"], r.quantities["mfu_full"].value)
+    rows += [_padding(r, m), _dtype(r, c), _allocator(r, team)]
+    _whiteboard(r, m)
     r.table(
         "triage",
         ["step", "look at", "confirms it", "this job (computed)"],
@@ -373,3 +383,99 @@ def _residual(r: Result, low: float, high: float, factors: tuple[float, float], 
         formula="(6N + 12Lhs MFU) / (mfu_band high x input x stragglers x checkpoints)",
     )
     r.claim("... and the job is not faster than they allow", residual, 1.0, relation="<=")
+
+
+def _padding(r: Result, m) -> list:
+    """Padding: a loader that pads every document to the window instead of packing computes on pad tokens. What-if:
+    documents as long as Llama 2's Meta preference dialogues (a sourced mean), each padded to the full sequence."""
+    from distlab.scaling_laws import sft_mean_example_tokens
+
+    mean = sft_mean_example_tokens("llama2-meta-dialogue")
+    real = mean / m.seq
+    r.add("pad_mean_tokens", mean, "tokens", "what-if: mean document length (Llama 2's Meta dialogues)")
+    r.add("pad_real_share", real, "fraction", "real tokens in a padded batch: mean / sequence")
+    r.add("pad_mfu_if_padded", r.quantities["mfu_full"].value * real, "fraction", "MFU on real tokens if so")
+    r.claim(
+        "padded to the window, the real tokens are mean length / sequence of the batch",
+        real * m.seq,
+        mean,
+        rel_tol=1e-12,
+        unit="tokens",
+    )
+    return [
+        "10. padding, unpacked sequences",
+        "the loader's collate function; real (non-pad) tokens per batch against batch x sequence",
+        "pad tokens in the batch, or tokens/s counted with them",
+        f"documents of {mean:,.0f} tokens padded to {m.seq:,}: {100 * real:.0f} % of the compute is real",
+    ]
+
+
+def _dtype(r: Result, c) -> list:
+    """The dtype the matmuls really run in: a missing autocast runs them in tf32 (if allowed) or fp32, whose peaks
+    cap the MFU against the bf16 peak far below 28 % (fp32) or at half (tf32)."""
+    from distlab.hardware.gpus import data_claims
+
+    data_claims(r, [c.gpu.name])  # the tf32 = bf16 / 2 and fp32 = lanes x 2 x clock relations of the datasheet
+    bf16 = c.gpu.peak_flops("bf16")
+    tf32, fp32 = c.gpu.peak_flops("tf32") / bf16, c.gpu.peak_flops("fp32") / bf16
+    r.add("tf32_ceiling", tf32, "fraction", "the most a tf32 run reaches against the bf16 peak")
+    r.add("fp32_ceiling", fp32, "fraction", "the most an fp32 (no tensor core) run reaches")
+    r.claim("a job in plain fp32 could not show 28 %", fp32, MFU_OBSERVED, relation="<=", unit="fraction")
+    r.claim("... a job in tf32 could", tf32, MFU_OBSERVED, relation=">=", unit="fraction")
+    return [
+        "11. the dtype the matmuls run in",
+        "`torch.get_autocast_dtype('cuda')`, `torch.backends.cuda.matmul.allow_tf32`, GEMM kernel names in the trace",
+        "tf32 or fp32 GEMMs (`tf32`, `sgemm` in kernel names) where bf16 was meant",
+        f"tf32 caps MFU at {100 * tf32:.0f} % of the bf16 peak, fp32 at {100 * fp32:.1f} %",
+    ]
+
+
+def _allocator(r: Result, team: dict) -> list:
+    """The caching allocator near the memory limit: a failed cudaMalloc makes it free its cached blocks and retry
+    (`num_alloc_retries` in torch.cuda.memory_stats()), each time synchronising the device."""
+    usable = team["usable_bytes"]
+    for key, used in (("team", team["memory_bytes"]), ("best", team["best_memory_bytes"])):
+        r.add(f"{key}_memory_bytes", used, "B", f"planner: memory per GPU, {key} plan")
+        r.add(f"{key}_headroom", 1 - used / usable, "fraction", f"{key} plan: 1 - memory / usable")
+    r.add("usable_bytes", usable, "B", "usable memory per GPU (planner)")
+    r.claim(
+        "the team's plan is far from the limit (a fifth or more of usable memory free): not the allocator",
+        r.quantities["team_headroom"].value,
+        0.2,
+        relation=">=",
+        unit="fraction",
+    )
+    r.claim(
+        "dropping recomputation (the fix) leaves less headroom than the team's plan",
+        r.quantities["best_headroom"].value,
+        r.quantities["team_headroom"].value,
+        relation="<=",
+        unit="fraction",
+    )
+    return [
+        "12. the allocator near the limit",
+        "`torch.cuda.memory_stats()`: `num_alloc_retries`, `num_ooms`; reserved against allocated memory",
+        "`num_alloc_retries` growing step after step (each retry frees the cache and synchronises)",
+        f"the team's plan needs {team['memory_bytes'] / 1e9:.0f} of {usable / 1e9:.0f} GB usable: "
+        + ("not near the limit" if team["memory_bytes"] < 0.8 * usable else "near the limit: check it"),
+    ]
+
+
+def _whiteboard(r: Result, m) -> None:
+    """The factors a candidate multiplies on the whiteboard (the page rounds them to two figures)."""
+    n = m.params()
+    r.add("wb_attention_factor", 1 + 12 * m.layers * m.hidden * m.seq / (6 * n), "", "(6N + 12Lhs) / 6N")
+    r.add("wb_recompute_factor", 6 / 8, "", "model / hardware FLOPs under full recomputation (6N / 8N)")
+    r.add(
+        "wb_hfu_over_mfu",
+        r.quantities["hfu_recompute"].value / r.quantities["mfu_full"].value,
+        "",
+        "HFU / MFU with full recomputation",
+    )
+    r.claim(
+        "full recomputation: hardware / model FLOPs is 4/3 (a second forward), with attention's 16/12 alike",
+        r.quantities["wb_hfu_over_mfu"].value,
+        8 / 6,
+        rel_tol=1e-9,
+        formula="(8N + 16Lhs) / (6N + 12Lhs)",
+    )

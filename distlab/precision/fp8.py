@@ -199,6 +199,15 @@ def fp8_scaling(device: str) -> Result:
     r.add("e5m2_binades", _range(E5M2), "", "e5m2 range in binades")
     r.add("steps", STEPS, "", "training steps")
     r.add("history", HISTORY, "", "amax history length")
+    from distlab.core.facts import value
+
+    r.claim(
+        "the history set here is at most Transformer Engine's default amax_history_len (its docs)",
+        HISTORY,
+        value("fp8_recipes.TE-DelayedScaling.amax_history_len"),
+        relation="<=",
+        unit="steps",
+    )
     _saturation(r, last["gradients"])
     return r
 

@@ -114,7 +114,7 @@ def launch(
         try:
             for p in procs:
                 p.start()
-            return _collect(procs, results_q, world_size, timeout_s, stacks)
+            return _collect(procs, results_q, world_size, timeout_s, stacks, store)
         except LaunchError as exc:
             if getattr(fn, "__module__", "") == "__main__" and "before returning a result" in str(exc):
                 raise LaunchError(
@@ -143,14 +143,20 @@ def _context():
     return ctx
 
 
-def _collect(procs, results_q, world_size: int, timeout_s: float, stacks: list[str]) -> list:
+def _collect(procs, results_q, world_size: int, timeout_s: float, stacks: list[str], store) -> list:
+    """Results in rank order. The deadline is timeout_s for the world to come up (every rank past init), then
+    timeout_s again from that moment for fn: starting ranks takes 0.1 s on an idle machine and 10 s on a loaded one,
+    and that must not eat fn's budget (a hang would be reported for ranks that were only slow to start)."""
     results: dict[int, object] = {}
     deadline = time.monotonic() + timeout_s
+    up_keys, up = [f"distlab/up/{r}" for r in range(world_size)], False
     while len(results) < world_size:
         try:
             msg = results_q.get(timeout=0.1)
         except queue.Empty:
             _check_exits(procs, results, results_q, world_size)
+            if not up and store.check(up_keys):
+                up, deadline = True, time.monotonic() + timeout_s
             if time.monotonic() > deadline:
                 _raise_hung(procs, results, world_size, timeout_s, stacks)
             continue
@@ -191,13 +197,15 @@ def _died(procs, rank: int, world_size: int) -> str:
 def _raise_hung(procs, results: dict, world_size: int, timeout_s: float, stacks: list[str]) -> None:
     missing = [r for r in range(world_size) if r not in results]
     where = {}
+    asked = []
     for r in missing:  # ask each missing rank for its Python stack (faulthandler, works inside C calls)
         if procs[r].is_alive():
             try:
                 os.kill(procs[r].pid, signal.SIGUSR1)
+                asked.append(r)
             except ProcessLookupError:
                 pass
-    time.sleep(0.3)
+    _wait_for_stacks([stacks[r] for r in asked])
     for r in missing:
         where[r] = _where(stacks[r])
     # A rank waiting inside a collective is a victim; blame the first one that is not. When every rank waits in
@@ -210,6 +218,45 @@ def _raise_hung(procs, results: dict, world_size: int, timeout_s: float, stacks:
         f"rank {culprit} of {world_size} hung: no result after {timeout_s:g} s{at} (ranks without a result: {missing})",
         "\n".join(f"rank {r}: {where[r][0] if where[r] else '?'}" for r in missing),
     )
+
+
+COLLECTIVE_TIMEOUT_MARGIN_S = 30.0
+"""The ranks' collectives time out this long after the launcher's deadline for fn: the launcher must name a hung rank
+(from every rank's stack) before the collective layer gives up on its own, or each waiting rank raises a timeout and
+the rank that caused it is lost among its victims. It covers STACK_WAIT_S with room to spare."""
+STACK_WAIT_S = 10.0
+"""How long a hung rank may take to write its stack after SIGUSR1. On an idle machine it takes milliseconds; on a loaded
+one the rank must first be scheduled. Waiting for the dump itself (not a fixed sleep) matters: blaming is decided
+from the stacks, and a missing one turns the culprit into a guess."""
+
+
+def _wait_for_stacks(paths: list[str]) -> None:
+    """Until every stack file holds a dump that has stopped growing (faulthandler writes it in several writes), or
+    STACK_WAIT_S has passed (a rank stuck in uninterruptible C code never writes one: its stack shows as '?')."""
+    end = time.monotonic() + STACK_WAIT_S
+    sizes: dict[str, int] = {}
+    while paths and time.monotonic() < end:
+        time.sleep(0.02)
+        now = {path: _size(path) for path in paths}
+        done = [path for path in paths if now[path] > _header_size(path) and now[path] == sizes.get(path)]
+        paths = [path for path in paths if path not in done]
+        sizes = now
+
+
+def _size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
+
+
+def _header_size(path: str) -> int:
+    """The 'main <thread id>' line each rank writes before it runs anything."""
+    try:
+        with open(path, "rb") as f:
+            return len(f.readline())
+    except OSError:
+        return 0
 
 
 def _odd_one_out(missing: list[int], where: dict) -> int:
@@ -256,32 +303,60 @@ def _consequential(error: str) -> bool:
     return "c10d" in error or "gloo" in error.lower() or "nccl" in error.lower()
 
 
+ROOT_CAUSE_WAIT_S = 10.0
+"""How long, at most, collective-layer errors wait for the news that explains them (a peer's own error, or its exit
+in the process table). The news is certain to come (the peer is gone or failing), only its delivery is slow on a
+loaded machine: a rank's exit reaches the launcher through the fork server, and a rank's error through its queue's
+feeder thread; both need a core. Waiting ends as soon as the news arrives, so the bound costs nothing when healthy."""
+OWN_ERROR_WAIT_S = 0.3
+"""With an error of the rank's own (not the collective layer's) in hand, the short wait for a silent death that
+came before it."""
+
+
 def _raise_root_cause(procs, results: dict, results_q, world_size: int, errors: list) -> None:
     """When one rank fails or dies, its peers fail too, inside the collective that waited for it. Blame,
     in this order: a rank that exited without a word (os._exit, a signal, the OOM killer), with its exit
     code or signal; else the first rank whose error did not come from the collective layer; else the first
-    error. A peer's error usually arrives before the dead rank's exit is seen, so collective-layer errors
-    wait up to a second for the process table to catch up."""
-    end = time.monotonic() + (1.0 if all(_consequential(e[1]) for e in errors) else 0.3)
+    error. The message names that rank first; what another rank did after it may follow as "(then rank k: ...)".
+
+    A peer's error usually arrives before the dead or failing rank's own news, so collective-layer errors wait
+    for it (ROOT_CAUSE_WAIT_S at most). A rank is silent only if it has exited AND the queue, drained after its
+    exit was seen, holds nothing from it: a rank flushes its queue before it exits, so the drain cannot miss it."""
+    start = time.monotonic()
     while True:
-        try:
-            status, r, p, d = results_q.get(timeout=0.05)
-            if status == "error":
-                errors.append((r, p, d))
-            else:
-                results[r] = pickle.loads(p)
-            continue  # drain first: a rank's own error may be queued just before it exits
-        except queue.Empty:
-            pass
-        spoke = {e[0] for e in errors} | set(results)
-        silent = [r for r, proc in enumerate(procs) if r not in spoke and proc.exitcode is not None]
-        if silent:
-            first = errors[0]
-            raise LaunchError(f"{_died(procs, silent[0], world_size)} (then rank {first[0]}: {first[1]})", first[2])
-        if time.monotonic() > end:
+        _drain(results_q, results, errors)
+        if any(proc.exitcode is not None for r, proc in enumerate(procs) if not _spoke(r, results, errors)):
+            _drain(results_q, results, errors)  # what an exited rank sent before it exited is in the pipe now
+            silent = [r for r, proc in enumerate(procs) if proc.exitcode is not None and not _spoke(r, results, errors)]
+            if silent:
+                first = errors[0]
+                raise LaunchError(f"{_died(procs, silent[0], world_size)} (then rank {first[0]}: {first[1]})", first[2])
+        waited = time.monotonic() - start
+        own = any(not _consequential(e[1]) for e in errors)
+        everyone_spoke = all(_spoke(r, results, errors) for r in range(len(procs)))
+        if (own and waited > OWN_ERROR_WAIT_S) or everyone_spoke or waited > ROOT_CAUSE_WAIT_S:
             break
     rank, payload, details = next((e for e in errors if not _consequential(e[1])), errors[0])
     raise LaunchError(f"rank {rank} of {world_size} failed: {payload}", details)
+
+
+def _spoke(rank: int, results: dict, errors: list) -> bool:
+    return rank in results or any(e[0] == rank for e in errors)
+
+
+def _drain(results_q, results: dict, errors: list) -> None:
+    """Every message already sent (waiting at most 50 ms for the first)."""
+    timeout = 0.05
+    while True:
+        try:
+            status, r, p, d = results_q.get(timeout=timeout)
+        except queue.Empty:
+            return
+        if status == "error":
+            errors.append((r, p, d))
+        else:
+            results[r] = pickle.loads(p)
+        timeout = 0.01
 
 
 def _stop(procs) -> None:
@@ -361,8 +436,13 @@ def _worker(
             torch.cuda.set_device(rank % torch.cuda.device_count())
         store = dist.TCPStore(_HOST, port, is_master=False, timeout=timedelta(seconds=timeout_s))
         dist.init_process_group(
-            backend, store=store, rank=rank, world_size=world_size, timeout=timedelta(seconds=timeout_s)
+            backend,
+            store=store,
+            rank=rank,
+            world_size=world_size,
+            timeout=timedelta(seconds=timeout_s + COLLECTIVE_TIMEOUT_MARGIN_S),
         )
+        _wait_until_every_rank_is_up(store, rank, world_size, timeout_s)  # the launcher's deadline for fn starts here
         result = fn(rank, world_size, *args)
         results_q.put(("ok", rank, pickle.dumps(result), ""))
     except BaseException as exc:  # noqa: BLE001 - reported to the parent as one line, before peers notice
@@ -370,6 +450,15 @@ def _worker(
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+def _wait_until_every_rank_is_up(store, rank: int, world_size: int, timeout_s: float) -> None:
+    """A rank's init_process_group can return while a peer is still connecting to it (gloo's connectFullMesh): a rank
+    that then ran a short fn and exited would break that peer's init ("Connection closed by peer"), seen on a loaded
+    machine. So no rank runs fn until every rank's init has returned. It goes through the rendezvous store, not the
+    process group, so it adds no collective to what an experiment counts."""
+    store.set(f"distlab/up/{rank}", "1")
+    store.wait([f"distlab/up/{r}" for r in range(world_size)], timedelta(seconds=timeout_s))
 
 
 def _one_line(exc: BaseException) -> str:

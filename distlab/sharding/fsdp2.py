@@ -40,15 +40,22 @@ WORLD = 2
 VARIANTS = ("ddp", "fp32", "bf16")
 
 
-def shard_model(model: GPT, mesh, mp_policy=None) -> GPT:
-    """fully_shard the embeddings, each block, the final norm and the head, then the (parameterless) root."""
+def shard_model(model: GPT, mesh, mp_policy=None, **knobs) -> GPT:
+    """fully_shard the embeddings, each block, the final norm and the head, then the (parameterless) root.
+    `knobs`: further fully_shard arguments (reshard_after_forward; distlab.sharding.fsdp2_knobs varies them);
+    a 2-D mesh (replicate, shard) makes it HSDP."""
     from torch.distributed.fsdp import fully_shard
 
-    kwargs = {"mesh": mesh} | ({"mp_policy": mp_policy} if mp_policy is not None else {})
-    for module in (model.tok, model.pos, *model.blocks, model.ln_f, model.head):
+    kwargs = {"mesh": mesh} | ({"mp_policy": mp_policy} if mp_policy is not None else {}) | knobs
+    for module in sharded_modules(model):
         fully_shard(module, **kwargs)
     fully_shard(model, **kwargs)
     return model
+
+
+def sharded_modules(model: GPT) -> list:
+    """The modules shard_model shards, in forward order."""
+    return [model.tok, model.pos, *model.blocks, model.ln_f, model.head]
 
 
 def _local_bytes(tensors) -> int:

@@ -28,6 +28,9 @@ each ring phase sends N - 1 chunks of ⌈Ψ/N⌉ elements, i.e. (N - 1)/N of the
     DDP       one all-reduce (reduce-scatter + all-gather phases)    2 (N-1) ⌈Ψ/N⌉ b  -> 2Ψb
     ZeRO-1/2  reduce-scatter gradients + all-gather parameters     2 (N-1) ⌈Ψ/N⌉ b  -> 2Ψb
     ZeRO-3    all-gather (forward) + all-gather (backward) + RS    3 (N-1) ⌈Ψ/N⌉ b  -> 3Ψb
+
+With m accumulated micro-batches per step, ZeRO-2's reduce-scatter and ZeRO-3's three phases happen per
+micro-batch: (m + 1)Ψb and 3mΨb per step, against DDP's and ZeRO-1's 2Ψb.
 """
 
 from __future__ import annotations
@@ -119,24 +122,33 @@ def model_state_bytes_per_gpu(
     return out
 
 
-def traffic_bytes_per_gpu(params: int, gpus: int, zero: int, bytes_per_elem: int = 2) -> dict[str, int]:
+def traffic_bytes_per_gpu(
+    params: int, gpus: int, zero: int, bytes_per_elem: int = 2, *, microbatches: int = 1
+) -> dict[str, int]:
     """Bytes one GPU sends per step, by collective, for stage `zero` (ring algorithms).
 
     Keys: all_reduce_bytes, reduce_scatter_bytes, all_gather_bytes, total_bytes (with the (N-1)/N factor,
     as (N - 1)·⌈Ψ/N⌉ elements per ring phase) and volume_bytes (the ZeRO paper's 2Ψ / 3Ψ, its N -> ∞ limit).
+
+    With gradient accumulation over `microbatches` micro-batches per step, DDP and ZeRO-1 keep the full
+    gradient and reduce once per step (no_sync); ZeRO-2 keeps only its gradient shard, so it reduce-scatters
+    after every micro-batch's backward (DeepSpeed's stage 2); ZeRO-3 frees the gathered weights after each
+    use, so it all-gathers twice and reduce-scatters once per micro-batch (FSDP's reshard-after-forward).
     """
     _check(params, gpus, zero)
-    if isinstance(bytes_per_elem, bool) or not isinstance(bytes_per_elem, int) or bytes_per_elem < 1:
-        raise ValueError(f"bytes_per_elem must be a positive integer, got {bytes_per_elem!r}")
+    for name, v in (("bytes_per_elem", bytes_per_elem), ("microbatches", microbatches)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{name} must be a positive integer, got {v!r}")
     phase = (gpus - 1) * shard_elements(params, gpus) * bytes_per_elem  # one ring reduce-scatter or all-gather
+    m = microbatches
     out = {"all_reduce_bytes": 0, "reduce_scatter_bytes": 0, "all_gather_bytes": 0}
     if zero == 0:
         out["all_reduce_bytes"] = 2 * phase
     else:
-        out["reduce_scatter_bytes"] = phase
-        out["all_gather_bytes"] = (2 if zero == 3 else 1) * phase
+        out["reduce_scatter_bytes"] = (m if zero >= 2 else 1) * phase
+        out["all_gather_bytes"] = 2 * m * phase if zero == 3 else phase
     out["total_bytes"] = sum(out.values())
-    out["volume_bytes"] = (3 if zero == 3 else 2) * params * bytes_per_elem
+    out["volume_bytes"] = {0: 2, 1: 2, 2: m + 1, 3: 3 * m}[zero] * params * bytes_per_elem
     return out
 
 

@@ -130,9 +130,106 @@ def _worked(r: Result, n: int, gpus: int, hbm: float) -> None:
                 f"7B, {gpus} GPUs, {STAGE_NAMES[z]}: seconds of traffic per step on {link}",
             )
     peak = fact("gpus.H100-SXM.bf16_dense_tflops").value * 1e12
+    _accumulation(r, n, gpus)
+    _why_not_zero3_70b(r, preset("70B"), hbm, peak, per_direction_bytes_per_s("InfiniBand-NDR"))
     tokens = 16384
     r.add("worked_tokens", tokens, "tokens", "tokens per GPU per step in the worked problem")
     r.add("worked_compute_s", 6 * n * tokens / peak, "s", "7B forward + backward for those tokens at peak")
+
+
+ACCUMULATION_MICROBATCHES = 8  # a fine-tune accumulating 8 micro-batches per optimizer step (an input)
+HIDE_MFU = 0.5  # compute at half the peak when asking what hides the gathers (an input; chapter 13's bands)
+LARGE_CLUSTER_GPUS = 1024  # practice 6's cluster: what pure data parallelism does to the global batch
+
+
+def _accumulation(r: Result, n: int, gpus: int) -> None:
+    """Gradient accumulation breaks "stages 1 and 2 are free": ZeRO-2 reduce-scatters and ZeRO-3 gathers every
+    micro-batch. Checked against the closed forms (m + 1)(N-1)⌈Ψ/N⌉b and 3m(N-1)⌈Ψ/N⌉b written out here."""
+    m = ACCUMULATION_MICROBATCHES
+    r.add("accum_microbatches", m, "micro-batches", "micro-batches accumulated per optimizer step (input)")
+    phase = (gpus - 1) * shard_elements(n, gpus) * 2  # one bf16 ring phase, typed out as the reference
+    for z, expected in ((0, 2 * phase), (1, 2 * phase), (2, (m + 1) * phase), (3, 3 * m * phase)):
+        got = traffic_bytes_per_gpu(n, gpus, z, microbatches=m)["total_bytes"]
+        r.add(f"z{z}_accum_traffic_bytes", got, "B", f"{STAGE_NAMES[z]}: bytes per GPU per step, {m} micro-batches")
+        r.claim(
+            f"{STAGE_NAMES[z]} with {m} accumulated micro-batches: bytes per GPU per step",
+            got,
+            expected,
+            unit="B",
+            formula={0: "2(N-1)⌈Ψ/N⌉b", 1: "2(N-1)⌈Ψ/N⌉b", 2: "(m+1)(N-1)⌈Ψ/N⌉b", 3: "3m(N-1)⌈Ψ/N⌉b"}[z],
+        )
+    ddp = traffic_bytes_per_gpu(n, gpus, 0)["total_bytes"]
+    for z in (2, 3):
+        ratio = traffic_bytes_per_gpu(n, gpus, z, microbatches=m)["total_bytes"] / ddp
+        r.add(f"z{z}_accum_over_ddp", ratio, "", f"{STAGE_NAMES[z]} / DDP bytes per step at {m} micro-batches")
+
+
+def _why_not_zero3_70b(r: Result, big, hbm: float, peak: float, link_bytes_per_s: float) -> None:
+    """Why 70B on 64 GPUs is not trained with ZeRO-3 alone although its states fit: every micro-batch gathers
+    the whole model over the network, the sequences that would hide it do not fit, and the global batch grows
+    with every data-parallel GPU. Activations are Llama-exact (chapter 3's model_activation_bytes)."""
+    from distlab.memory.activations import model_activation_bytes
+
+    gpus, params, seq = 64, big.params(), big.seq
+    per_micro = traffic_bytes_per_gpu(params, gpus, 3)["total_bytes"]
+    comm_s = per_micro / link_bytes_per_s
+    seq_compute_s = 6 * params * seq / (peak * HIDE_MFU)
+    hide = -(-comm_s // seq_compute_s)
+    states = model_state_bytes_per_gpu(params, gpus, 3)["total_bytes"]
+    act = model_activation_bytes(big, seq, 1, attention="flash", recompute="none")
+    act_full = model_activation_bytes(big, seq, 1, attention="flash", recompute="full")
+    r.add("70b_seq", seq, "tokens", "Llama 2 70B's training sequence")
+    r.add("70b_z3_micro_bytes", per_micro, "B", "70B, ZeRO-3 on 64 GPUs: bytes per GPU per micro-batch")
+    r.add("70b_z3_micro_s", comm_s, "s", "... over one 400 Gb/s NIC per GPU")
+    r.add("hide_mfu", HIDE_MFU, "fraction", "MFU assumed for the compute that should hide the gathers (input)")
+    r.add("70b_seq_compute_s", seq_compute_s, "s", "forward + backward of one 4096-token sequence at that MFU")
+    r.add("70b_hide_seqs", hide, "sequences", "sequences per GPU per micro-batch whose compute hides the gathers")
+    r.add("70b_z3_free_bytes", hbm - states, "B", "memory left per GPU beside ZeRO-3's states")
+    r.add("70b_seq_act_bytes", act, "B", "one sequence's activations, all 80 layers, no recompute (Llama-exact)")
+    r.add("70b_seq_act_full_bytes", act_full, "B", "the same with full recomputation")
+    r.add("70b_hide_act_full_bytes", hide * act_full, "B", "the hiding micro-batch's activations, full recompute")
+    r.add("70b_hide_batch_tokens", gpus * hide * seq, "tokens", "global batch of that micro-batch on 64 GPUs")
+    r.add("large_gpus", LARGE_CLUSTER_GPUS, "GPUs", "a large cluster (practice 6)")
+    r.add("large_dp_batch_tokens", LARGE_CLUSTER_GPUS * seq, "tokens", "one sequence per GPU, pure DP on it")
+    ring = 3 * (gpus - 1) / gpus * params * 2
+    r.claim("70B ZeRO-3 bytes per micro-batch = 3 (N-1)/N Ψ b", per_micro, ring, rel_tol=1e-6, unit="B")
+    r.claim(
+        "the gathers of one micro-batch take longer than one sequence's compute",
+        comm_s,
+        seq_compute_s,
+        relation=">=",
+        unit="s",
+        formula="3(N-1)/N Ψb / B against 6Ψs / (peak x MFU)",
+    )
+    r.claim(
+        "the hiding micro-batch is the fewest whole sequences whose compute covers the gathers",
+        (hide - 1) * seq_compute_s < comm_s <= hide * seq_compute_s,
+        True,
+    )
+    r.claim(
+        "one sequence without recomputation does not fit beside ZeRO-3's states",
+        act,
+        hbm - states,
+        relation=">=",
+        unit="B",
+    )
+    from distlab.core.facts import value
+
+    r.claim(
+        "pure data parallelism on 1024 GPUs, one sequence each, reaches Llama 2's published global batch",
+        LARGE_CLUSTER_GPUS * seq,
+        value("scaling_laws.Llama2-70B.batch_tokens_million") * 1e6,
+        relation=">=",
+        unit="tokens",
+        formula="Touvron et al. 2023, Table 1: a global batch of 4M tokens",
+    )
+    r.claim(
+        "full recompute keeps about 2sbh per layer (the layer input in bf16) of one sequence",
+        act_full,
+        big.layers * 2 * seq * big.hidden,
+        rel_tol=0.01,
+        unit="B",
+    )
 
 
 def _traffic(r: Result, n: int, gpus: int) -> None:

@@ -771,6 +771,7 @@
     plan();
   }
 
+  window.__distlabStartPlanner = planner; // the Trace page (assets/trace.js) runs `distlab trace` in this worker
   const root = document.getElementById("distlab-plan");
   if (root && !root.dataset.state) main(root);
 })();

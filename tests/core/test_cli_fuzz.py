@@ -111,6 +111,10 @@ for value in ("-2.5", "0", "inf", "nan", "1e308", "two dollars", "٣"):
 # distlab plan's layout flags (issue 14): counts, choices, and layouts that cannot run
 for flag in ("--tp", "--pp", "--dp", "--cp", "--ep", "--micro-batch", "--virtual", "--nics-per-node"):
     CASES += [("plan", with_value(PLAN, flag, v)) for v in ("-1", "0", "inf", "nan", "1e30", "2.5", "٣")]
+# the headroom rule and the stacks (issue 25)
+for value in ("-0.1", "1", "1.5", "inf", "nan", "eight", "٣"):
+    CASES.append(("plan", PLAN + ["--min-headroom", value]))
+CASES += [("plan", PLAN + ["--framework", "jax"]), ("plan", PLAN + ["--framework", "deepspeed", "--tp-overlap"])]
 CASES += [
     ("plan", PLAN + ["--zero", "4"]),
     ("plan", PLAN + ["--recompute", "some"]),
@@ -139,6 +143,24 @@ CASES += [
     ("gpus", ["--bogus"]),
     ("list", ["extra"]),
     ("memory", ["--params"]),
+    ("trace", []),
+    ("trace", ["no-such-trace.json"]),
+    ("trace", ["--record-demo", "bogus", "--out", "x"]),
+    ("trace", ["--record-demo", "healthy"]),  # no --out
+    ("trace", ["--out", "x"]),
+]
+# kv-cache (issue 28): every numeric flag malformed, an unknown dtype or attention, flags of the other attention kind.
+KV = ["--layers", "32", "--kv-heads", "8", "--head-dim", "128", "--seq", "8192"]
+for flag in ("--layers", "--kv-heads", "--head-dim", "--seq", "--batch"):
+    CASES += [("kv-cache", with_value(KV, flag, v)) for v in ("-1", "0", "inf", "nan", "1e308", "٧", "2.5", "x")]
+CASES += [
+    ("kv-cache", with_value(KV, "--dtype", "fp64")),
+    ("kv-cache", with_value(KV, "--attention", "ring")),
+    ("kv-cache", ["--layers", "32", "--seq", "8"]),
+    ("kv-cache", ["--layers", "61", "--attention", "mla", "--seq", "8"]),
+    ("kv-cache", KV + ["--attention", "mla", "--kv-lora-rank", "512"]),
+    ("kv-cache", KV + ["--kv-lora-rank", "512"]),
+    ("kv-cache", ["--layers", "61", "--attention", "mla", "--kv-lora-rank", "0", "--seq", "8"]),
 ]
 
 

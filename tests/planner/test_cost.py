@@ -150,7 +150,7 @@ def test_tp_overlap_hides_t_minus_1_over_t_of_each_gemm():
     from dataclasses import replace
 
     m = preset("70B")
-    t = Training(global_batch_tokens=8 * 4096, seq=4096)
+    t = Training(global_batch_tokens=8 * 4096, seq=4096, tp_overlap=True)  # overlap is opt-in (issue 25)
     p = Plan(tp=8, dp=1, micro_batch=1, microbatches=8)
     on = stage_time(m, H100, t, p, 1, first=False, last=False)
     off = stage_time(m, H100, replace(t, tp_overlap=False), p, 1, first=False, last=False)

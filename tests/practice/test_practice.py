@@ -40,7 +40,7 @@ def test_mfu_budget_triage_by_hand():
     team = step(
         model("13B"),
         cluster("H100-SXM", nodes=4),
-        Training(global_batch_tokens=256 * 4096, seq=4096),
+        Training(global_batch_tokens=256 * 4096, seq=4096, tp_overlap=True),
         Plan(**TEAM_PLAN),
     )
     low, high = mfu_band(team.mfu)

@@ -131,6 +131,21 @@ def test_traffic_matches_ring_factors(params, gpus):
     assert t[3]["total_bytes"] * 2 == t[0]["total_bytes"] * 3 and t[3]["volume_bytes"] == 3 * 2 * params
 
 
+@pytest.mark.parametrize(("params", "gpus", "micro"), [(97, 3, 5), (1000, 7, 1), (6_738_415_616, 8, 8)])
+def test_accumulation_traffic_per_micro_batch(params, gpus, micro):
+    """With m accumulated micro-batches, ZeRO-1 still reduces once, ZeRO-2 reduce-scatters m times and ZeRO-3 runs
+    its three phases m times: simulated here by summing the collectives one micro-batch at a time. Would catch the
+    accumulation exception dropped (chapter 6's "stages 1 and 2 are free") or ZeRO-3 gathering once per step."""
+    phase = traffic_bytes_per_gpu(params, gpus, 1)["reduce_scatter_bytes"]  # one ring phase, no accumulation
+    per_micro = {0: 0, 1: 0, 2: phase, 3: 3 * phase}  # sent inside each micro-batch's forward + backward
+    per_step = {0: 2 * phase, 1: 2 * phase, 2: phase, 3: 0}  # sent once, after the last micro-batch
+    for z in range(4):
+        total = sum(per_micro[z] for _ in range(micro)) + per_step[z]
+        assert traffic_bytes_per_gpu(params, gpus, z, microbatches=micro)["total_bytes"] == total
+    with pytest.raises(ValueError, match="microbatches"):
+        traffic_bytes_per_gpu(params, gpus, 2, microbatches=0)
+
+
 def test_traffic_one_gpu_is_zero_and_fp32_doubles():
     assert traffic_bytes_per_gpu(1000, 1, 3)["total_bytes"] == 0
     assert traffic_bytes_per_gpu(1000, 4, 2, 4)["total_bytes"] == 2 * traffic_bytes_per_gpu(1000, 4, 2)["total_bytes"]

@@ -498,7 +498,7 @@ def test_plan_page_answers_as_the_command_line_offline(page, vectors, form):
 
 
 def test_an_address_the_page_wrote_reproduces_its_plan(page, form):
-    """A reader's edits (a custom shape started from a preset, a switch turned off, a layout dimension fixed, the
+    """A reader's edits (a custom shape started from a preset, a switch turned on, a layout dimension fixed, the
     second plan chosen) go into the address; a fresh browser context opening that address shows the same request
     (the form, the command line, the custom model's file), the same plans as the command line gives for it, and the
     same plan chosen. Would catch an input that the address drops or misreads, or a page that plans before it has
@@ -512,11 +512,11 @@ def test_an_address_the_page_wrote_reproduces_its_plan(page, form):
     assert shape.input_value() == "40"
     shape.fill("44")
     pg.locator(root + "input[name='shape.name']").fill("my 13B, 44 layers")
-    pg.locator(root + "input[name=tp_overlap]").uncheck()
+    pg.locator(root + "input[name=tp_overlap]").check()  # off by default since issue 25
     pg.select_option(root + "select[name=zero]", "1")
     pg.locator(root + "input[name=seq]").fill("2048")
     pg.locator(root + "input[name=seq]").press("Enter")
-    request = "plan --model model.json --nodes 2 --seq 2048 --zero 1 --no-tp-overlap --json".split()
+    request = "plan --model model.json --nodes 2 --seq 2048 --zero 1 --tp-overlap --json".split()
     shown = wait_answer(pg, request)
     assert shown["state"] == "planned", pg.locator(root + "[data-key=error]").inner_text()
     page_shape = ModelShape(**json.loads(json.loads(shown["files"])["model.json"]))
@@ -524,14 +524,14 @@ def test_an_address_the_page_wrote_reproduces_its_plan(page, form):
     pg.locator(root + "tr[data-index='1']").click()
     pg.wait_for_function("() => document.querySelector('#distlab-plan .plan-detail')?.dataset.index == 1")
     href = pg.evaluate("location.href")
-    assert "model=custom" in href and "shape.layers=44" in href and "tp-overlap=off" in href and "choose=2" in href
+    assert "model=custom" in href and "shape.layers=44" in href and "tp-overlap=on" in href and "choose=2" in href
 
     fresh = Page(pg.context.browser, page.base)
     try:
         fresh.page.goto(href, wait_until="domcontentloaded")
         again = wait_answer(fresh.page)
         assert again["argv"] == shown["argv"] and again["cli"] == shown["cli"] and again["files"] == shown["files"]
-        assert json.loads(again["files"])["model.json"] and "--no-tp-overlap" in again["cli"]
+        assert json.loads(again["files"])["model.json"] and "--tp-overlap" in again["cli"]
         rc, out, err = run_cli(json.loads(again["argv"]), json.loads(again["files"]))
         assert rc == 0, err
         assert not compare_rows(fresh.page.evaluate(READ_PLANS), json.loads(out))

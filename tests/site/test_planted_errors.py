@@ -167,12 +167,55 @@ PLANTS = [
         "at the causal threshold",
     ),
     Plant(
+        # issue 25's done-when: an edit that makes a plan need recomputation must change the practice prose or fail
+        # its build. Here every micro-batch's activations are sized for two sequences: the 13B fine-tune's ZeRO-3
+        # plan can no longer keep one sequence without recomputing, which practice 1 says it does.
+        "the activation model sizes every micro-batch twice (practice 1's ZeRO-3 plan now needs recomputation)",
+        "distlab/memory/activations.py",
+        "            seq,\n            batch,\n            attention=attention,",
+        "            seq,\n            2 * batch,\n            attention=attention,",
+        "practice/01-will-13b-fit.md",
+        ("'ZeRO-3 keeps one whole sequence's activations'", "fits without recomputation"),
+    ),
+    Plant(
         "calculator.js shards gradients from ZeRO-3 instead of ZeRO-2",
         "docs/assets/calculator.js",
         "per.grads * (inp.zero >= 2 ? rank : shard)",
         "per.grads * (inp.zero >= 3 ? rank : shard)",
         "calculator.md",
         "calculator",
+    ),
+    Plant(
+        "the KV cache counted without its factor 2 (K only, not K and V)",
+        "distlab/memory/kv_cache.py",
+        "return 2 * self.layers * self.kv_heads * self.head_dim",
+        "return self.layers * self.kv_heads * self.head_dim",
+        "03-activation-memory.md",
+        "kv_cache_bytes() = the counted bf16 cache",
+    ),
+    Plant(
+        "DeepSeek-V3's MLA latent width typed 521 instead of 512 (its KV cache per token moves)",
+        "distlab/data/moe_models.toml",
+        "kv_lora_rank = 512",
+        "kv_lora_rank = 521",
+        "03-activation-memory.md",
+        "DeepSeek-V3 per token: our formula vs the published",
+    ),
+    Plant(
+        "MX's OCP scale rule with e4m3's emax off by one (7 instead of 8)",
+        "distlab/precision/block_formats.py",
+        "E4M3_EMAX = 8  #",
+        "E4M3_EMAX = 7  #",
+        "04-mixed-precision.md",
+        ("ocp rule: amax / scale", "hand-worked block, OCP rule"),
+    ),
+    Plant(
+        "the B200's exponentials per clock and SM typed 61 instead of 16 (FlashAttention-4's wall disappears)",
+        "distlab/data/flash_attention4.toml",
+        "exp_per_clock_sm = 16",
+        "exp_per_clock_sm = 61",
+        "08-flash-attention.md",
+        "B200 exp/matmul at d = 128",
     ),
 ]
 

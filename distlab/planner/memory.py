@@ -1,0 +1,537 @@
+"""The planner's memory model: bytes per GPU alive in each phase of a step, and the peak as the largest phase.
+
+A step has three phases, and a tensor counts only in the phases it is alive in:
+
+    forward         weights (and ZeRO-3's gathered layers), the optimizer state, the gradients that persist across
+                    micro-batches (accumulation, or a stack's persistent gradient buffer), the activations every
+                    micro-batch in flight keeps for backward, and the loss's copies of the logits
+    backward        the same, with every gradient and the stack's gradient buckets, plus the larger of two working
+                    sets that are never alive together: the loss's backward over the logits (first) and one layer's
+                    recomputed activations (full recomputation, later)
+    optimizer step  weights, gradients, optimizer state and the step's temporaries (foreach AdamW's copy of the
+                    second moment, DeepSpeed's fp32 gradient partition); the activations are gone
+
+The allocator's peak (what torch.cuda.max_memory_allocated shows) is the largest phase. Beside it the device holds
+what the caching allocator reserved but cannot hand out (fragmentation: an assumption, FRAGMENTATION_FRACTION of the
+device) and what is not the allocator's at all: NCCL's buffers (NCCL's documented defaults, per communicator) and
+the CUDA context. `memory_bytes_per_gpu` (the fit quantity) is the allocator's peak plus NCCL's buffers; a plan fits
+when reserved_bytes + outside_allocator_bytes <= the device's capacity, which is the same test.
+
+Model state by precision and optimizer (bytes per parameter, `state_bytes_per_param`), with PEFT (`peft_states`):
+a frozen base keeps only its weights (bf16, or NF4 at 4 bits + 0.127 bits of constants), the adapters keep the
+precision's full state. Sources: distlab/data/memory_buffers.toml. Pure Python: no torch.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+from distlab.core.facts import entries, value
+from distlab.memory.activations import model_activation_bytes_per_layer
+from distlab.memory.model_states import BYTES_PER_PARAM
+from distlab.models.shapes import ModelShape
+from distlab.planner.config import FRAGMENTATION_FRACTION, Cluster, Plan, Training, device_capacity_bytes
+from distlab.planner.stages import stage_layers, stage_params
+from distlab.sharding.zero import bytes_per_param_by_state, model_state_bytes_per_gpu, shard_elements
+
+PHASES = ("forward", "backward", "optimizer_step")
+NCCL_CHANNELS = 32
+"""Channels NCCL opens per communicator inside an H100 node (NVIDIA/nccl issue 1685's NCCL_DEBUG log of 8 x H100)."""
+PEFT_GRAD_DTYPE_BYTES = 2  # the frozen base's activation gradients are bf16 like any other; adapters follow precision
+
+
+@functools.cache
+def _fact(entry: str, field: str) -> float:
+    return float(value(f"memory_buffers.{entry}.{field}"))
+
+
+# ---------------------------------------------------------------- bytes per parameter
+@functools.cache
+def state_bytes_per_param(precision: str, optimizer: str = "adamw") -> dict[str, float]:
+    """{"params", "grads", "optimizer"} bytes per trained parameter.
+
+    mixed 2 + 2 + 12; pure bf16 2 + 2 + 4 (bf16 moments, no master: 8 B); mixed-bf16-moments 2 + 4 + (4 + 2 + 2)
+    (Megatron-Core's precision-aware optimizer: fp32 main grads and master, bf16 moments: 14 B). The optimizer
+    replaces Adam's two moments: sgd keeps one; adamw-8bit keeps two 1-byte moments plus an fp32 constant per block
+    of 2048 (bitsandbytes); adamw-in-backward keeps AdamW's state (its gradients are what it saves)."""
+    if precision in BYTES_PER_PARAM:
+        per = {k: float(v) for k, v in bytes_per_param_by_state(precision).items()}
+        moments: float = sum(b for cat, b in BYTES_PER_PARAM[precision].items() if cat.startswith("Adam"))
+    elif precision == "bf16":
+        per = {
+            "params": _fact("pure-bf16", "weight_bytes"),
+            "grads": _fact("pure-bf16", "grad_bytes"),
+            "optimizer": 2 * _fact("pure-bf16", "moment_bytes"),
+        }
+        moments = 2 * _fact("pure-bf16", "moment_bytes")
+    elif precision == "mixed-bf16-moments":
+        moments = 2 * _fact("precision-aware", "moment_bytes")
+        per = {
+            "params": _fact("precision-aware", "weight_bytes"),
+            "grads": _fact("precision-aware", "main_grad_bytes"),
+            "optimizer": _fact("precision-aware", "master_bytes") + moments,
+        }
+    else:
+        raise ValueError(f"unknown precision {precision!r}")
+    master = per["optimizer"] - moments
+    if optimizer == "sgd":
+        per["optimizer"] = master + moments / 2
+    elif optimizer in ("adamw-8bit", "adamw-8bit-paged"):
+        states = 2 * _fact("adamw-8bit", "state_bytes_per_param")
+        constants = 2 * _fact("adamw-8bit", "block_constant_bytes") / _fact("adamw-8bit", "block_size")
+        per["optimizer"] = master + states + constants
+    elif optimizer not in ("adamw", "adamw-in-backward"):
+        raise ValueError(f"unknown optimizer {optimizer!r}")
+    return per
+
+
+def nf4_bytes_per_param() -> float:
+    """QLoRA's NF4 weight with double quantization: 4 bits plus 8-bit constants per 64 weights and one fp32
+    constant per 256 constants (8/64 + 32/(64 x 256) = 0.127 bits), in bytes."""
+    block, blocks = _fact("qlora-nf4", "block_size"), _fact("qlora-nf4", "constant_block_size")
+    bits = _fact("qlora-nf4", "weight_bits") + _fact("qlora-nf4", "constant_bits_dq") / block + 32 / (block * blocks)
+    return bits / 8
+
+
+def lora_params_per_layer(m: ModelShape, rank: int) -> int:
+    """Adapter parameters of one layer: r (d_in + d_out) for every linear map of attention (q, k, v, o) and the MLP
+    (gate, up, down for SwiGLU; up, down for GeLU), as QLoRA adapts every linear layer."""
+    kv = m.kv * m.head_dim
+    attention = (m.hidden + m.hidden) + 2 * (m.hidden + kv) + (m.hidden + m.hidden)
+    mlp = (3 if m.mlp == "swiglu" else 2) * (m.hidden + m.ffn)
+    return rank * (attention + mlp)
+
+
+# ---------------------------------------------------------------- typed result
+@dataclass(frozen=True)
+class MemoryBreakdown:
+    """Bytes per GPU by category (device) on the most loaded stage, which phases each is alive in, and host bytes
+    per GPU (CPU offload)."""
+
+    weights: float
+    gradients: float
+    optimizer: float
+    activations: float
+    logits: float
+    """The loss's copies of the logits alive at the end of forward (fp32 upcast, log-softmax output)."""
+    gather_buffers: float
+    comm_buffers: float
+    """NCCL's buffers (outside the allocator)."""
+    host: float
+    logits_backward: float = 0.0
+    """What the loss's backward adds over the logits (their gradients), at the start of backward."""
+    recompute_working: float = 0.0
+    """Full recomputation: one layer's activations rebuilt during its backward."""
+    gradients_in_forward: float = 0.0
+    """Gradients alive during forward: accumulated across micro-batches, or a persistent gradient buffer."""
+    grad_buckets: float = 0.0
+    """The stack's gradient buckets beside the gradients (PyTorch DDP without gradient_as_bucket_view)."""
+    step_temporaries: float = 0.0
+    """The optimizer step's temporaries (foreach AdamW's sqrt(v), DeepSpeed's fp32 gradient partition)."""
+    context: float = 0.0
+    """The CUDA context (outside the allocator)."""
+    fragmentation: float = 0.0
+    """Reserved by the caching allocator but not handed out (an assumption: FRAGMENTATION_FRACTION)."""
+
+    @property
+    def model_states(self) -> float:
+        return self.weights + self.gradients + self.optimizer
+
+    @functools.cached_property
+    def phases(self) -> dict[str, float]:
+        """Bytes alive in each phase (the allocator's view)."""
+        held = self.weights + self.optimizer + self.gather_buffers
+        return {
+            "forward": held + self.gradients_in_forward + self.activations + self.logits,
+            "backward": held
+            + self.gradients
+            + self.grad_buckets
+            + self.activations
+            + max(self.logits + self.logits_backward, self.recompute_working),
+            "optimizer_step": self.weights
+            + self.optimizer
+            + self.gradients
+            + self.grad_buckets
+            + self.step_temporaries,
+        }
+
+    def by_phase(self) -> dict[str, dict[str, float]]:
+        """`distlab plan --json`'s memory_by_phase: each phase's categories (bytes) and its total."""
+        wo = {"weights": self.weights, "optimizer": self.optimizer, "gather buffers": self.gather_buffers}
+        fwd = wo | {"gradients": self.gradients_in_forward, "activations": self.activations, "logits": self.logits}
+        loss = self.logits + self.logits_backward
+        bwd = wo | {
+            "gradients": self.gradients,
+            "gradient buckets": self.grad_buckets,
+            "activations": self.activations,
+            "logits and their gradients" if loss >= self.recompute_working else "recompute working set": max(
+                loss, self.recompute_working
+            ),
+        }
+        step = {
+            "weights": self.weights,
+            "optimizer": self.optimizer,
+            "gradients": self.gradients,
+            "gradient buckets": self.grad_buckets,
+            "step temporaries": self.step_temporaries,
+        }
+        out = {}
+        for name, cats in zip(PHASES, (fwd, bwd, step)):
+            out[name] = {k: v for k, v in cats.items() if v} | {"total": sum(cats.values())}
+        return out
+
+    @functools.cached_property
+    def allocator_peak_bytes(self) -> float:
+        """What torch.cuda.max_memory_allocated would show: the largest phase."""
+        return max(self.phases.values())
+
+    @property
+    def peak_phase(self) -> str:
+        ph = self.phases
+        return max(ph, key=lambda k: ph[k])
+
+    @property
+    def reserved_bytes(self) -> float:
+        """What torch.cuda.max_memory_reserved would show: the peak plus the allocator's fragmentation."""
+        return self.allocator_peak_bytes + self.fragmentation
+
+    @property
+    def outside_allocator_bytes(self) -> float:
+        """NCCL's buffers and the CUDA context: in nvidia-smi, not in the allocator's figures."""
+        return self.comm_buffers + self.context
+
+    @property
+    def device_bytes(self) -> float:
+        """memory_bytes_per_gpu: the allocator's peak plus NCCL's buffers (what the plan itself asks of the GPU;
+        compared with distlab.planner.config.usable_bytes, which already leaves out the context and fragmentation)."""
+        return self.allocator_peak_bytes + self.comm_buffers
+
+    def as_dict(self) -> dict[str, float]:
+        """By category, as `distlab plan --json` prints memory_by_category."""
+        return {
+            "weights": self.weights,
+            "gradients": self.gradients,
+            "optimizer": self.optimizer,
+            "activations": self.activations,
+            "logits": self.logits,
+            "logits gradients": self.logits_backward,
+            "recompute working set": self.recompute_working,
+            "gather buffers": self.gather_buffers,
+            "gradient buckets": self.grad_buckets,
+            "step temporaries": self.step_temporaries,
+            "communication buffers": self.comm_buffers,
+            "cuda context": self.context,
+            "fragmentation": self.fragmentation,
+        }
+
+
+# ---------------------------------------------------------------- what is outside the allocator
+@functools.cache
+def nccl_bytes_per_communicator(channels: int = NCCL_CHANNELS) -> float:
+    """NCCL's buffers of one communicator at its defaults: per channel, each connection holds one buffer per
+    protocol (Simple NCCL_BUFFSIZE 4 MiB, LL 512 KiB, LL128 4.7 MB: src/init.cc)."""
+    per_connection = sum(
+        _fact("nccl-defaults", f) for f in ("simple_buffsize_bytes", "ll_buffsize_bytes", "ll128_buffsize_bytes")
+    )
+    return channels * _fact("nccl-defaults", "connections_per_channel") * per_connection
+
+
+def communicators(p: Plan) -> int:
+    """NCCL communicators a plan opens on each GPU: one per parallel dimension larger than 1."""
+    return sum(1 for n in (p.tp, p.pp, p.dp * p.cp, p.cp, p.ep) if n > 1)
+
+
+@functools.cache
+def context_bytes() -> float:
+    return value("planner.memory-reserve.cuda_context_mib") * 2**20
+
+
+# ---------------------------------------------------------------- the loss and the stacks' buffers
+LOSS_OF_STACK = {
+    "any": "fused",
+    "megatron-core": "fused",
+    "torchtitan": "eager",
+    "fsdp2": "eager",
+    "deepspeed": "eager",
+}
+"""The loss each stack computes: Megatron's vocab-parallel cross-entropy (fused: fp32 softmax kept, gradient written
+in place) or PyTorch's cross_entropy on upcast logits (eager)."""
+
+
+@functools.cache
+def loss_bytes_per_logit(framework: str) -> tuple[float, float]:
+    """(alive after forward, added by the loss's backward) bytes per logit element."""
+    row = entries("memory_buffers")[f"loss-{LOSS_OF_STACK[framework]}"]
+    return float(row["forward_bytes_per_logit"]), float(row["backward_bytes_per_logit"]) - float(
+        row["forward_bytes_per_logit"]
+    )
+
+
+def _stack_buffers(t: Training, p: Plan, grads: float, opt_shard_params: float, moment_bytes: float):
+    """(gradient buckets, optimizer-step temporaries, gradients persist across micro-batches) for the stack."""
+    f = t.framework
+    buckets = grads * _fact("pytorch-ddp", "bucket_copy_of_gradients") if f in ("fsdp2",) and p.zero == 0 else 0.0
+    temps = 0.0
+    if f in ("fsdp2", "torchtitan") and t.optimizer in ("adamw", "adamw-in-backward"):
+        temps = opt_shard_params * moment_bytes / 2 * _fact("foreach-adamw", "temporary_moment_copies")
+    if f == "deepspeed" and p.zero >= 1:
+        temps = opt_shard_params * _fact("deepspeed-zero", "fp32_grad_partition_bytes")
+    persistent = f == "megatron-core" or p.microbatches > 1
+    return buckets, temps, persistent
+
+
+# ---------------------------------------------------------------- model state on one GPU
+@functools.lru_cache(maxsize=65536)
+def _states(params: int, group: int, zero: int, precision: str, offload_optimizer: bool, offload_params: bool):
+    """zero.model_state_bytes_per_gpu in a chapter-1 convention; for pure bf16 and bf16 moments, the mixed layout's
+    elements rescaled by the precision's bytes per state (bytes = bytes per element x elements, state by state)."""
+    if precision in BYTES_PER_PARAM:
+        return model_state_bytes_per_gpu(
+            params, group, zero, precision=precision, offload_optimizer=offload_optimizer, offload_params=offload_params
+        )
+    base = model_state_bytes_per_gpu(
+        params, group, zero, precision="mixed", offload_optimizer=offload_optimizer, offload_params=offload_params
+    )
+    mixed, per = bytes_per_param_by_state("mixed"), state_bytes_per_param(precision)
+    out: dict[str, float] = dict(base)
+    for s in ("params", "grads", "optimizer"):
+        for key in (f"{s}_bytes", f"host_{s}_bytes"):
+            out[key] = base[key] * per[s] / mixed[s]
+    out["total_bytes"] = sum(out[f"{s}_bytes"] for s in ("params", "grads", "optimizer"))
+    out["host_bytes"] = sum(out[f"host_{s}_bytes"] for s in ("params", "grads", "optimizer"))
+    return out
+
+
+def _moment_bytes(precision: str) -> float:
+    if precision in BYTES_PER_PARAM:
+        return float(sum(b for cat, b in BYTES_PER_PARAM[precision].items() if cat.startswith("Adam")))
+    return 2 * _fact("pure-bf16" if precision == "bf16" else "precision-aware", "moment_bytes")
+
+
+def model_states(m: ModelShape, t: Training, p: Plan, stage: int) -> dict[str, float]:
+    """Weights, gradients, optimizer state and host bytes of one GPU of pipeline stage `stage`, and the parameters
+    its optimizer shard covers."""
+    group = p.dp * p.cp
+    params = stage_params(m, p.pp)[stage]
+    # ZeRO-3 with a pipeline (torchtitan's FSDP + PP): each stage's weights are gathered once per step and kept, its
+    # gradients accumulate unsharded and reduce-scatter once at the end: ZeRO-1's memory
+    zero = 1 if (p.pp > 1 and p.zero == 3) else p.zero
+    zero = zero if group > 1 or p.offload != "none" else 0
+    local = math.ceil(params / p.tp)
+    if t.peft != "none":
+        return _peft_states(m, t, p, stage, local, group, zero)
+    st = _states(local, group, zero, t.precision, p.offload != "none", p.offload == "params")
+    per = state_bytes_per_param(t.precision, t.optimizer)
+    ratio = per["optimizer"] / state_bytes_per_param(t.precision)["optimizer"]
+    shard = shard_elements(local, group) if zero >= 1 else local
+    grads = st["grads_bytes"]
+    if t.optimizer == "adamw-in-backward":  # each gradient is applied and freed in backward: one layer's at most
+        grads = min(grads, per["grads"] * math.ceil(m.params_per_layer() / p.tp))
+    return {
+        "weights": st["params_bytes"],
+        "gradients": grads,
+        "optimizer": st["optimizer_bytes"] * ratio,
+        "host": st["host_bytes"],
+        "optimizer_shard_params": 0.0 if p.offload != "none" else shard,
+    }
+
+
+def _peft_states(m: ModelShape, t: Training, p: Plan, stage: int, local: int, group: int, zero: int):
+    """A frozen base (bf16, or NF4 for QLoRA; sharded only by ZeRO-3) and the adapters with full training state."""
+    adapters = math.ceil(lora_params_per_layer(m, t.lora_rank) * stage_layers(m, p.pp)[stage] / p.tp)
+    base_bytes = nf4_bytes_per_param() if t.peft == "qlora" else 2.0
+    base = (shard_elements(local, group) if zero >= 3 else local) * base_bytes
+    st = _states(adapters, group, zero, t.precision, False, False)
+    per = state_bytes_per_param(t.precision, t.optimizer)
+    ratio = per["optimizer"] / state_bytes_per_param(t.precision)["optimizer"]
+    return {
+        "weights": base + st["params_bytes"],
+        "gradients": st["grads_bytes"],
+        "optimizer": st["optimizer_bytes"] * ratio,
+        "host": 0.0,
+        "optimizer_shard_params": shard_elements(adapters, group) if zero >= 1 else adapters,
+    }
+
+
+# ---------------------------------------------------------------- activations
+def activation_bytes(m: ModelShape, t: Training, p: Plan, recompute: str | None = None) -> float:
+    """One layer's activations kept for backward on one GPU, micro-batch of p.micro_batch sequences of s / cp
+    (selective recomputation of other modules than the attention core: module_recompute_bytes)."""
+    rc = p.recompute if recompute is None else recompute
+    if rc == "selective" and t.recompute_modules != ("core_attn",):
+        return module_recompute_bytes(
+            m,
+            t.seq // p.cp,
+            p.micro_batch,
+            p.tp,
+            t.sequence_parallel and p.tp > 1,
+            tuple(sorted(t.recompute_modules)),
+            "flash" if t.attention == "flash" else "eager",
+            t.dropout,
+        )
+    return _activations(
+        m,
+        t.seq // p.cp,
+        p.micro_batch,
+        p.tp,
+        t.sequence_parallel and p.tp > 1,
+        p.recompute if recompute is None else recompute,
+        "flash" if t.attention == "flash" else "eager",
+        t.dropout,
+    )
+
+
+@functools.lru_cache(maxsize=65536)
+def _activations(m, seq, batch, tp, sp, recompute, attention, dropout) -> float:
+    return model_activation_bytes_per_layer(
+        m, seq, batch, tp=tp, sequence_parallel=sp, recompute=recompute, attention=attention, dropout=dropout
+    )
+
+
+def _drops(term, modules: tuple[str, ...], moe_layer: bool) -> bool:
+    """Whether Megatron-Core's selective recomputation of `modules` frees this saved tensor (the checkpoint keeps
+    the module's input, which an earlier term already holds). mlp is the dense MLP; moe and moe_act the MoE layer's."""
+    mod, what = term.module, term.what
+    if "mlp" in modules and not moe_layer and mod in ("mlp", "mlp.down"):
+        return True
+    if "moe" in modules and mod.startswith("mlp") and mod != "mlp.router":
+        return True
+    if "moe_act" in modules and mod == "mlp.experts" and what.endswith(("SiLU output", "down projection's input")):
+        return True
+    if "layernorm" in modules and what.startswith(("input of q, k, v", "input of gate", "router input")):
+        return True
+    return mod == "mlp.up" and "layernorm" in modules
+
+
+@functools.lru_cache(maxsize=4096)
+def module_recompute_bytes(m, seq, batch, tp, sp, modules, attention, dropout) -> float:
+    """One layer's saved bytes when the listed modules are recomputed (distlab.memory.layer_activations' terms, less
+    what each module's recomputation frees; the heavier of a dense and an MoE layer)."""
+    from distlab.memory.activations import model_block
+    from distlab.memory.layer_activations import saved_tensors
+
+    if modules == ("op",):
+        return op_policy_bytes(m, seq, batch, tp, sp)
+    if ("moe" in modules or "moe_act" in modules) and not m.experts:
+        raise ValueError(f"recompute modules moe and moe_act need a mixture-of-experts model; {m.name} is dense")
+    kinds = [True, False] if m.experts and m.dense_layers else [None]
+    rc = "selective" if "core_attn" in modules else "none"
+    out = []
+    for kind in kinds:
+        terms = saved_tensors(
+            model_block(m, moe=kind, dropout=dropout),
+            seq,
+            batch,
+            attention=attention,
+            recompute=rc,
+            tp=tp,
+            sequence_parallel=sp,
+        )
+        moe_layer = bool(m.experts) and kind is not False
+        out.append(sum(x.bytes for x in terms if not _drops(x, modules, moe_layer)))
+    return float(max(out))
+
+
+def op_policy_bytes(m: ModelShape, seq: int, batch: int, tp: int, sp: bool) -> float:
+    """torchtitan's per-op selective checkpointing of a dense layer: the block's input, the outputs of attention (O
+    and its fp32 log-sum-exp) and of every other matmul in order (q, k, v, o, then gate, up, down or up, down: the
+    1st, 3rd, 5th, 7th are saved); norms, activations and products are recomputed."""
+    if m.experts:
+        raise ValueError("recompute module op (torchtitan's per-op policy) is modelled for dense models")
+    sb, rows = seq * batch, seq * batch // (tp if sp else 1)
+    qd, kvd, f = m.heads * m.head_dim // tp, max(m.kv // tp, 1) * m.head_dim, m.ffn // tp
+    outputs = [qd, kvd, kvd, m.hidden] + ([f, f, m.hidden] if m.mlp == "swiglu" else [f, m.hidden])
+    saved = sum(width for i, width in enumerate(outputs, 1) if i % 2)
+    return 2.0 * rows * m.hidden + 2.0 * sb * (saved + qd) + 4.0 * batch * (m.heads // tp) * seq
+
+
+def in_flight(p: Plan, stage: int) -> float:
+    """Micro-batches whose activations stage `stage` holds at once: 1F1B's p - s (its warm-up plus one), the
+    interleaved schedule's p + (p-1)/v on stage 0 (Korthikanti et al. 2022, Section 4.2), never more than m."""
+    if p.pp == 1:
+        return 1.0
+    if p.schedule == "interleaved":
+        held = (
+            (p.pp - stage) + (p.pp - 1 - stage) / p.virtual if stage == 0 else (p.pp - stage) + (p.pp - 1) / p.virtual
+        )
+        return min(held, p.microbatches)
+    return min(p.pp - stage, p.microbatches)
+
+
+# ---------------------------------------------------------------- the phases
+def memory_per_gpu(m: ModelShape, c: Cluster, t: Training, p: Plan) -> MemoryBreakdown:
+    """Bytes per GPU by category and phase on the most loaded stage (the largest allocator peak), and host bytes."""
+    layers = stage_layers(m, p.pp)
+    per_layer = activation_bytes(m, t, p)
+    working = (
+        activation_bytes(m, t, p, "selective" if t.attention == "flash" else "none") if p.recompute == "full" else 0.0
+    )
+    if t.peft == "qlora":  # the NF4 base is dequantized to bf16 one matrix at a time: the largest one
+        working = max(working, 2 * m.hidden * m.ffn / p.tp)
+    fwd_logit, bwd_logit = loss_bytes_per_logit(t.framework)
+    logit_elements = t.seq // p.cp * p.micro_batch * m.vocab / p.tp
+    gather = 2 * 2 * m.params_per_layer() / p.tp if p.zero == 3 else 0.0
+    comm = nccl_bytes_per_communicator() * communicators(p)
+    context = context_bytes()
+    fragmentation = FRAGMENTATION_FRACTION * device_capacity_bytes(c.gpu)
+    moe = t.moe
+    best: MemoryBreakdown | None = None
+    for s in sorted({0, p.pp - 1}):  # the first stage holds the most micro-batches and layers, the last the logits
+        st = model_states(m, t, p, s)
+        weights, grads, opt = st["weights"], st["gradients"], st["optimizer"]
+        if moe is not None:  # the routed experts beyond the dense path, sharded over the dp x cp / ep replicas
+            from distlab.planner.moe import expert_params_per_gpu
+
+            extra = expert_params_per_gpu(m, moe, layers[s], p.tp, p.ep)
+            replicas = max(1, (p.dp * p.cp) // p.ep)
+            zero = 1 if (p.pp > 1 and p.zero == 3) else p.zero
+            if extra:
+                ex = _states(extra, replicas, zero if replicas > 1 else 0, t.precision, False, False)
+                weights += ex["params_bytes"]
+                grads += ex["grads_bytes"]
+                opt += ex["optimizer_bytes"]
+        last = s == p.pp - 1
+        acts = per_layer * layers[s] * in_flight(p, s)
+        host = st["host"]
+        if (
+            t.activation_offload
+        ):  # two layers on the device (the one computing, the one in transfer), the rest on the host
+            on_device = min(acts, 2 * per_layer)
+            host, acts = host + acts - on_device, on_device
+        buckets, temps, persistent = _stack_buffers(
+            t, p, grads, st["optimizer_shard_params"], _moment_bytes(t.precision)
+        )
+        mb = MemoryBreakdown(
+            weights=weights,
+            gradients=grads,
+            optimizer=opt,
+            activations=acts,
+            logits=fwd_logit * logit_elements if last else 0.0,
+            logits_backward=bwd_logit * logit_elements if last else 0.0,
+            recompute_working=working,
+            gather_buffers=gather,
+            gradients_in_forward=grads if persistent else 0.0,
+            grad_buckets=buckets,
+            step_temporaries=temps,
+            comm_buffers=comm,
+            context=context,
+            fragmentation=fragmentation,
+            host=host,
+        )
+        if best is None or mb.device_bytes > best.device_bytes:
+            best = mb
+    if best is None:  # cannot happen: the loop visits stage 0
+        raise ValueError(f"no pipeline stage to size for {p.label()}")
+    return best
+
+
+def fits(m: ModelShape, c: Cluster, t: Training, p: Plan, mem: MemoryBreakdown | None = None) -> bool:
+    """reserved + outside the allocator <= the device's capacity, host bytes within 90 % of the host's share;
+    optimizer-in-backward cannot accumulate gradients over micro-batches (torchtune)."""
+    if t.optimizer == "adamw-in-backward" and p.microbatches > 1:
+        return False
+    mem = mem or memory_per_gpu(m, c, t, p)
+    host_budget = c.host_bytes / c.gpus_per_node * 0.9  # the host keeps a tenth for itself
+    return mem.reserved_bytes + mem.outside_allocator_bytes <= device_capacity_bytes(c.gpu) and mem.host <= host_budget

@@ -1,0 +1,56 @@
+"""What a named training stack ships (distlab/data/stacks.toml): `distlab plan --framework NAME` keeps to it.
+
+The planner's search knows every technique its cost model prices (chapter 12); a reader runs one stack, and a
+plan that needs a schedule or a ZeRO mode the stack does not have is no answer for them. `allows(stack, plan)`
+is the filter the search applies; `check(stack, training)` refuses a switch the stack lacks (TP overlap).
+Framework "any" restricts nothing.
+
+Pure Python: the planner runs in the browser.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from distlab.core.facts import entries
+from distlab.planner.config import STACKS, Plan, Training
+
+
+@functools.cache
+def features(stack: str) -> dict:
+    """The stack's row of stacks.toml (schedules, zero, zero_with_pp, offload, tp, pp, tp_overlap)."""
+    if stack not in STACKS or stack == "any":
+        raise ValueError(f"framework must be one of {', '.join(STACKS[1:])} to have features, not {stack!r}")
+    return entries("stacks")[stack]
+
+
+def allows(stack: str, p: Plan) -> bool:
+    """Can this stack run plan p as the planner prices it?"""
+    if stack == "any":
+        return True
+    f = features(stack)
+    if (p.tp > 1 and not f["tp"]) or (p.pp > 1 and not f["pp"]):
+        return False
+    if p.pp > 1 and p.schedule not in f["schedules"]:
+        return False
+    return p.zero in (f["zero_with_pp"] if p.pp > 1 else f["zero"]) and p.offload in f["offload"]
+
+
+def check(t: Training) -> None:
+    """A switch of the request the stack does not ship: ValueError, one line."""
+    if t.framework != "any" and t.tp_overlap and not features(t.framework)["tp_overlap"]:
+        raise ValueError(f"{t.framework} ships no TP communication overlap: drop --tp-overlap")
+
+
+def describe(stack: str) -> str:
+    """One line: what the stack allows, for the explanation."""
+    if stack == "any":
+        return "any stack: every schedule, ZeRO stage and offload the cost model prices"
+    f = features(stack)
+    zero = "/".join(map(str, f["zero"]))
+    pp = f"; schedules {', '.join(f['schedules'])}, ZeRO {'/'.join(map(str, f['zero_with_pp']))} with a pipeline"
+    return (
+        f"{stack}: TP {'yes' if f['tp'] else 'no'}, PP {'yes' if f['pp'] else 'no'}"
+        + (pp if f["pp"] else "")
+        + f"; ZeRO {zero}; offload {', '.join(f['offload'])}; TP overlap {'available' if f['tp_overlap'] else 'no'}"
+    )
