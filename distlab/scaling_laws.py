@@ -669,6 +669,14 @@ def _budgets(r: Result, n7: int) -> None:
         "GPU-hours imply for its own pretraining",
     )
     r.add("overtrain", d_llama / d_opt, "", "Llama 2 7B tokens / Chinchilla-optimal tokens")
+    for count, by_hand in ((1.4e12, (1.4, "trillion")), (6.74e9, (6.74, "billion")), (908e6, (908.0, "million"))):
+        r.claim(
+            f"{count:.3g} in words = {by_hand[0]:g} {by_hand[1]}, by hand (the pages' number words)",
+            in_words(count) == by_hand
+            or math.isclose(in_words(count)[0], by_hand[0])
+            and in_words(count)[1] == by_hand[1],
+            True,
+        )
     k_fit, a_fit = table3_fit()
     r.claim(
         "7B's compute-optimal tokens, fed back: Table 3's N_opt = k C^a at C = 6 N D_opt returns 7B",
