@@ -514,21 +514,23 @@ def fork_call(fn, args: tuple, timeout: float):
     """fn(*args) in a forked child, its pickled answer back; ("timeout"|"crash", message) when it has none."""
     r, w = os.pipe()
     pid = os.fork()
-    if pid == 0:  # the child
-        os.close(r)
+    if pid == 0:  # the child: whatever happens, it never returns into the audit's loop
         try:
-            os.setpgid(0, 0)
-            _die_with_parent()
-            answer = ("ok", fn(*args))
-        except BaseException as exc:  # noqa: BLE001
-            answer = ("crash", f"{type(exc).__name__}: {exc}")
-        try:
-            data = pickle.dumps(answer)
-        except Exception as exc:  # noqa: BLE001
-            data = pickle.dumps(("crash", f"unpicklable answer: {exc}"))
-        with os.fdopen(w, "wb") as f:
-            f.write(data)
-        os._exit(0)
+            os.close(r)
+            try:
+                os.setpgid(0, 0)
+                _die_with_parent()
+                answer = ("ok", fn(*args))
+            except BaseException as exc:  # noqa: BLE001
+                answer = ("crash", f"{type(exc).__name__}: {exc}")
+            try:
+                data = pickle.dumps(answer)
+            except Exception as exc:  # noqa: BLE001
+                data = pickle.dumps(("crash", f"unpicklable answer: {exc}"))
+            with os.fdopen(w, "wb") as f:
+                f.write(data)
+        finally:
+            os._exit(0)
     os.close(w)
     chunks, deadline = [], time.monotonic() + timeout
     with os.fdopen(r, "rb") as f:
