@@ -23,7 +23,7 @@ PYODIDE_FILES   := pyodide.mjs pyodide.asm.mjs pyodide.asm.wasm pyodide-lock.jso
 # The browser tests drive Debian's chromium through Playwright (never a Playwright browser download).
 CHROMIUM      := /usr/bin/chromium
 
-.PHONY: setup site serve test browser lint experiments gpu-results stress stress-test clean
+.PHONY: setup site serve test browser lint experiments gpu-results stress stress-test guard-audit clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -112,6 +112,14 @@ stress-test: setup browser
 	done; \
 	echo "stress-test: $$passed of $(N) runs of the whole suite passed with two CPU hogs running (logs in $(STRESS_DIR)/tests)"; \
 	test $$passed -eq $(N)
+
+# `make guard-audit`: every page's numbers traced to realistic perturbations of the data and code its experiments
+# use, each alone, run in-process (distlab/core/guard_audit.py); prints each escape and "guard-audit: N/M guarded",
+# exits 1 unless N == M. The whole audit is long: run it on a schedule (CI runs it on what a branch changed,
+# tests/core/test_guard_audit.py). One page or file: `make guard-audit ARGS="--page 07-model-parallel.md"`.
+ARGS ?=
+guard-audit: setup
+	$(BIN)/python -m distlab.core.guard_audit $(ARGS)
 
 clean:
 	rm -rf site .cache

@@ -625,6 +625,17 @@ def _budgets(r: Result, n7: int) -> None:
     add_count(r, "n7", n7, "parameters", "Llama 2 7B parameters")
     for name in ("Llama2-7B", "Llama2-13B", "Llama2-70B"):
         r.add(f"mfu_{name[7:].lower()}", implied_mfu(name), "fraction", f"{name}: MFU its A100 GPU-hours imply")
+        row = entries("scaling_laws")[name]
+        r.claim(
+            f"{name}: implied MFU = 6 N D / (GPU-hours x 60 x 60 s x the A100's dense bf16 peak), by hand",
+            r.quantities[f"mfu_{name[7:].lower()}"].value,
+            6
+            * preset(name.split("-")[1]).params()
+            * row["tokens_trillion"]
+            * 1e12
+            / (row["gpu_hours"] * 60 * 60 * value(f"gpus.{row['gpu']}.bf16_dense_tflops") * 1e12),
+            rel_tol=1e-9,
+        )
     hours = {m: value(f"scaling_laws.Llama2-{m}.gpu_hours") for m in ("7B", "13B", "70B")}
     for m in ("13B", "70B"):
         r.claim(
@@ -658,6 +669,22 @@ def _budgets(r: Result, n7: int) -> None:
         "GPU-hours imply for its own pretraining",
     )
     r.add("overtrain", d_llama / d_opt, "", "Llama 2 7B tokens / Chinchilla-optimal tokens")
+    for count, by_hand in ((1.4e12, (1.4, "trillion")), (6.74e9, (6.74, "billion")), (908e6, (908.0, "million"))):
+        r.claim(
+            f"{count:.3g} in words = {by_hand[0]:g} {by_hand[1]}, by hand (the pages' number words)",
+            in_words(count) == by_hand
+            or math.isclose(in_words(count)[0], by_hand[0])
+            and in_words(count)[1] == by_hand[1],
+            True,
+        )
+    k_fit, a_fit = table3_fit()
+    r.claim(
+        "7B's compute-optimal tokens, fed back: Table 3's N_opt = k C^a at C = 6 N D_opt returns 7B",
+        k_fit * (FLOPS_PER_PARAM_TOKEN * n7 * d_opt) ** a_fit,
+        n7,
+        rel_tol=1e-9,
+        unit="parameters",
+    )
     r.add("pretrain_over_sft", d_llama / d_sft, "", "Llama 2 pretraining tokens / SFT tokens (mean length)")
     sft = entries("scaling_laws")["Llama2-SFT"]
     steps = d_sft / (sft["seq"] * sft["batch_sequences"])

@@ -308,6 +308,24 @@ def _seven_b(r: Result) -> None:
     )
     r.add("nvlink_per_direction", nvlink, "B/s", "NVLink 4 (H100), one direction")
     r.add("ndr_per_direction", ndr, "B/s", "InfiniBand NDR port, one direction")
+    from distlab.core.facts import value
+
+    r.claim(
+        "InfiniBand NDR port, one direction = the QM9700 NDR switch manual's port rate (a second source)",
+        ndr,
+        value("cluster_fabric.qm9700.gbits_per_s_per_port") * 1e9 / 8,
+        rel_tol=1e-12,
+        unit="B/s",
+        formula="400 Gb/s / 8 bits per byte, from NVIDIA's QM97XX manual, not the IBTA roadmap",
+    )
+    r.claim(
+        "NVLink 4 (H100) per link, both directions = NVLink 3 (A100) per link (50 GB/s each, both whitepapers)",
+        2 * nvlink / value("interconnect.NVLink4-H100.links"),
+        value("interconnect.NVLink3-A100.bidirectional_gbytes_per_s") * 1e9 / value("interconnect.NVLink3-A100.links"),
+        rel_tol=1e-12,
+        unit="B/s",
+        formula="H100: 900 GB/s over 18 links; A100: 600 GB/s over 12 links",
+    )
     naive = traffic(grad - grad % 8, 8, "naive")
     r.add("7b_naive_8_bytes", max(naive.sent), "B", "7B, naive over 8: bytes rank 0 sends")
 

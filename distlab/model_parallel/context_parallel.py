@@ -197,6 +197,14 @@ def context_parallel(device: str) -> Result:
                     formula="1 for zigzag; ((R-1)c^2 + c(c+1)/2) / (N(N+1)/2R) for contiguous",
                 )
                 blocks = max(stats["score_entries"]) / (sum(stats["score_entries"]) / ranks)
+                per_rank = [sum(qc + 1 for qc in chunks_of_rank(q, ranks, order)) for q in range(ranks)]
+                r.claim(
+                    f"{label}: most loaded / mean, blocks computed = chunk pairs at or below the diagonal, by hand",
+                    blocks,
+                    max(per_rank) / (sum(per_rank) / ranks),
+                    rel_tol=1e-12,
+                    formula="query chunk i meets keys 0..i: i + 1 blocks, summed over a rank's chunks",
+                )
                 rows.append([ranks, order, err64, err32, imbalance, blocks])
             kv_width = SHAPE["heads"] * SHAPE["head_dim"]
             expected = forward_bytes_per_rank(SHAPE["seq"], ranks, kv_width, 4) * SHAPE["batch"]
@@ -222,6 +230,13 @@ def context_parallel(device: str) -> Result:
         f"D={SHAPE['head_dim']}; plain float32 attention's own error is {plain_err:.2e}.",
     )
     r.add("plain_fp32_error", plain_err, "", "plain float32 attention vs float64")
+    r.claim(
+        "plain float32 attention vs float64: within float32 rounding",
+        plain_err,
+        2**-16,
+        relation="<=",
+        formula="2^-24 per operation x a few hundred operations per output at N = 96",
+    )
     _long_context(r)
     return r
 
@@ -276,4 +291,43 @@ def _long_context(r: Result, seq: int = 131072, ranks: int = 8) -> None:
         rel_tol=1e-12,
         unit="s",
         formula="4 c^2 h / F = 2 c kv x 2 B / link",
+    )
+    c_causal = r.quantities["overlap_tokens_per_rank_causal"].value
+    r.claim(
+        "at the causal threshold one hop's masked attention (half the pairs) takes as long as its transfer",
+        2 * c_causal**2 * m.hidden / flops,
+        2 * c_causal * kv_width * 2 / link,
+        rel_tol=1e-12,
+        unit="s",
+        formula="2 c^2 h / F (half of 4 c^2 h) = 2 c kv x 2 B / link, at the causal c shown",
+    )
+    r.claim(
+        "backward bytes = 2 x (R - 1) hops x K and V of a block, by hand (K, V again, with dK, dV)",
+        r.quantities["long_backward_bytes"].value,
+        2 * hops * block * kv_width * 2 * 2,
+        unit="B",
+    )
+    r.claim(
+        "causal overlap threshold = 2 F kv / (B h) from the datasheets, by hand",
+        c_causal,
+        2
+        * value("gpus.H100-SXM.bf16_dense_tflops")
+        * 1e12
+        * kv_width
+        / (value("interconnect.InfiniBand-NDR.gbits_per_s_per_direction") * 1e9 / 8 * m.hidden),
+        rel_tol=1e-12,
+        unit="tokens",
+        formula="2 x 989 TFLOP/s x 1,024 / (50 GB/s x 8,192)",
+    )
+    r.claim(
+        "tokens per rank x ranks = the sequence",
+        r.quantities["long_tokens_per_rank"].value * ranks,
+        seq,
+        unit="tokens",
+    )
+    r.claim(
+        "key/value width = KV heads x (hidden / heads), from the model card",
+        kv_width,
+        value("models.70B.kv_heads") * value("models.70B.hidden") / value("models.70B.heads"),
+        formula="8 x 8,192 / 64 = 1,024",
     )

@@ -10,6 +10,7 @@ from distlab.core.results import Quantity, Result
 from distlab.models.shapes import ModelShape
 from distlab.planner.advice import add_advice
 from distlab.planner.calibration import with_band
+from distlab.planner.comms_checks import comms_by_hand
 from distlab.planner.config import FRAGMENTATION_FRACTION, Cluster, Plan, Training, cluster, model, usable_bytes
 from distlab.planner.cost import memory_per_gpu, step
 from distlab.planner.planner_validation import claim_band
@@ -147,6 +148,7 @@ def planner(device: str) -> Result:
     )
     _consistency(r)
     _tp_overlap(r)
+    comms_by_hand(r)
     claim_band(r)  # the MFU bands this page quotes
     return r
 

@@ -311,6 +311,9 @@ def worked_plan_7b(device: str) -> Result:
     _qualitative(r)
     _h100_variant(r)
     claim_band(r)  # the MFU bands this page quotes
+    from distlab.planner.comms_checks import comms_by_hand
+
+    comms_by_hand(r)  # the communication model under this page's numbers, by hand (issue 26)
     return r
 
 

@@ -151,6 +151,22 @@ PLANTS = [
         "stored MFU band",
     ),
     Plant(
+        "InfiniBand NDR's port rate typed 200 instead of 400 Gb/s (chapter 5's cross-node ring, issue 26)",
+        "distlab/data/interconnect.toml",
+        '[InfiniBand-NDR]\nsource = "ibta-roadmap"\ngbits_per_s_per_direction = 400',
+        '[InfiniBand-NDR]\nsource = "ibta-roadmap"\ngbits_per_s_per_direction = 200',
+        "05-data-parallel.md",
+        "QM9700",
+    ),
+    Plant(
+        "context parallelism's causal overlap threshold with its factor 2 dropped (chapter 7, issue 26)",
+        "distlab/model_parallel/context_parallel.py",
+        'r.add("overlap_tokens_per_rank_causal", 2 * c_min,',
+        'r.add("overlap_tokens_per_rank_causal", c_min,',
+        "07-model-parallel.md",
+        "at the causal threshold",
+    ),
+    Plant(
         # issue 25's done-when: an edit that makes a plan need recomputation must change the practice prose or fail
         # its build. Here every micro-batch's activations are sized for two sequences: the 13B fine-tune's ZeRO-3
         # plan can no longer keep one sequence without recomputing, which practice 1 says it does.

@@ -1,0 +1,69 @@
+"""Claims that pin the planner's communication model (distlab.planner.comms) to cases worked by hand, for every
+page that shows the planner's numbers (chapters 12-14 and, through them, the Plan page).
+
+Issue 26's guard audit found that a wrong rank count in `group` or a wrong NIC share moved every step time on
+those pages and no claim saw it: each case below states where a group's ranks sit, what bandwidth its ring gets and
+what a send costs on 8 nodes of 8 H100s with one 400 Gb/s NDR NIC per GPU, from the datasheets, not from comms.
+"""
+
+from __future__ import annotations
+
+from distlab.core.facts import value
+from distlab.core.results import Result
+from distlab.planner.comms import alltoall_seconds, group, p2p_seconds, seconds
+from distlab.planner.config import cluster
+
+# (ranks, GPUs its inner dimensions fill per rank) -> (ranks per node, nodes): Megatron's order, by hand
+LAYOUTS = ((2, 1, 2, 1), (8, 1, 8, 1), (16, 4, 2, 8), (8, 8, 1, 8), (2, 16, 1, 2))
+
+
+def comms_by_hand(r: Result) -> None:
+    c = cluster("H100-SXM", nodes=8)
+    nic = value("interconnect.InfiniBand-NDR.gbits_per_s_per_direction") * 1e9 / 8  # one NIC per GPU
+    for ranks, inner, per_node, nodes in LAYOUTS:
+        g = group(c, ranks, inner)
+        r.claim(
+            f"{ranks} ranks {inner} GPUs apart on 8-GPU nodes: (ranks, per node, nodes) by hand",
+            (g.ranks, g.per_node, g.nodes) == (ranks, per_node, nodes),
+            True,
+            formula=f"{ranks} ranks x {inner} GPUs = {per_node} per node on {nodes} node(s)",
+        )
+        if nodes > 1:
+            r.claim(
+                f"{ranks} ranks across {nodes} nodes: ring bandwidth = {per_node} GPUs' NICs (below NVLink)",
+                g.bus_bytes_per_s,
+                per_node * nic,
+                rel_tol=1e-12,
+                unit="B/s",
+            )
+    pair = group(c, 2, 1)
+    r.claim(
+        "2 ranks, 1 GB all-reduce: at least the bytes a 2-rank ring moves, 2(N-1)/N x S = S, at its bandwidth",
+        seconds("all-reduce", 1e9, pair),
+        1e9 / pair.bus_bytes_per_s,
+        relation=">=",
+        unit="s",
+    )
+    r.claim(
+        "2 ranks, 1 GB all-to-all: at least the half that leaves each rank, at the ring's bandwidth",
+        alltoall_seconds(1e9, pair),
+        0.5e9 / pair.bus_bytes_per_s,
+        relation=">=",
+        unit="s",
+    )
+    r.claim(
+        "a 100 MB send between nodes = NCCL's net step latency + 100 MB over one NDR NIC",
+        p2p_seconds(c, 1e8, True),
+        value("interconnect.nccl-v2-30-latency-net.ring_simple_us") / 1e6 + 1e8 / nic,
+        rel_tol=1e-12,
+        unit="s",
+    )
+    r.claim(
+        "a 100 MB send inside a node = NVLink's latency + 100 MB at NVLink 4's 450 GB/s per direction, within 10 %",
+        p2p_seconds(c, 1e8, False),
+        value("interconnect.nccl-v2-30-latency-nvlink.ring_simple_us") / 1e6
+        + 1e8 / (value("interconnect.NVLink4-H100.bidirectional_gbytes_per_s") * 1e9 / 2),
+        rel_tol=0.1,
+        unit="s",
+        formula="the planner sends at the bus bandwidth fitted to nccl-tests (a few % above the line rate)",
+    )
