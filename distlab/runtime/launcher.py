@@ -144,11 +144,12 @@ def _context():
 
 
 def _collect(procs, results_q, world_size: int, timeout_s: float, stacks: list[str], store) -> list:
-    """Results in rank order. The deadline is timeout_s for the world to come up (every rank past init), then
-    timeout_s again from that moment for fn: starting ranks takes 0.1 s on an idle machine and 10 s on a loaded one,
-    and that must not eat fn's budget (a hang would be reported for ranks that were only slow to start)."""
+    """Results in rank order. The deadline is startup_seconds(timeout_s) for the world to come up (every rank past
+    init), then timeout_s from that moment for fn: starting ranks takes 0.1 s on an idle machine and 10 s on a loaded
+    one, and that must not eat fn's budget (a hang would be reported for ranks that were only slow to start, and the
+    rank named from stacks taken inside start-up)."""
     results: dict[int, object] = {}
-    deadline = time.monotonic() + timeout_s
+    deadline = time.monotonic() + startup_seconds(timeout_s)
     up_keys, up = [f"distlab/up/{r}" for r in range(world_size)], False
     while len(results) < world_size:
         try:
@@ -218,6 +219,15 @@ def _raise_hung(procs, results: dict, world_size: int, timeout_s: float, stacks:
         f"rank {culprit} of {world_size} hung: no result after {timeout_s:g} s{at} (ranks without a result: {missing})",
         "\n".join(f"rank {r}: {where[r][0] if where[r] else '?'}" for r in missing),
     )
+
+
+STARTUP_TIMEOUT_S = 300.0
+"""The least time the ranks get to come up (start, connect to the store, init the group), whatever fn's timeout: 3 ranks
+took 7-10 s at load average 20 and a fresh interpreter importing torch over 60 s at load 30."""
+
+
+def startup_seconds(timeout_s: float) -> float:
+    return max(timeout_s, STARTUP_TIMEOUT_S)
 
 
 COLLECTIVE_TIMEOUT_MARGIN_S = 30.0
@@ -434,13 +444,13 @@ def _worker(
         fn, args = pickle.loads(payload)  # imports fn's module now, with the launcher's environment
         if device == "cuda":
             torch.cuda.set_device(rank % torch.cuda.device_count())
-        store = dist.TCPStore(_HOST, port, is_master=False, timeout=timedelta(seconds=timeout_s))
+        store = dist.TCPStore(_HOST, port, is_master=False, timeout=timedelta(seconds=startup_seconds(timeout_s)))
         dist.init_process_group(
             backend,
             store=store,
             rank=rank,
             world_size=world_size,
-            timeout=timedelta(seconds=timeout_s + COLLECTIVE_TIMEOUT_MARGIN_S),
+            timeout=timedelta(seconds=startup_seconds(timeout_s) + COLLECTIVE_TIMEOUT_MARGIN_S),
         )
         _wait_until_every_rank_is_up(store, rank, world_size, timeout_s)  # the launcher's deadline for fn starts here
         result = fn(rank, world_size, *args)
@@ -458,7 +468,7 @@ def _wait_until_every_rank_is_up(store, rank: int, world_size: int, timeout_s: f
     machine. So no rank runs fn until every rank's init has returned. It goes through the rendezvous store, not the
     process group, so it adds no collective to what an experiment counts."""
     store.set(f"distlab/up/{rank}", "1")
-    store.wait([f"distlab/up/{r}" for r in range(world_size)], timedelta(seconds=timeout_s))
+    store.wait([f"distlab/up/{r}" for r in range(world_size)], timedelta(seconds=startup_seconds(timeout_s)))
 
 
 def _one_line(exc: BaseException) -> str:

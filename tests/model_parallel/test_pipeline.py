@@ -184,13 +184,14 @@ def test_timeline_invariants(schedule, v):
 @pytest.mark.parametrize(("schedule", "v"), [("gpipe", 1), ("1f1b", 1), ("interleaved", 2), ("zb-h1", 1)])
 def test_large_pipeline_is_fast(schedule, v):
     """p = 128, m = 4096 (1-2 million ops): the README's benchmark measures 0.5-1.2 s per schedule on the 2-core
-    machine kind. Best of two runs under 6 s leaves room for a crowded machine and still catches a return to
-    the op-by-op event loop at this size (3-6 s quiet, 10-15 s at load 3) or anything O(ops x stages)."""
+    machine kind. Best of two runs under 6 s of CPU time still catches a return to the op-by-op event loop at this
+    size (3-6 s quiet) or anything O(ops x stages). CPU time, not wall time: the bound is on the work, and at load
+    average 20 the interleaved simulation took over 6 s of wall time waiting for a core."""
     best = float("inf")
     for _ in range(2):
-        start = time.perf_counter()
+        start = time.process_time()
         sim = simulate(128, 4096, schedule, virtual=v, p2p=0.05)
-        best = min(best, time.perf_counter() - start)
+        best = min(best, time.process_time() - start)
         if best < 6.0:
             break
     assert best < 6.0

@@ -242,11 +242,13 @@ def test_planner_imports_neither_numpy_nor_torch():
 
 
 def best_of(n, fn):
+    """The fewest CPU seconds of n runs: what the code costs, which other processes cannot inflate the way they
+    inflate wall time (at load average 20 a 0.5 s search can take seconds of wall time, waiting for a core)."""
     best = float("inf")
     for _ in range(n):
-        start = time.perf_counter()
+        start = time.process_time()
         fn()
-        best = min(best, time.perf_counter() - start)
+        best = min(best, time.process_time() - start)
     return best
 
 
