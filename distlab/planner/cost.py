@@ -301,16 +301,27 @@ def data_parallel_exposed(
     """(exposed seconds, total seconds) of the data-parallel and ZeRO collectives over the dp x cp group, for the
     stage with `layers` layers whose per-micro-batch time is `first`. A collective hidden under compute still costs
     the SMs it runs on (sm_share). Where the training code reduces after the backward (t.grad_reduce_overlap off:
-    Megatron-LM 2021's local DDP, DeepSpeed's pipeline engine), nothing but FSDP's per-layer gathers hides."""
-    group = p.dp * p.cp
-    if group == 1:
+    Megatron-LM 2021's local DDP, DeepSpeed's pipeline engine), nothing but FSDP's per-layer gathers hides.
+
+    Hybrid sharding (p.dp_replicate > 1, FSDP2's HSDP): the gathers and reduce-scatters run over one replica's shard
+    group (the inner ranks: inside the NVLink domain when it fits), and each reduce-scatter's output, the gradient
+    shard, is then all-reduced across the replicas (outer ranks: usually the network), hidden where the
+    reduce-scatter hides."""
+    if p.dp * p.cp == 1:
         return 0.0, 0.0
+    group = p.shard_group
     g = comms.group(c, group, p.tp)
+    g_rep = comms.group(c, p.dp_replicate, p.tp * group)  # ranks 1 (no HSDP): every collective on it costs 0
     tax = sm_share(c)
 
     def hide(comm: float, under: float) -> float:
         hidden = min(comm, under) if t.grad_reduce_overlap or p.zero == 3 else 0.0  # FSDP always overlaps
         return comm - hidden + tax * hidden
+
+    def reduce(grad_bytes: float) -> float:
+        """Reduce-scatter over the shard group, then the shard's all-reduce across replicas."""
+        rs_ = comms.seconds("reduce-scatter", grad_bytes, g)
+        return rs_ + comms.seconds("all-reduce", grad_bytes / group, g_rep)
 
     params = local_params(m, p)
     gbytes = grad_reduce_bytes(t)
@@ -320,9 +331,9 @@ def data_parallel_exposed(
         total = comms.seconds("all-reduce", params * gbytes, g)
         last = comms.seconds("all-reduce", min(DDP_BUCKET_BYTES, params * gbytes), g) if t.grad_reduce_overlap else 0
         return hide(total, bwd) + last, total
-    rs = comms.seconds("reduce-scatter", params * gbytes, g)
+    rs = reduce(params * gbytes)
     ag = comms.seconds("all-gather", params * 2, g)
-    last = comms.seconds("reduce-scatter", min(DDP_BUCKET_BYTES, params * gbytes), g) if t.grad_reduce_overlap else 0
+    last = reduce(min(DDP_BUCKET_BYTES, params * gbytes)) if t.grad_reduce_overlap else 0
     if p.zero == 1 or (p.zero == 3 and p.pp > 1):
         extra = ag if p.zero == 3 else 0.0  # ZeRO-3 with pipelines: the step's gather before the first forward
         return hide(rs, bwd) + last + hide(ag, fwd) + extra, rs + ag + extra
@@ -332,11 +343,11 @@ def data_parallel_exposed(
     # own latency. SHARD_GRAD_OP keeps a layer's gathered weights from its forward to its backward: no second gather
     per_layer = math.ceil(m.params_per_layer() / p.tp)
     ag_l = comms.seconds("all-gather", per_layer * 2, g)
-    rs_l = comms.seconds("reduce-scatter", per_layer * gbytes, g)
+    rs_l = reduce(per_layer * gbytes)
     f_l, b_l = fwd / max(layers, 1), bwd / max(layers, 1)
     rest = params - layers * per_layer  # embedding and head: gathered once per micro-batch, outside the layers
     ag_rest = comms.seconds("all-gather", max(rest, 0) * 2, g)
-    rs_rest = comms.seconds("reduce-scatter", max(rest, 0) * gbytes, g)
+    rs_rest = reduce(max(rest, 0) * gbytes)
     gathers = 2 if p.zero == 3 else 1
     exposed = ag_l + ag_rest  # the first layer's gather has nothing to hide behind
     exposed += layers * (hide(ag_l, f_l) + hide((gathers - 1) * ag_l + rs_l, b_l)) + rs_rest
@@ -351,7 +362,7 @@ def optimizer_seconds(m: ModelShape, c: Cluster, t: Training, p: Plan, hbm: floa
         return 0.0
     per = state_bytes_per_param(t.precision)
     params = local_params(m, p)
-    shard = params if p.zero == 0 else math.ceil(params / (p.dp * p.cp))
+    shard = params if p.zero == 0 else math.ceil(params / p.shard_group)
     per_param = per["grads"] + 2 * per["optimizer"] * optimizer_factor(t) + per["params"]
     return shard * per_param / (c.gpu.hbm_bytes_per_s * (hbm or MEMORY_EFFICIENCY))
 
@@ -365,7 +376,7 @@ def offload_seconds(m: ModelShape, c: Cluster, t: Training, p: Plan, micro: Stag
 
     if p.offload == "none":
         return 0.0
-    shard = math.ceil(local_params(m, p) / (p.dp * p.cp))
+    shard = math.ceil(local_params(m, p) / p.shard_group)
     pcie = c.pcie.bandwidth_bytes_per_s
     per_gpu_host = c.host_bytes_per_s / c.gpus_per_node
     down = shard * 2 / pcie  # bf16 gradient shard, every micro-step
@@ -392,7 +403,7 @@ def activation_offload_seconds(m: ModelShape, c: Cluster, t: Training, p: Plan, 
 def _p2p(m: ModelShape, c: Cluster, t: Training, p: Plan) -> float:
     if p.pp == 1:
         return 0.0
-    across = p.tp * p.cp * p.dp >= c.gpus_per_node  # consecutive stages sit in different nodes
+    across = p.tp * p.cp * p.dp >= c.domain  # consecutive stages sit in different NVLink domains
     act = t.seq // p.cp * p.micro_batch * m.hidden * 2 / (p.tp if t.sequence_parallel and p.tp > 1 else 1)
     return comms.p2p_seconds(c, act, across)
 

@@ -59,6 +59,8 @@ def request(args) -> tuple[ModelShape, Cluster, Training]:
         intra=args.intra_bw,
         inter=args.inter_bw,
         nics_per_node=args.nics_per_node,
+        nvlink_domain=args.nvlink_domain,
+        oversubscription=args.oversubscription,
     )
     seq = args.seq or m.seq
     default = PRETRAIN_BATCH_TOKENS if args.task == "pretrain" else finetune_batch_sequences() * seq
@@ -142,6 +144,19 @@ def plan_command(argv: list[str]) -> int:
         help="NICs per node (default: one per GPU, as a DGX); node egress = NICs x NIC bandwidth",
     )
     p.add_argument(
+        "--nvlink-domain",
+        type=positive(int, MAX_GPUS),
+        default=None,
+        help="GPUs per NVLink domain, a multiple of --gpus-per-node that divides the GPUs (default: one node; "
+        "a GB200 NVL72 rack: --gpus-per-node 4 --nvlink-domain 72)",
+    )
+    p.add_argument(
+        "--oversubscription",
+        type=number(float, minimum=1, maximum=64),
+        default=1.0,
+        help="the fabric's oversubscription between NVLink domains (default 1: full bisection bandwidth)",
+    )
+    p.add_argument(
         "--global-batch-tokens",
         type=positive(int),
         default=None,
@@ -175,6 +190,18 @@ def plan_command(argv: list[str]) -> int:
     layout = p.add_argument_group("layout (each fixes one dimension; the others are searched)")
     for name in ("tp", "pp", "dp", "cp", "ep"):
         layout.add_argument(f"--{name}", type=positive(int, MAX_PARALLEL), default=None, help=f"{name.upper()} size")
+    layout.add_argument(
+        "--dp-shard",
+        type=positive(int, MAX_PARALLEL),
+        default=None,
+        help="hybrid sharding (HSDP): ZeRO shards over this many data-parallel ranks (one replica)",
+    )
+    layout.add_argument(
+        "--dp-replicate",
+        type=positive(int, MAX_PARALLEL),
+        default=None,
+        help="hybrid sharding: this many replicas, gradients all-reduced across them (dp-shard x dp-replicate = DP)",
+    )
     layout.add_argument("--zero", type=int, choices=(0, 1, 2, 3), default=None, help="ZeRO stage (0 = DDP, 3 = FSDP)")
     layout.add_argument("--micro-batch", type=positive(int, MAX_TOKENS), default=None, help="sequences per micro-batch")
     layout.add_argument("--recompute", choices=RECOMPUTE, default=None, help="activation recomputation")
@@ -232,7 +259,14 @@ def plan_command(argv: list[str]) -> int:
     if args.ep and args.ep > 1 and not resolve_model(args.model)[1]:
         raise UsageError(f"distlab plan: --ep applies to mixture-of-experts models, and {args.model} is dense")
     fixed = fixed_dims(args)
-    m, c, t = request(args)
+    if args.dp_shard and args.dp_replicate and args.dp and args.dp_shard * args.dp_replicate != args.dp:
+        raise UsageError(
+            f"distlab plan: --dp-shard {args.dp_shard} x --dp-replicate {args.dp_replicate} is not --dp {args.dp}"
+        )
+    try:
+        m, c, t = request(args)
+    except ValueError as exc:  # a cluster that cannot be built (an NVLink domain that does not divide the GPUs)
+        raise UsageError(f"distlab plan: {str(exc).removeprefix('cluster: ')}") from None
     try:
         ranked = search(m, c, t, fixed=fixed, min_headroom=args.min_headroom)
     except NothingFits as exc:
