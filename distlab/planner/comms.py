@@ -61,6 +61,11 @@ def group(c: Cluster, ranks: int, inner: int) -> Group:
     per_node = max(1, min(ranks, c.domain // inner)) if inner <= c.domain else 1
     nodes = math.ceil(ranks / per_node)
     intra = intra_bus_bytes_per_s(c.intra)
+    span = ranks * inner
+    if nodes == 1 and c.domain % span and c.gpus > c.domain:
+        # groups of `span` GPUs do not tile the domain (TP 16 in a 72-GPU rack): some straddle two domains, the
+        # smallest piece gcd(span, domain) GPUs, and the step waits for the slowest group
+        per_node, nodes = max(1, math.gcd(span, c.domain) // inner), 2
     if nodes == 1:
         return Group(ranks, per_node, 1, intra, "nvlink", arch(c))
     egress = per_node * c.nic_bytes_per_s_per_gpu  # the k GPUs' shares of their nodes' NICs (and the fabric's taper)

@@ -84,15 +84,15 @@ def test_plan_refuses_replicas_that_do_not_divide_dp():
 
 
 def test_nvlink_domain_spans_hosts():
-    """GB200 NVL72-style: 4-GPU trays in a 72-GPU domain. A 16-rank group inside the domain runs on NVLink even
-    though it spans 4 hosts; on 4-GPU hosts without the domain it goes over the NICs. Would catch the planner
+    """GB200 NVL72-style: 4-GPU trays in a 72-GPU domain. A 24-rank group (it tiles the rack) runs on NVLink even
+    though it spans 6 hosts; on 4-GPU hosts without the domain it goes over the NICs. Would catch the planner
     taking the host to be the NVLink domain."""
     rack = cluster("B200", gpus_per_node=4, nodes=36, nvlink_domain=72)
     hosts = cluster("B200", gpus_per_node=4, nodes=36)
     assert rack.domain == 72 and hosts.domain == 4
-    assert comms.group(rack, 16, 1).transport == "nvlink" and comms.group(rack, 16, 1).nodes == 1
-    g = comms.group(hosts, 16, 1)
-    assert g.transport == "net" and g.nodes == 4
+    assert comms.group(rack, 24, 1).transport == "nvlink" and comms.group(rack, 24, 1).nodes == 1
+    g = comms.group(hosts, 24, 1)
+    assert g.transport == "net" and g.nodes == 6
     # across racks: a group of 4 with 72 GPUs inside each rank's inner dims spans 4 domains, one rank per domain
     wide = comms.group(rack, 4, 72)
     assert wide.nodes == 4 and wide.bus_bytes_per_s == pytest.approx(rack.nic_bytes_per_s_per_gpu)
@@ -118,3 +118,16 @@ def test_oversubscription_divides_the_bandwidth_between_domains():
     assert half.nic_bytes_per_s_per_gpu * 2 == pytest.approx(full.nic_bytes_per_s_per_gpu, rel=1e-15)
     assert comms.group(half, 8, 1).bus_bytes_per_s == comms.group(full, 8, 1).bus_bytes_per_s
     assert math.isclose(comms.group(half, 4, 8).bus_bytes_per_s * 2, comms.group(full, 4, 8).bus_bytes_per_s)
+
+
+def test_groups_that_do_not_tile_the_domain_straddle():
+    """TP 16 in 72-GPU racks: the fifth group of each pair of racks (GPUs 64-79) straddles two racks, 8 GPUs in each,
+    and the step waits for it: its ring runs at 8 GPUs' NIC egress. In 64-GPU domains (16 of a rack's 18 trays) TP 16
+    tiles the domain and stays on NVLink. Would catch a TP group priced on NVLink while half of it is in another
+    rack."""
+    rack = cluster("GB200", gpus_per_node=4, nodes=36, nvlink_domain=72)
+    g = comms.group(rack, 16, 1)
+    assert g.transport == "net" and g.per_node == 8
+    assert g.bus_bytes_per_s == pytest.approx(min(comms.intra_bus_bytes_per_s(rack.intra), 8 * 50e9))
+    tiled = cluster("GB200", gpus_per_node=4, nodes=32, nvlink_domain=64)
+    assert comms.group(tiled, 16, 1).transport == "nvlink"
