@@ -42,12 +42,33 @@ MAX_HEADROOM = 0.9  # a rule leaving more than 90 % of the memory free recommend
 
 
 def resolve_model(spec: str):
-    """(the dense shape, the MoE experts or None): a preset, a JSON file, or an MoE model of moe_models.toml."""
-    from distlab.planner.moe import moe_model, moe_names
+    """(the dense shape, the MoE experts or None): a preset, a JSON file, or an MoE model of moe_models.toml. A JSON
+    file with experts >= 1 is a mixture of experts, priced through the same lines as the built-in ones
+    (distlab.planner.moe.moe_from_row); a key neither a shape nor an MoE key is refused by name."""
+    import dataclasses
+    import json
+    from pathlib import Path
 
-    if not spec.endswith(".json") and spec in moe_names():
-        return moe_model(spec)
-    return model(spec), None
+    from distlab.planner.moe import MOE_KEYS, moe_from_row, moe_model, moe_names
+
+    if not spec.endswith(".json"):
+        return moe_model(spec) if spec in moe_names() else (model(spec), None)
+    try:
+        obj = json.loads(Path(spec).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ValueError(f"cannot read model file {spec}: {exc}") from None
+    if not isinstance(obj, dict):
+        raise ValueError(f"model file {spec}: a JSON object of shape keys, not {type(obj).__name__}")
+    if not obj.get("experts"):
+        return model(spec), None
+    allowed = {f.name for f in dataclasses.fields(ModelShape)} | set(MOE_KEYS)
+    unknown = sorted(set(obj) - allowed)
+    if unknown:
+        raise ValueError(f"model file {spec}: unknown key {unknown[0]!r}; allowed: {', '.join(sorted(allowed))}")
+    try:
+        return moe_from_row(obj.get("name", Path(spec).stem), obj)
+    except (TypeError, KeyError) as exc:
+        raise ValueError(f"model file {spec}: {exc}") from None
 
 
 def request(args) -> tuple[ModelShape, Cluster, Training]:
@@ -256,8 +277,14 @@ def plan_command(argv: list[str]) -> int:
     p.add_argument("--top", type=positive(int, 10_000), default=5, help="how many plans to print (default 5)")
     p.add_argument("--json", action="store_true", help="machine-readable: a list of plans, best first")
     args = p.parse_args(argv)
-    if args.ep and args.ep > 1 and not resolve_model(args.model)[1]:
+    try:
+        moe = resolve_model(args.model)[1]
+    except ValueError as exc:
+        raise UsageError(f"distlab plan: {exc}") from None
+    if args.ep and args.ep > 1 and not moe:
         raise UsageError(f"distlab plan: --ep applies to mixture-of-experts models, and {args.model} is dense")
+    if args.ep and moe and moe.experts % args.ep:
+        raise UsageError(f"distlab plan: --ep {args.ep} does not divide the {moe.experts} experts")
     fixed = fixed_dims(args)
     if args.dp_shard and args.dp_replicate and args.dp and args.dp_shard * args.dp_replicate != args.dp:
         raise UsageError(
