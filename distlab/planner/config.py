@@ -116,6 +116,10 @@ class Cluster:
     """The fabric's oversubscription between NVLink domains (1: full bisection bandwidth, a rail-optimised fat tree;
     2: a 2:1 tapered tier): traffic that leaves the domain gets the NICs' bandwidth divided by this factor, the
     worst case in which every flow crosses the tapered tier."""
+    rank_jitter: float = 0.0
+    """One rank's step-time standard deviation over its mean: the slowest of N ranks sets the step
+    (distlab.planner.scale_costs). 0 (the default): no stragglers, because chapter 10's stated 2 % (RANK_JITTER),
+    switched on for every run, makes the published-runs validation worse (chapter 13, experiment scale-costs)."""
 
     def __post_init__(self) -> None:
         for name in ("gpus_per_node", "nodes", "nics_per_node"):
@@ -135,6 +139,8 @@ class Cluster:
             raise ValueError(f"cluster: an NVLink domain of {d} GPUs does not divide the {self.gpus} GPUs")
         if not (math.isfinite(self.oversubscription) and 1 <= self.oversubscription <= 64):
             raise ValueError(f"cluster: oversubscription must be between 1 and 64, got {self.oversubscription!r}")
+        if not (math.isfinite(self.rank_jitter) and 0 <= self.rank_jitter <= 0.5):
+            raise ValueError(f"cluster: rank jitter must be between 0 and 0.5, got {self.rank_jitter!r}")
 
     @property
     def gpus(self) -> int:
@@ -200,6 +206,7 @@ def cluster(
     host: str = "DGX-H100-host",
     nvlink_domain: int | None = None,
     oversubscription: float = 1.0,
+    rank_jitter: float = 0.0,
 ) -> Cluster:
     """A cluster from the data files. intra defaults to the GPU's own GPU-to-GPU link (gpus.toml), one NIC per GPU
     (a DGX), pcie to PCIe 4 for A100s and PCIe 5 otherwise; host memory bandwidth from host_links.toml."""
@@ -223,6 +230,7 @@ def cluster(
         host_bytes=value(f"host_links.{host}.host_memory_tb") * 1e12,
         nvlink_domain=0 if nvlink_domain in (None, gpus_per_node) else nvlink_domain,
         oversubscription=oversubscription,
+        rank_jitter=rank_jitter,
     )
 
 

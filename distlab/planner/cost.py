@@ -26,6 +26,8 @@ Overlap, as the frameworks do it:
 - CP: ring attention's K/V exchange under the attention of the chunk before. EP: all-to-alls are exposed.
 - CPU offload: the gradient shard crosses PCIe every micro-step (under its backward), the update runs on the
   host (a memory-bound pass over host DRAM), the parameters come back before the next forward.
+- Stragglers: the step ends when the slowest of its N ranks does; with each rank's time jittering by
+  Cluster.rank_jitter the expected step is the rest x (1 + jitter x E[Z_(N)]) (distlab.planner.scale_costs).
 
 MFU counts model FLOPs 6N + 12Lhs per token (attention over all s x s scores, the published convention);
 `mfu_causal` counts causal attention as half; `hfu` counts what the GPUs execute (recomputation included);
@@ -36,7 +38,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from distlab.gpu.flops import attention_flops_per_token, flops_per_token
 from distlab.model_parallel.pipeline import bubble_fraction, simulate
@@ -61,6 +63,7 @@ from distlab.planner.memory import (  # noqa: F401  (re-exported: the memory mod
     memory_per_gpu,
     state_bytes_per_param,
 )
+from distlab.planner.scale_costs import straggler_seconds
 from distlab.planner.stages import local_params, stage_layers, stage_params
 
 DDP_BUCKET_BYTES = 25 * 2**20  # DistributedDataParallel(bucket_cap_mb=25): the last bucket waits for backward
@@ -82,6 +85,9 @@ class StepBreakdown:
     """Pipeline idle time, point-to-point sends included."""
     offload: float
     optimizer: float
+    stragglers: float = 0.0
+    """Waiting for the slowest of the job's ranks: the rest of the step x jitter x E[Z_(N)]
+    (distlab.planner.scale_costs, chapter 10's order statistic)."""
 
     @property
     def total(self) -> float:
@@ -94,6 +100,7 @@ class StepBreakdown:
             + self.bubble
             + self.offload
             + self.optimizer
+            + self.stragglers
         )
 
     def as_dict(self) -> dict[str, float]:
@@ -107,6 +114,7 @@ class StepBreakdown:
             "pipeline_bubble": self.bubble,
             "offload": self.offload,
             "optimizer": self.optimizer,
+            "stragglers": self.stragglers,
         }
 
 
@@ -149,6 +157,7 @@ class StepEstimate:
             "pipeline bubble": b.bubble,
             "offload (exposed)": b.offload,
             "optimizer": b.optimizer,
+            "stragglers (slowest of N ranks)": b.stragglers,
         }
 
 
@@ -465,6 +474,7 @@ def step(
         offload=offload_seconds(m, c, t, p, worst) + activation_offload_seconds(m, c, t, p, worst),
         optimizer=optimizer_seconds(m, c, t, p, hbm),
     )
+    breakdown = replace(breakdown, stragglers=straggler_seconds(breakdown.total, p.gpus, c.rank_jitter))
     seconds = breakdown.total
     tokens = n * p.micro_batch * t.seq * p.dp
     per_token = flops_per_token(m.params(), m.layers, m.hidden, t.seq)

@@ -82,6 +82,7 @@ def request(args) -> tuple[ModelShape, Cluster, Training]:
         nics_per_node=args.nics_per_node,
         nvlink_domain=args.nvlink_domain,
         oversubscription=args.oversubscription,
+        rank_jitter=args.rank_jitter,
     )
     seq = args.seq or m.seq
     default = PRETRAIN_BATCH_TOKENS if args.task == "pretrain" else finetune_batch_sequences() * seq
@@ -176,6 +177,13 @@ def plan_command(argv: list[str]) -> int:
         type=number(float, minimum=1, maximum=64),
         default=1.0,
         help="the fabric's oversubscription between NVLink domains (default 1: full bisection bandwidth)",
+    )
+    p.add_argument(
+        "--rank-jitter",
+        type=number(float, minimum=0, maximum=0.5),
+        default=0.0,
+        help="one rank's step-time spread (std / mean): the step waits for the slowest of the N ranks, "
+        "jitter x E[max of N normals] (chapter 10; 0.02 is its scenario; default 0, off)",
     )
     p.add_argument(
         "--global-batch-tokens",
@@ -307,6 +315,13 @@ def plan_command(argv: list[str]) -> int:
     plans[0]["reasons"] = reasons
     plans[0]["min_headroom"] = args.min_headroom
     plans[0]["fastest_plan"] = versus_fastest(ranked)
+    plans[0]["cluster"] = {
+        "gpus": c.gpus,
+        "gpus_per_node": c.gpus_per_node,
+        "nvlink_domain": c.domain,
+        "oversubscription": c.oversubscription,
+        "rank_jitter": c.rank_jitter,
+    }
     lines = [
         f"{m.name} ({m.params() / 1e9:.2f}B parameters{', MoE' if t.moe else ''}), {t.task}, "
         f"{t.global_batch_tokens:,} tokens per step of {t.seq:,}-token sequences, on {c.describe()}",
