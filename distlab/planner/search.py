@@ -168,7 +168,7 @@ def candidates(
     flash = t.attention == "flash"
     tps = _options(fixed, "tp", tensor_sizes(m, c, within_node="tp-in-node" in rules).value)
     for tp in tps:
-        if c.gpus % tp:
+        if c.gpus % tp or m.heads % tp or m.kv % tp:  # a fixed TP too: every rank holds whole heads
             continue
         cps = _options(fixed, "cp", context_sizes(m, c, t, tp, long_only="cp-long-only" in rules).value)
         for cp in cps:
