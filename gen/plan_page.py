@@ -48,6 +48,11 @@ PLAN_VECTORS = tuple(
         ),
         ("Mixtral 8x7B (MoE) on 16 H100s, the best 8", "--model Mixtral-8x7B --nodes 2 --top 8", {}),
         (
+            "13B on a GB200 NVL72 rack's 16 trays, hybrid-sharded inside the 64-GPU NVLink domain",
+            "--model 13B --gpu GB200 --gpus-per-node 4 --nvlink-domain 64 --nodes 16 --zero 3 --dp-shard 16",
+            {},
+        ),
+        (
             "a custom shape on 32 A100s, 4 NICs per node, fp32 gradients, no sequence parallelism",
             "--model model.json --gpu A100-SXM-80GB --nodes 4 --nics-per-node 4 --seq 2048 --global-batch-tokens "
             "2097152 --precision mixed-fp32-grads --offload none --no-sequence-parallel",

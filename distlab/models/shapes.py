@@ -131,13 +131,20 @@ class ModelShape:
     """Always-active experts per MoE layer (DeepSeek); their activations are not modelled (must be 0 here)."""
     dense_layers: int = 0
     """Leading layers with a dense MLP instead of an MoE."""
+    head_dim: int = 0
+    """Width of one attention head; 0 (the default): hidden / heads, as Llama and GPT. Qwen3 and Gemma set it
+    apart (Qwen3-30B-A3B: 128 with hidden / heads = 64): the queries are heads x head_dim wide, not hidden."""
 
     def __post_init__(self) -> None:
         for name in ("layers", "hidden", "heads", "ffn", "vocab", "seq"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"model {self.name}: {name} must be positive, got {getattr(self, name)}")
-        if self.hidden % self.heads:
+        if isinstance(self.head_dim, bool) or not isinstance(self.head_dim, int) or self.head_dim < 0:
+            raise ValueError(f"model {self.name}: head_dim must be a positive integer, got {self.head_dim!r}")
+        if not self.head_dim and self.hidden % self.heads:
             raise ValueError(f"model {self.name}: hidden {self.hidden} is not divisible by heads {self.heads}")
+        if not self.head_dim:  # frozen: the derived default is stored once, so equal shapes compare equal
+            object.__setattr__(self, "head_dim", self.hidden // self.heads)
         if self.kv_heads is not None and self.kv_heads <= 0:
             raise ValueError(f"model {self.name}: kv_heads must be positive, got {self.kv_heads}")
         if self.heads % self.kv:
@@ -162,8 +169,9 @@ class ModelShape:
         return self.kv_heads or self.heads
 
     @property
-    def head_dim(self) -> int:
-        return self.hidden // self.heads
+    def q_width(self) -> int:
+        """The queries' (and the attention output's) width: heads x head_dim (= hidden unless head_dim is set)."""
+        return self.heads * self.head_dim
 
     @property
     def norm_kind(self) -> str:
@@ -205,10 +213,10 @@ class ModelShape:
         )
 
     def _attention_params(self) -> int:
-        h, kv_width = self.hidden, self.kv * self.head_dim
+        h, q, kv_width = self.hidden, self.q_width, self.kv * self.head_dim
         if self.mlp == "swiglu":  # Llama: no biases
-            return 2 * h * h + 2 * h * kv_width
-        return 2 * h * h + 2 * h * kv_width + (h + 2 * kv_width) + h  # GPT: q, k, v and output biases
+            return 2 * h * q + 2 * h * kv_width
+        return 2 * h * q + 2 * h * kv_width + (q + 2 * kv_width) + h  # GPT: q, k, v and output biases
 
     def _norm_params(self) -> int:
         return self.hidden if self.norm_kind == "rmsnorm" else 2 * self.hidden

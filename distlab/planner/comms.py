@@ -1,8 +1,11 @@
 """Where each parallel group's collectives run, and what they cost: the planner's communication model.
 
 Ranks are laid out as Megatron-Core lays them out: tensor parallelism innermost (consecutive GPUs of a node),
-then context, then data (and expert) parallelism, pipeline stages outermost. So a group of g ranks whose inner
-dimensions fill f GPUs has min(g, gpus_per_node / f) of its ranks in each node, and spans the rest of the nodes.
+then context, then data (and expert) parallelism, pipeline stages outermost; with hybrid sharding the data-parallel
+ranks of one replica (the shard group) are inner to the replicas. So a group of g ranks whose inner dimensions fill
+f GPUs has min(g, domain / f) of its ranks in each NVLink domain, and spans the rest of the domains. The domain is
+the node on an HGX/DGX and the rack on a GB200 NVL72 (Cluster.domain): what decides NVLink or the network is
+whether a group stays inside it, not inside a host.
 
 A collective inside one node runs on NVLink at the bus bandwidth fitted to a published nccl-tests curve
 (distlab.hardware.collectives.fitted_bus_bandwidth). A ring across nodes is limited by what each node can push
@@ -30,8 +33,9 @@ class Group:
 
     ranks: int
     per_node: int
-    """Ranks of the group in each node it spans."""
+    """Ranks of the group in each NVLink domain (node) it spans."""
     nodes: int
+    """NVLink domains the group spans."""
     bus_bytes_per_s: float
     """The Simple protocol's bus bandwidth of the group's ring, per rank and direction."""
     transport: str
@@ -54,12 +58,17 @@ def group(c: Cluster, ranks: int, inner: int) -> Group:
     """The group of `ranks` ranks whose inner dimensions occupy `inner` consecutive GPUs per rank."""
     if ranks <= 1:
         return Group(1, 1, 1, intra_bus_bytes_per_s(c.intra), "nvlink", arch(c))
-    per_node = max(1, min(ranks, c.gpus_per_node // inner)) if inner <= c.gpus_per_node else 1
+    per_node = max(1, min(ranks, c.domain // inner)) if inner <= c.domain else 1
     nodes = math.ceil(ranks / per_node)
     intra = intra_bus_bytes_per_s(c.intra)
+    span = ranks * inner
+    if nodes == 1 and c.domain % span and c.gpus > c.domain:
+        # groups of `span` GPUs do not tile the domain (TP 16 in a 72-GPU rack): some straddle two domains, the
+        # smallest piece gcd(span, domain) GPUs, and the step waits for the slowest group
+        per_node, nodes = max(1, math.gcd(span, c.domain) // inner), 2
     if nodes == 1:
         return Group(ranks, per_node, 1, intra, "nvlink", arch(c))
-    egress = per_node * c.nic_bytes_per_s_per_gpu  # the k GPUs' shares of the node's NICs
+    egress = per_node * c.nic_bytes_per_s_per_gpu  # the k GPUs' shares of their nodes' NICs (and the fabric's taper)
     return Group(ranks, per_node, nodes, min(intra, egress), "net", arch(c))
 
 

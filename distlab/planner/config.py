@@ -115,6 +115,17 @@ class Cluster:
     """Host DRAM bandwidth of one node (CPU offload's update runs there)."""
     host_bytes: float
     """Host memory of one node (what CPU offload may fill)."""
+    nvlink_domain: int = 0
+    """GPUs that reach each other over NVLink: the node (0, the default: an HGX/DGX), or a rack of several hosts
+    behind NVLink switches (GB200 NVL72: 72 GPUs in trays of 4). A multiple of gpus_per_node that divides the GPUs."""
+    oversubscription: float = 1.0
+    """The fabric's oversubscription between NVLink domains (1: full bisection bandwidth, a rail-optimised fat tree;
+    2: a 2:1 tapered tier): traffic that leaves the domain gets the NICs' bandwidth divided by this factor, the
+    worst case in which every flow crosses the tapered tier."""
+    rank_jitter: float = 0.0
+    """One rank's step-time standard deviation over its mean: the slowest of N ranks sets the step
+    (distlab.planner.scale_costs). 0 (the default): no stragglers, because chapter 10's stated 2 % (RANK_JITTER),
+    switched on for every run, makes the published-runs validation worse (chapter 13, experiment scale-costs)."""
 
     def __post_init__(self) -> None:
         for name in ("gpus_per_node", "nodes", "nics_per_node"):
@@ -123,15 +134,34 @@ class Cluster:
                 raise ValueError(f"cluster: {name} must be a positive integer, got {v!r}")
         if not (self.host_bytes_per_s > 0 and self.host_bytes > 0):
             raise ValueError("cluster: host memory and its bandwidth must be positive")
+        d = self.nvlink_domain
+        if isinstance(d, bool) or not isinstance(d, int) or d < 0:
+            raise ValueError(f"cluster: the NVLink domain must be a positive number of GPUs, got {d!r}")
+        if d and d % self.gpus_per_node:
+            raise ValueError(
+                f"cluster: an NVLink domain of {d} GPUs is not a whole number of {self.gpus_per_node}-GPU nodes"
+            )
+        if d and self.gpus % d:
+            raise ValueError(f"cluster: an NVLink domain of {d} GPUs does not divide the {self.gpus} GPUs")
+        if not (math.isfinite(self.oversubscription) and 1 <= self.oversubscription <= 64):
+            raise ValueError(f"cluster: oversubscription must be between 1 and 64, got {self.oversubscription!r}")
+        if not (math.isfinite(self.rank_jitter) and 0 <= self.rank_jitter <= 0.5):
+            raise ValueError(f"cluster: rank jitter must be between 0 and 0.5, got {self.rank_jitter!r}")
 
     @property
     def gpus(self) -> int:
         return self.gpus_per_node * self.nodes
 
     @property
+    def domain(self) -> int:
+        """GPUs of one NVLink domain: what TP, EP and CP may span without touching the network."""
+        return self.nvlink_domain or self.gpus_per_node
+
+    @property
     def nic_bytes_per_s_per_gpu(self) -> float:
-        """A node's network egress divided among its GPUs: what each GPU's traffic across nodes can use."""
-        return self.nics_per_node * self.inter.bandwidth_bytes_per_s / self.gpus_per_node
+        """A node's network egress divided among its GPUs (and by the fabric's oversubscription): what each GPU's
+        traffic between NVLink domains can use."""
+        return self.nics_per_node * self.inter.bandwidth_bytes_per_s / self.gpus_per_node / self.oversubscription
 
     def describe(self) -> str:
         nics = (
@@ -139,9 +169,11 @@ class Cluster:
             if self.nics_per_node == self.gpus_per_node
             else f"{self.nics_per_node} NIC{'s' if self.nics_per_node > 1 else ''} per node"
         )
+        where = "in a node" if self.domain == self.gpus_per_node else f"in a {self.domain}-GPU NVLink domain"
+        taper = f", fabric {self.oversubscription:g}:1 oversubscribed" if self.oversubscription > 1 else ""
         return (
             f"{self.nodes} x {self.gpus_per_node} {self.gpu.name} ({self.intra.bandwidth_bytes_per_s / 1e9:g} "
-            f"GB/s in a node per GPU and direction; {nics} of {self.inter.bandwidth_bytes_per_s / 1e9:g} GB/s)"
+            f"GB/s {where} per GPU and direction; {nics} of {self.inter.bandwidth_bytes_per_s / 1e9:g} GB/s{taper})"
         )
 
 
@@ -178,6 +210,9 @@ def cluster(
     nics_per_node: int | None = None,
     pcie: str | None = None,
     host: str = "DGX-H100-host",
+    nvlink_domain: int | None = None,
+    oversubscription: float = 1.0,
+    rank_jitter: float = 0.0,
 ) -> Cluster:
     """A cluster from the data files. intra defaults to the GPU's own GPU-to-GPU link (gpus.toml), one NIC per GPU
     (a DGX), pcie to PCIe 4 for A100s and PCIe 5 otherwise; host memory bandwidth from host_links.toml."""
@@ -199,6 +234,9 @@ def cluster(
         pcie=link(pcie, protocol="simple"),
         host_bytes_per_s=node_memory_bytes_per_s(host),
         host_bytes=value(f"host_links.{host}.host_memory_tb") * 1e12,
+        nvlink_domain=0 if nvlink_domain in (None, gpus_per_node) else nvlink_domain,
+        oversubscription=oversubscription,
+        rank_jitter=rank_jitter,
     )
 
 
@@ -322,9 +360,13 @@ class Plan:
     schedule: str = "1f1b"
     virtual: int = 1
     """Model chunks per pipeline stage (the interleaved schedule; 1 otherwise)."""
+    dp_replicate: int = 1
+    """Hybrid sharding (HSDP, FSDP2's 2-D mesh): the dp ranks form dp_replicate replicas of dp_shard = dp /
+    dp_replicate ranks each; ZeRO shards inside a replica, gradients are all-reduced across replicas. 1: the
+    whole data-parallel group shards (plain ZeRO/FSDP)."""
 
     def __post_init__(self) -> None:
-        for name in ("tp", "pp", "dp", "cp", "ep", "micro_batch", "microbatches", "virtual"):
+        for name in ("tp", "pp", "dp", "cp", "ep", "micro_batch", "microbatches", "virtual", "dp_replicate"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"plan: {name} must be a positive integer, got {v!r}")
@@ -357,13 +399,29 @@ class Plan:
             raise ValueError(f"plan: the {self.schedule} schedule needs pipeline stages (pp > 1)")
         if (self.dp * self.cp) % self.ep:
             raise ValueError(f"plan: ep {self.ep} must divide the data x context-parallel ranks {self.dp * self.cp}")
+        if self.dp % self.dp_replicate:
+            raise ValueError(f"plan: dp-replicate {self.dp_replicate} does not divide DP {self.dp}")
+        if self.dp_replicate > 1 and self.zero == 0:
+            raise ValueError("plan: hybrid sharding (dp-replicate > 1) shards inside each replica: it needs ZeRO >= 1")
 
     @property
     def gpus(self) -> int:
         return self.tp * self.pp * self.dp * self.cp
 
+    @property
+    def dp_shard(self) -> int:
+        """Data-parallel ranks of one replica: what ZeRO shards over (all of dp without hybrid sharding)."""
+        return self.dp // self.dp_replicate
+
+    @property
+    def shard_group(self) -> int:
+        """Ranks the model state is sharded over: a replica's data-parallel ranks times CP (CP ranks shard too)."""
+        return self.dp_shard * self.cp
+
     def label(self) -> str:
-        parts = [f"TP {self.tp}", f"PP {self.pp}", f"DP {self.dp}"]
+        hsdp = f" (shard {self.dp_shard} x replicate {self.dp_replicate})" if self.dp_replicate > 1 else ""
+        dp = f"DP {self.dp}{hsdp}"
+        parts = [f"TP {self.tp}", f"PP {self.pp}", dp]
         parts += [f"CP {self.cp}"] if self.cp > 1 else []
         parts += [f"EP {self.ep}"] if self.ep > 1 else []
         zero = "DDP" if self.zero == 0 else f"ZeRO-{self.zero}"

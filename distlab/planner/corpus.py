@@ -245,8 +245,8 @@ def request(run: Run):
     for k in ("micro_batch", "recompute"):
         if k in r:
             fixed[k] = r[k]
-    if "sharding" in r:
-        fixed["zero"] = SHARDING_ZERO[r["sharding"]]
+    if "sharding" in r:  # a printed strategy shards over all of DP (none of the corpus's is hybrid)
+        fixed["zero"], fixed["dp_replicate"] = SHARDING_ZERO[r["sharding"]], 1
     virtual = r.get("virtual")
     if r["pp"] > 1:
         if (virtual or 1) > 1:

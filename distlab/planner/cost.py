@@ -26,6 +26,8 @@ Overlap, as the frameworks do it:
 - CP: ring attention's K/V exchange under the attention of the chunk before. EP: all-to-alls are exposed.
 - CPU offload: the gradient shard crosses PCIe every micro-step (under its backward), the update runs on the
   host (a memory-bound pass over host DRAM), the parameters come back before the next forward.
+- Stragglers: the step ends when the slowest of its N ranks does; with each rank's time jittering by
+  Cluster.rank_jitter the expected step is the rest x (1 + jitter x E[Z_(N)]) (distlab.planner.scale_costs).
 
 MFU counts model FLOPs 6N + 12Lhs per token (attention over all s x s scores, the published convention);
 `mfu_causal` counts causal attention as half; `hfu` counts what the GPUs execute (recomputation included);
@@ -36,7 +38,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from distlab.gpu.flops import attention_flops_per_token, flops_per_token
 from distlab.model_parallel.pipeline import bubble_fraction, simulate
@@ -61,6 +63,7 @@ from distlab.planner.memory import (  # noqa: F401  (re-exported: the memory mod
     memory_per_gpu,
     state_bytes_per_param,
 )
+from distlab.planner.scale_costs import straggler_seconds
 from distlab.planner.stages import local_params, stage_layers, stage_params
 
 DDP_BUCKET_BYTES = 25 * 2**20  # DistributedDataParallel(bucket_cap_mb=25): the last bucket waits for backward
@@ -82,6 +85,9 @@ class StepBreakdown:
     """Pipeline idle time, point-to-point sends included."""
     offload: float
     optimizer: float
+    stragglers: float = 0.0
+    """Waiting for the slowest of the job's ranks: the rest of the step x jitter x E[Z_(N)]
+    (distlab.planner.scale_costs, chapter 10's order statistic)."""
 
     @property
     def total(self) -> float:
@@ -94,6 +100,7 @@ class StepBreakdown:
             + self.bubble
             + self.offload
             + self.optimizer
+            + self.stragglers
         )
 
     def as_dict(self) -> dict[str, float]:
@@ -107,6 +114,7 @@ class StepBreakdown:
             "pipeline_bubble": self.bubble,
             "offload": self.offload,
             "optimizer": self.optimizer,
+            "stragglers": self.stragglers,
         }
 
 
@@ -149,6 +157,7 @@ class StepEstimate:
             "pipeline bubble": b.bubble,
             "offload (exposed)": b.offload,
             "optimizer": b.optimizer,
+            "stragglers (slowest of N ranks)": b.stragglers,
         }
 
 
@@ -301,16 +310,27 @@ def data_parallel_exposed(
     """(exposed seconds, total seconds) of the data-parallel and ZeRO collectives over the dp x cp group, for the
     stage with `layers` layers whose per-micro-batch time is `first`. A collective hidden under compute still costs
     the SMs it runs on (sm_share). Where the training code reduces after the backward (t.grad_reduce_overlap off:
-    Megatron-LM 2021's local DDP, DeepSpeed's pipeline engine), nothing but FSDP's per-layer gathers hides."""
-    group = p.dp * p.cp
-    if group == 1:
+    Megatron-LM 2021's local DDP, DeepSpeed's pipeline engine), nothing but FSDP's per-layer gathers hides.
+
+    Hybrid sharding (p.dp_replicate > 1, FSDP2's HSDP): the gathers and reduce-scatters run over one replica's shard
+    group (the inner ranks: inside the NVLink domain when it fits), and each reduce-scatter's output, the gradient
+    shard, is then all-reduced across the replicas (outer ranks: usually the network), hidden where the
+    reduce-scatter hides."""
+    if p.dp * p.cp == 1:
         return 0.0, 0.0
+    group = p.shard_group
     g = comms.group(c, group, p.tp)
+    g_rep = comms.group(c, p.dp_replicate, p.tp * group)  # ranks 1 (no HSDP): every collective on it costs 0
     tax = sm_share(c)
 
     def hide(comm: float, under: float) -> float:
         hidden = min(comm, under) if t.grad_reduce_overlap or p.zero == 3 else 0.0  # FSDP always overlaps
         return comm - hidden + tax * hidden
+
+    def reduce(grad_bytes: float) -> float:
+        """Reduce-scatter over the shard group, then the shard's all-reduce across replicas."""
+        rs_ = comms.seconds("reduce-scatter", grad_bytes, g)
+        return rs_ + comms.seconds("all-reduce", grad_bytes / group, g_rep)
 
     params = local_params(m, p)
     gbytes = grad_reduce_bytes(t)
@@ -320,9 +340,9 @@ def data_parallel_exposed(
         total = comms.seconds("all-reduce", params * gbytes, g)
         last = comms.seconds("all-reduce", min(DDP_BUCKET_BYTES, params * gbytes), g) if t.grad_reduce_overlap else 0
         return hide(total, bwd) + last, total
-    rs = comms.seconds("reduce-scatter", params * gbytes, g)
+    rs = reduce(params * gbytes)
     ag = comms.seconds("all-gather", params * 2, g)
-    last = comms.seconds("reduce-scatter", min(DDP_BUCKET_BYTES, params * gbytes), g) if t.grad_reduce_overlap else 0
+    last = reduce(min(DDP_BUCKET_BYTES, params * gbytes)) if t.grad_reduce_overlap else 0
     if p.zero == 1 or (p.zero == 3 and p.pp > 1):
         extra = ag if p.zero == 3 else 0.0  # ZeRO-3 with pipelines: the step's gather before the first forward
         return hide(rs, bwd) + last + hide(ag, fwd) + extra, rs + ag + extra
@@ -332,11 +352,11 @@ def data_parallel_exposed(
     # own latency. SHARD_GRAD_OP keeps a layer's gathered weights from its forward to its backward: no second gather
     per_layer = math.ceil(m.params_per_layer() / p.tp)
     ag_l = comms.seconds("all-gather", per_layer * 2, g)
-    rs_l = comms.seconds("reduce-scatter", per_layer * gbytes, g)
+    rs_l = reduce(per_layer * gbytes)
     f_l, b_l = fwd / max(layers, 1), bwd / max(layers, 1)
     rest = params - layers * per_layer  # embedding and head: gathered once per micro-batch, outside the layers
     ag_rest = comms.seconds("all-gather", max(rest, 0) * 2, g)
-    rs_rest = comms.seconds("reduce-scatter", max(rest, 0) * gbytes, g)
+    rs_rest = reduce(max(rest, 0) * gbytes)
     gathers = 2 if p.zero == 3 else 1
     exposed = ag_l + ag_rest  # the first layer's gather has nothing to hide behind
     exposed += layers * (hide(ag_l, f_l) + hide((gathers - 1) * ag_l + rs_l, b_l)) + rs_rest
@@ -351,7 +371,7 @@ def optimizer_seconds(m: ModelShape, c: Cluster, t: Training, p: Plan, hbm: floa
         return 0.0
     per = state_bytes_per_param(t.precision)
     params = local_params(m, p)
-    shard = params if p.zero == 0 else math.ceil(params / (p.dp * p.cp))
+    shard = params if p.zero == 0 else math.ceil(params / p.shard_group)
     per_param = per["grads"] + 2 * per["optimizer"] * optimizer_factor(t) + per["params"]
     return shard * per_param / (c.gpu.hbm_bytes_per_s * (hbm or MEMORY_EFFICIENCY))
 
@@ -365,7 +385,7 @@ def offload_seconds(m: ModelShape, c: Cluster, t: Training, p: Plan, micro: Stag
 
     if p.offload == "none":
         return 0.0
-    shard = math.ceil(local_params(m, p) / (p.dp * p.cp))
+    shard = math.ceil(local_params(m, p) / p.shard_group)
     pcie = c.pcie.bandwidth_bytes_per_s
     per_gpu_host = c.host_bytes_per_s / c.gpus_per_node
     down = shard * 2 / pcie  # bf16 gradient shard, every micro-step
@@ -392,7 +412,7 @@ def activation_offload_seconds(m: ModelShape, c: Cluster, t: Training, p: Plan, 
 def _p2p(m: ModelShape, c: Cluster, t: Training, p: Plan) -> float:
     if p.pp == 1:
         return 0.0
-    across = p.tp * p.cp * p.dp >= c.gpus_per_node  # consecutive stages sit in different nodes
+    across = p.tp * p.cp * p.dp >= c.domain  # consecutive stages sit in different NVLink domains
     act = t.seq // p.cp * p.micro_batch * m.hidden * 2 / (p.tp if t.sequence_parallel and p.tp > 1 else 1)
     return comms.p2p_seconds(c, act, across)
 
@@ -454,6 +474,7 @@ def step(
         offload=offload_seconds(m, c, t, p, worst) + activation_offload_seconds(m, c, t, p, worst),
         optimizer=optimizer_seconds(m, c, t, p, hbm),
     )
+    breakdown = replace(breakdown, stragglers=straggler_seconds(breakdown.total, p.gpus, c.rank_jitter))
     seconds = breakdown.total
     tokens = n * p.micro_batch * t.seq * p.dp
     per_token = flops_per_token(m.params(), m.layers, m.hidden, t.seq)

@@ -226,14 +226,14 @@ def layer_times(
     tensor-core kernels' training share, default the fitted one)."""
     share = training_share() if share is None else share
     h, f, t, T = m.hidden, ls.ffn, ls.tp, ls.tokens
-    kvw = m.kv * m.head_dim
+    q, kvw = m.q_width, m.kv * m.head_dim
     dt = ls.matmul_dtype
     eff = MEMORY_EFFICIENCY if hbm_efficiency is None else hbm_efficiency
     swiglu = m.mlp == "swiglu"
     gemm = lambda n, k: gemm_seconds(chip, T, n, k, dt, eff, share)
     shapes = (  # (name, output width n, reduced width k) of each forward GEMM, per GPU
-        ("qkv", (h + 2 * kvw) // t, h),
-        ("proj", h, h // t),
+        ("qkv", (q + 2 * kvw) // t, h),
+        ("proj", h, q // t),
         ("mlp_up", (2 if swiglu else 1) * f // t, h),
         ("mlp_down", h, f // t),
     )
@@ -321,7 +321,7 @@ def hardware_flops_per_layer(m: ModelShape, ls: LayerShape) -> tuple[float, floa
     """(forward matmul FLOPs of the weight GEMMs, forward FLOPs of the attention core as run) of one layer on one
     GPU: what recomputation repeats."""
     h, t, T = m.hidden, ls.tp, ls.tokens
-    kvw = m.kv * m.head_dim
-    weights = 2 * h * h + 2 * h * kvw + (3 if m.mlp == "swiglu" else 2) * h * ls.ffn
-    core = 4 * T * ls.kv_tokens * h / t * (0.5 if ls.attention == "flash" else 1.0)
+    q, kvw = m.q_width, m.kv * m.head_dim
+    weights = 2 * h * q + 2 * h * kvw + (3 if m.mlp == "swiglu" else 2) * h * ls.ffn
+    core = 4 * T * ls.kv_tokens * q / t * (0.5 if ls.attention == "flash" else 1.0)
     return 2 * T * weights / t, core

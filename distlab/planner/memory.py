@@ -256,7 +256,7 @@ def nccl_bytes_per_communicator(channels: int = NCCL_CHANNELS) -> float:
 
 def communicators(p: Plan) -> int:
     """NCCL communicators a plan opens on each GPU: one per parallel dimension larger than 1."""
-    return sum(1 for n in (p.tp, p.pp, p.dp * p.cp, p.cp, p.ep) if n > 1)
+    return sum(1 for n in (p.tp, p.pp, p.dp * p.cp, p.cp, p.ep, p.dp_replicate) if n > 1)
 
 
 @functools.cache
@@ -331,7 +331,7 @@ def _moment_bytes(precision: str) -> float:
 def model_states(m: ModelShape, t: Training, p: Plan, stage: int) -> dict[str, float]:
     """Weights, gradients, optimizer state and host bytes of one GPU of pipeline stage `stage`, and the parameters
     its optimizer shard covers."""
-    group = p.dp * p.cp
+    group = p.shard_group  # dp x cp, or one replica's ranks x cp with hybrid sharding
     params = stage_params(m, p.pp)[stage]
     # ZeRO-3 with a pipeline (torchtitan's FSDP + PP): each stage's weights are gathered once per step and kept, its
     # gradients accumulate unsharded and reduce-scatter once at the end: ZeRO-1's memory

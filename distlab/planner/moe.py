@@ -32,8 +32,14 @@ class MoESpec:
     """Leading layers that keep a dense MLP (DeepSeek-V3's first 3)."""
 
     def __post_init__(self) -> None:
+        for name in ("experts", "top_k", "moe_ffn", "shared_experts", "dense_layers"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ValueError(f"MoE: {name} must be a non-negative integer, got {v!r}")
         if not 1 <= self.top_k <= self.experts:
             raise ValueError(f"MoE: top_k must be between 1 and experts ({self.experts}), got {self.top_k}")
+        if self.moe_ffn < 1:
+            raise ValueError(f"MoE: moe_ffn must be positive, got {self.moe_ffn}")
 
     def moe_layers(self, layers: int) -> int:
         return max(0, layers - self.dense_layers)
@@ -52,7 +58,22 @@ def moe_model(name: str) -> tuple[ModelShape, MoESpec]:
     rows = entries("moe_models")
     if name not in rows:
         raise ValueError(f"unknown MoE model {name!r}; known: {', '.join(rows)}")
-    r = rows[name]
+    return moe_from_row(name, rows[name])
+
+
+MOE_KEYS = ("experts", "top_k", "moe_ffn", "shared_experts", "dense_layers")
+"""What a JSON model adds to a dense shape to be a mixture of experts (moe_models.toml's names)."""
+
+
+def moe_from_row(name: str, r: dict) -> tuple[ModelShape, MoESpec]:
+    """(the dense path, the experts) from a row with moe_models.toml's keys: a built-in model's, or a JSON file's
+    (distlab.planner.plan_command.resolve_model), so both are priced by the same lines. moe_ffn defaults to ffn;
+    head_dim, where given, is the attention heads' width (Qwen3: wider than hidden / heads)."""
+    if r.get("experts", 0) < 1:
+        raise ValueError(f"model {name}: a mixture of experts needs experts >= 1")
+    if "moe_ffn" not in r and "ffn" not in r:
+        raise ValueError(f"model {name}: an MoE model needs moe_ffn (each routed expert's width)")
+    r = {**r, "moe_ffn": r.get("moe_ffn", r.get("ffn"))}
     spec = MoESpec(
         experts=r["experts"],
         top_k=r["top_k"],
@@ -72,6 +93,7 @@ def moe_model(name: str) -> tuple[ModelShape, MoESpec]:
         seq=r.get("seq", 4096),
         mlp="swiglu",
         tie_embeddings=r.get("tie_embeddings", False),
+        head_dim=r.get("head_dim", 0),
     )
     return m, spec
 

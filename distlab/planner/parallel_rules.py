@@ -32,7 +32,20 @@ def clusters() -> dict[str, Cluster]:
         "8 nodes, 64 A100, PCIe 4 + 100 GbE": cluster(
             "A100-SXM-80GB", nodes=8, intra="PCIe4-x16", inter="Ethernet-100G"
         ),
+        "4 GB200 NVL72 racks, 16 trays each, 256 GPUs": nvl72(racks=4, trays=16),
     }
+
+
+def nvl72(*, racks: int, trays: int | None = None) -> Cluster:
+    """GB200 NVL72 racks: compute trays of 4 GPUs (interconnect.toml, gpus_per_tray), one 72-GPU NVLink domain per
+    rack (gpus_per_domain), one NDR NIC per GPU between racks. `trays` < 18: a job that takes that many of each rack's
+    trays (16: 64-GPU domains that TP 16 tiles)."""
+    from distlab.core.facts import value
+
+    per_tray = value("interconnect.NVSwitch-GB200-NVL72.gpus_per_tray")
+    domain = value("interconnect.NVSwitch-GB200-NVL72.gpus_per_domain")
+    trays = trays or domain // per_tray
+    return cluster("GB200", gpus_per_node=per_tray, nodes=racks * trays, nvlink_domain=per_tray * trays)
 
 
 def pretraining(m: ModelShape, seq: int | None = None) -> Training:
@@ -73,7 +86,7 @@ def parallel_rules(device: str) -> Result:
                 continue
             p = best.plan
             d = decisions(m, c, t, p)
-            r.claim(f"{name} on {label}: TP inside one node", p.tp, c.gpus_per_node, relation="<=")
+            r.claim(f"{name} on {label}: TP inside the NVLink domain", c.domain % p.tp, 0)
             if d["pipeline"].value == [1]:
                 r.claim(f"{name} on {label}: no pipeline where the rule says none is needed", p.pp, 1)
             rows.append(
@@ -143,7 +156,7 @@ def _moe(r: Result, rows: list) -> None:
     ranked = search(m, c, t)
     best = ranked[0]
     ep = best.plan.ep
-    inside = best.plan.tp * ep <= c.gpus_per_node
+    inside = best.plan.tp * ep <= c.domain
     r.claim(
         f"{MOE_MODEL} on {label}: EP divides the experts and DP x CP",
         (spec.experts % ep) + ((best.plan.dp * best.plan.cp) % ep),
@@ -156,16 +169,16 @@ def _moe(r: Result, rows: list) -> None:
             best.plan.label(),
             Quantity(best.memory_bytes, "B"),
             Quantity(best.step_seconds, "s"),
-            f"EP {ep} {'inside a node' if inside else 'across nodes'}; all-to-alls "
+            f"EP {ep} {'inside the NVLink domain' if inside else 'across NVLink domains'}; all-to-alls "
             f"{best.time.breakdown.exposed_cp_ep / best.step_seconds:.1%} of the step",
         ]
     )
     r.add("moe_experts", spec.experts, "", "experts per MoE layer in the example")
     r.add("moe_ep", ep, "", "expert-parallel size of the best plan")
     r.add("moe_a2a_share", best.time.breakdown.exposed_cp_ep / best.step_seconds, "fraction", "its all-to-all share")
-    near = [e for e in ranked if e.plan.ep > 1 and e.plan.tp * e.plan.ep <= c.gpus_per_node]
+    near = [e for e in ranked if e.plan.ep > 1 and e.plan.tp * e.plan.ep <= c.domain]
     if near:
-        r.add("moe_inside_ep", near[0].plan.ep, "", "the best plan with EP > 1 inside a node: its EP")
+        r.add("moe_inside_ep", near[0].plan.ep, "", "the best plan with EP > 1 inside the NVLink domain: its EP")
         r.add(
             "moe_inside_a2a",
             near[0].time.breakdown.exposed_cp_ep / near[0].step_seconds,
@@ -173,7 +186,7 @@ def _moe(r: Result, rows: list) -> None:
             "its exposed all-to-all share",
         )
         r.add("moe_inside_slowdown", near[0].step_seconds / best.step_seconds - 1, "fraction", "how much slower")
-    wide = [e for e in ranked if e.plan.tp * e.plan.ep > c.gpus_per_node]
+    wide = [e for e in ranked if e.plan.tp * e.plan.ep > c.domain]
     if wide:
         r.add(
             "moe_cross_node_slowdown",

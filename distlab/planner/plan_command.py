@@ -43,12 +43,33 @@ MAX_HEADROOM = 0.9  # a rule leaving more than 90 % of the memory free recommend
 
 
 def resolve_model(spec: str):
-    """(the dense shape, the MoE experts or None): a preset, a JSON file, or an MoE model of moe_models.toml."""
-    from distlab.planner.moe import moe_model, moe_names
+    """(the dense shape, the MoE experts or None): a preset, a JSON file, or an MoE model of moe_models.toml. A JSON
+    file with experts >= 1 is a mixture of experts, priced through the same lines as the built-in ones
+    (distlab.planner.moe.moe_from_row); a key neither a shape nor an MoE key is refused by name."""
+    import dataclasses
+    import json
+    from pathlib import Path
 
-    if not spec.endswith(".json") and spec in moe_names():
-        return moe_model(spec)
-    return model(spec), None
+    from distlab.planner.moe import MOE_KEYS, moe_from_row, moe_model, moe_names
+
+    if not spec.endswith(".json"):
+        return moe_model(spec) if spec in moe_names() else (model(spec), None)
+    try:
+        obj = json.loads(Path(spec).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ValueError(f"cannot read model file {spec}: {exc}") from None
+    if not isinstance(obj, dict):
+        raise ValueError(f"model file {spec}: a JSON object of shape keys, not {type(obj).__name__}")
+    if not obj.get("experts"):
+        return model(spec), None
+    allowed = {f.name for f in dataclasses.fields(ModelShape)} | set(MOE_KEYS)
+    unknown = sorted(set(obj) - allowed)
+    if unknown:
+        raise ValueError(f"model file {spec}: unknown key {unknown[0]!r}; allowed: {', '.join(sorted(allowed))}")
+    try:
+        return moe_from_row(obj.get("name", Path(spec).stem), obj)
+    except (TypeError, KeyError) as exc:
+        raise ValueError(f"model file {spec}: {exc}") from None
 
 
 def request(args) -> tuple[ModelShape, Cluster, Training]:
@@ -60,6 +81,9 @@ def request(args) -> tuple[ModelShape, Cluster, Training]:
         intra=args.intra_bw,
         inter=args.inter_bw,
         nics_per_node=args.nics_per_node,
+        nvlink_domain=args.nvlink_domain,
+        oversubscription=args.oversubscription,
+        rank_jitter=args.rank_jitter,
     )
     seq = args.seq or m.seq
     default = PRETRAIN_BATCH_TOKENS if args.task == "pretrain" else finetune_batch_sequences() * seq
@@ -145,6 +169,26 @@ def plan_command(argv: list[str]) -> int:
         help="NICs per node (default: one per GPU, as a DGX); node egress = NICs x NIC bandwidth",
     )
     p.add_argument(
+        "--nvlink-domain",
+        type=positive(int, MAX_GPUS),
+        default=None,
+        help="GPUs per NVLink domain, a multiple of --gpus-per-node that divides the GPUs (default: one node; "
+        "a GB200 NVL72 rack: --gpus-per-node 4 --nvlink-domain 72)",
+    )
+    p.add_argument(
+        "--oversubscription",
+        type=number(float, minimum=1, maximum=64),
+        default=1.0,
+        help="the fabric's oversubscription between NVLink domains (default 1: full bisection bandwidth)",
+    )
+    p.add_argument(
+        "--rank-jitter",
+        type=number(float, minimum=0, maximum=0.5),
+        default=0.0,
+        help="one rank's step-time spread (std / mean): the step waits for the slowest of the N ranks, "
+        "jitter x E[max of N normals] (chapter 10; 0.02 is its scenario; default 0, off)",
+    )
+    p.add_argument(
         "--global-batch-tokens",
         type=positive(int),
         default=None,
@@ -180,6 +224,18 @@ def plan_command(argv: list[str]) -> int:
     layout = p.add_argument_group("layout (each fixes one dimension; the others are searched)")
     for name in ("tp", "pp", "dp", "cp", "ep"):
         layout.add_argument(f"--{name}", type=positive(int, MAX_PARALLEL), default=None, help=f"{name.upper()} size")
+    layout.add_argument(
+        "--dp-shard",
+        type=positive(int, MAX_PARALLEL),
+        default=None,
+        help="hybrid sharding (HSDP): ZeRO shards over this many data-parallel ranks (one replica)",
+    )
+    layout.add_argument(
+        "--dp-replicate",
+        type=positive(int, MAX_PARALLEL),
+        default=None,
+        help="hybrid sharding: this many replicas, gradients all-reduced across them (dp-shard x dp-replicate = DP)",
+    )
     layout.add_argument("--zero", type=int, choices=(0, 1, 2, 3), default=None, help="ZeRO stage (0 = DDP, 3 = FSDP)")
     layout.add_argument("--micro-batch", type=positive(int, MAX_TOKENS), default=None, help="sequences per micro-batch")
     layout.add_argument("--recompute", choices=RECOMPUTE, default=None, help="activation recomputation")
@@ -249,10 +305,23 @@ def plan_command(argv: list[str]) -> int:
     p.add_argument("--top", type=positive(int, 10_000), default=5, help="how many plans to print (default 5)")
     p.add_argument("--json", action="store_true", help="machine-readable: a list of plans, best first")
     args = p.parse_args(argv)
-    if args.ep and args.ep > 1 and not resolve_model(args.model)[1]:
+    try:
+        moe = resolve_model(args.model)[1]
+    except ValueError as exc:
+        raise UsageError(f"distlab plan: {exc}") from None
+    if args.ep and args.ep > 1 and not moe:
         raise UsageError(f"distlab plan: --ep applies to mixture-of-experts models, and {args.model} is dense")
+    if args.ep and moe and moe.experts % args.ep:
+        raise UsageError(f"distlab plan: --ep {args.ep} does not divide the {moe.experts} experts")
     fixed = fixed_dims(args)
-    m, c, t = request(args)
+    if args.dp_shard and args.dp_replicate and args.dp and args.dp_shard * args.dp_replicate != args.dp:
+        raise UsageError(
+            f"distlab plan: --dp-shard {args.dp_shard} x --dp-replicate {args.dp_replicate} is not --dp {args.dp}"
+        )
+    try:
+        m, c, t = request(args)
+    except ValueError as exc:  # a cluster that cannot be built (an NVLink domain that does not divide the GPUs)
+        raise UsageError(f"distlab plan: {str(exc).removeprefix('cluster: ')}") from None
     try:
         ranked = search(m, c, t, fixed=fixed, min_headroom=args.min_headroom)
     except NothingFits as exc:
@@ -266,6 +335,13 @@ def plan_command(argv: list[str]) -> int:
     plans[0]["reasons"] = reasons
     plans[0]["min_headroom"] = args.min_headroom
     plans[0]["fastest_plan"] = versus_fastest(ranked)
+    plans[0]["cluster"] = {
+        "gpus": c.gpus,
+        "gpus_per_node": c.gpus_per_node,
+        "nvlink_domain": c.domain,
+        "oversubscription": c.oversubscription,
+        "rank_jitter": c.rank_jitter,
+    }
     lines = [
         f"{m.name} ({m.params() / 1e9:.2f}B parameters{', MoE' if t.moe else ''}), {t.task}, "
         f"{t.global_batch_tokens:,} tokens per step of {t.seq:,}-token sequences, on {c.describe()}",

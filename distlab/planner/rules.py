@@ -16,6 +16,8 @@ the planner's single cost model (distlab.planner.cost), never from a model of th
     MIN_HEADROOM     the headroom rule: a recommended plan leaves this share of usable memory free
     zero_stages      ZeRO-0/1 with a pipeline (stages 2 and 3 would re-gather every micro-batch), 0-3 without
     zero_stage       which ZeRO stage a plan needs: the lowest whose model states and activations fit
+    replicate_sizes  hybrid sharding (HSDP) for ZeRO-2/3: none, or the shard group that fills the NVLink domain
+                     (its per-layer gathers on NVLink) replicated across domains
     expert_parallel  for mixture-of-experts layers: the smallest EP, over data-parallel ranks, at which the
                      experts' states fit beside the dense plan; inside a node if it can be
 
@@ -68,11 +70,16 @@ def budget_bytes(c: Cluster, t: Training) -> float:
 
 # ---------------------------------------------------------------- the rules
 def tensor_sizes(m: ModelShape, c: Cluster, *, within_node: bool = True) -> Choice:
-    """TP sizes allowed: powers of two up to the NVLink domain (the whole cluster if not within_node) that
-    divide the query heads, the KV heads, the FFN width and the GPU count."""
-    limit = c.gpus_per_node if within_node else c.gpus
-    sizes = [tp for tp in powers_of_two(limit) if not (m.heads % tp or m.kv % tp or m.ffn % tp or c.gpus % tp)]
-    where = f"inside the {c.gpus_per_node}-GPU NVLink domain" if within_node else "anywhere"
+    """TP sizes allowed: powers of two that divide the NVLink domain (every TP group inside one domain: a node on
+    an HGX, a rack on a GB200 NVL72; the whole cluster if not within_node), the query heads, the KV heads, the FFN
+    width and the GPU count."""
+    limit = c.domain if within_node else c.gpus
+    sizes = [
+        tp
+        for tp in powers_of_two(limit)
+        if not (m.heads % tp or m.kv % tp or m.ffn % tp or c.gpus % tp or (within_node and c.domain % tp))
+    ]
+    where = f"inside the {c.domain}-GPU NVLink domain" if within_node else "anywhere"
     return Choice(
         sizes,
         f"TP in {{{', '.join(map(str, sizes))}}}: powers of two {where} that divide the "
@@ -143,6 +150,17 @@ def zero_stages(pp: int, group: int) -> Choice:
     return Choice(stages, why)
 
 
+def replicate_sizes(c: Cluster, tp: int, cp: int, dp: int, zero: int) -> Choice:
+    """Hybrid-sharding replicas to try: 1 (the whole dp x cp group shards), and for ZeRO-2/3 the layout whose shard
+    group is what one NVLink domain holds beside TP and CP (domain / (tp x cp) ranks), replicated dp / that times:
+    its per-layer gathers and reduce-scatters stay on NVLink, only the gradient shards' all-reduce crosses the
+    network (FSDP2's HSDP, the default of several stacks at scale)."""
+    shard = c.domain // (tp * cp) if c.domain % (tp * cp) == 0 else 0
+    if zero < 2 or shard < 1 or dp % shard or dp == shard:
+        return Choice([1], "no hybrid sharding: the whole data-parallel group shards")
+    return Choice([1, dp // shard], f"HSDP: shard over {shard} ranks inside the NVLink domain, {dp // shard} replicas")
+
+
 def expert_sizes(moe, group: int) -> Choice:
     """EP sizes to try for a mixture-of-experts model: the powers of two that divide both its experts and the
     data x context-parallel ranks they are spread over; 1 for a dense model."""
@@ -158,7 +176,8 @@ def zero_stage(m: ModelShape, c: Cluster, t: Training, p: Plan) -> Choice:
     """The lowest ZeRO stage (no offload) at which plan p's memory fits, everything else unchanged."""
     budget = budget_bytes(c, t)
     for z in zero_stages(p.pp, p.dp * p.cp).value:
-        need = memory_per_gpu(m, c, t, dataclasses.replace(p, zero=z, offload="none")).device_bytes
+        q = dataclasses.replace(p, zero=z, offload="none", dp_replicate=p.dp_replicate if z else 1)
+        need = memory_per_gpu(m, c, t, q).device_bytes
         if need <= budget:
             name = "DDP" if z == 0 else f"ZeRO-{z}"
             return Choice(z, f"{name} is the lowest stage that fits ({need / 1e9:.1f} of {budget / 1e9:.1f} GB)")
@@ -187,7 +206,7 @@ def expert_parallel(m: ModelShape, c: Cluster, t: Training, p: Plan, *, experts:
             )
             extra = states["params_bytes"] + states["grads_bytes"] + states["optimizer_bytes"]
         if base + extra <= budget:
-            where = "inside a node" if p.tp * ep <= c.gpus_per_node else "across nodes"
+            where = "inside the NVLink domain" if p.tp * ep <= c.domain else "across NVLink domains"
             return Choice(
                 ep,
                 f"EP {ep}: {experts // ep} experts per GPU, {(base + extra) / 1e9:.1f} of "

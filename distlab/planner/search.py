@@ -39,6 +39,7 @@ from distlab.planner.rules import (
     expert_sizes,
     pipeline_sizes,
     powers_of_two,
+    replicate_sizes,
     tensor_sizes,
     zero_stages,
 )
@@ -48,7 +49,22 @@ RESIMULATE = 8  # plans timed again with the op-by-op pipeline simulator
 PRETRAIN_BATCH_TOKENS = 4 * 1024 * 1024  # Llama 2's global batch
 VIRTUAL_CHUNKS = (2, 3, 4)  # interleaved chunks per stage the search tries (Megatron's runs: 2-3, NeMo's up to 20)
 RULES = ("tp-in-node", "cp-long-only", "pp-when-needed")  # chapter 7's rules (distlab.planner.rules)
-FIXABLE = ("tp", "pp", "dp", "cp", "ep", "zero", "micro_batch", "recompute", "schedule", "virtual", "offload")
+FIXABLE = (
+    "tp",
+    "pp",
+    "dp",
+    "cp",
+    "ep",
+    "zero",
+    "micro_batch",
+    "recompute",
+    "schedule",
+    "virtual",
+    "offload",
+    "dp_replicate",
+    "dp_shard",
+)
+ALL_FIXED = set(FIXABLE) - {"dp_replicate", "dp_shard"}  # a fully fixed layout (no HSDP unless asked): one plan
 
 
 @dataclass(frozen=True)
@@ -82,6 +98,8 @@ class Estimate:
         return {
             "label": p.label(),
             "dp": p.dp,
+            "dp_shard": p.dp_shard,
+            "dp_replicate": p.dp_replicate,
             "tp": p.tp,
             "pp": p.pp,
             "cp": p.cp,
@@ -150,7 +168,7 @@ def candidates(
     flash = t.attention == "flash"
     tps = _options(fixed, "tp", tensor_sizes(m, c, within_node="tp-in-node" in rules).value)
     for tp in tps:
-        if c.gpus % tp:
+        if c.gpus % tp or m.heads % tp or m.kv % tp:  # a fixed TP too: every rank holds whole heads
             continue
         cps = _options(fixed, "cp", context_sizes(m, c, t, tp, long_only="cp-long-only" in rules).value)
         for cp in cps:
@@ -189,10 +207,10 @@ def candidates(
                     n = per_replica // b
                     if pp > 1 and n < pp:
                         continue
-                    yield from _rest(m, t, fixed, tp, pp, dp, cp, b, n, flash, moe)
+                    yield from _rest(m, c, t, fixed, tp, pp, dp, cp, b, n, flash, moe)
 
 
-def _rest(m, t, fixed, tp, pp, dp, cp, b, n, flash, moe):
+def _rest(m, c, t, fixed, tp, pp, dp, cp, b, n, flash, moe):
     """The dimensions that do not change the layout: EP, ZeRO, schedule, recomputation, offload."""
     group = dp * cp
     eps = _options(fixed, "ep", expert_sizes(moe, group).value if moe else [1])
@@ -222,30 +240,35 @@ def _rest(m, t, fixed, tp, pp, dp, cp, b, n, flash, moe):
                 "offload",
                 ["none"] + (["optimizer"] if zero >= 1 else []) + (["params"] if zero == 3 else []),
             )
-            for schedule, v in scheds:
-                for recompute in recs:
-                    for offload in offloads:
-                        if group == 1 and zero > 0 and offload == "none" and "zero" not in fixed:
-                            continue  # nothing to shard over: the same as zero 0
-                        try:
-                            yield Plan(
-                                tp=tp,
-                                pp=pp,
-                                dp=dp,
-                                cp=cp,
-                                ep=ep,
-                                zero=zero,
-                                micro_batch=b,
-                                microbatches=n,
-                                recompute=recompute,
-                                offload=offload,
-                                schedule=schedule,
-                                virtual=v,
-                            )
-                        except ValueError:
-                            if len(fixed) == len(FIXABLE):
-                                raise
-                            continue
+            reps = _options(fixed, "dp_replicate", replicate_sizes(c, tp, cp, dp, zero).value)
+            if "dp_shard" in fixed:  # --dp-shard N: the replicas are what is left of DP
+                rep = dp // fixed["dp_shard"] if dp % fixed["dp_shard"] == 0 else 0
+                reps = [rep] if rep and fixed.get("dp_replicate", rep) == rep else []
+            for schedule, v, recompute, offload, replicate in (
+                (s, v, r, o, k) for s, v in scheds for r in recs for o in offloads for k in reps
+            ):
+                if group == 1 and zero > 0 and offload == "none" and "zero" not in fixed:
+                    continue  # nothing to shard over: the same as zero 0
+                try:
+                    yield Plan(
+                        tp=tp,
+                        pp=pp,
+                        dp=dp,
+                        cp=cp,
+                        ep=ep,
+                        zero=zero,
+                        micro_batch=b,
+                        microbatches=n,
+                        recompute=recompute,
+                        offload=offload,
+                        schedule=schedule,
+                        virtual=v,
+                        dp_replicate=replicate,
+                    )
+                except ValueError:
+                    if ALL_FIXED <= set(fixed):
+                        raise
+                    continue
 
 
 def check_fixed(fixed: dict) -> None:
@@ -281,6 +304,15 @@ def _why_not(m: ModelShape, c: Cluster, t: Training, fixed: dict) -> str:
         return f"TP {tp} does not divide the {m.heads} heads and {m.kv} key/value heads"
     if t.sequences % dp:
         return f"the {t.sequences:,} sequences per step do not split over DP {dp}"
+    rep, shard = fixed.get("dp_replicate", 1), fixed.get("dp_shard")
+    if shard and dp % shard:
+        return f"--dp-shard {shard} does not divide DP {dp} (shard x replicate must be DP)"
+    if shard and "dp_replicate" in fixed and shard * rep != dp:
+        return f"--dp-shard {shard} x --dp-replicate {rep} = {shard * rep} is not DP {dp}"
+    if dp % rep:
+        return f"--dp-replicate {rep} does not divide DP {dp} (shard x replicate must be DP)"
+    if rep > 1 and fixed.get("zero", 1) == 0:
+        return "hybrid sharding shards inside each replica: it needs ZeRO 1, 2 or 3, not DDP"
     per = t.sequences // dp
     b = fixed.get("micro_batch")
     if b and per % b:
@@ -462,7 +494,7 @@ def explain(
     if p.tp > 1:
         overlap = "overlapped with the GEMMs next to them" if t.tp_overlap else "on the critical path (no overlap)"
         out.append(
-            f"Tensor parallelism {p.tp} stays inside one {c.gpus_per_node}-GPU node; its collectives, {overlap}, "
+            f"Tensor parallelism {p.tp} stays inside one {c.domain}-GPU NVLink domain; its collectives, {overlap}, "
             f"leave {_share(best, 'exposed_tp'):.1%} of the step exposed."
         )
     if p.pp > 1:
@@ -472,7 +504,7 @@ def explain(
             f"{_share(best, 'bubble'):.1%} of the step."
         )
     if p.zero > 0:
-        ddp = memory_per_gpu(m, c, t, replace(p, zero=0, offload="none")).model_states
+        ddp = memory_per_gpu(m, c, t, replace(p, zero=0, offload="none", dp_replicate=1)).model_states
         verdict = "more than fits" if ddp + mem.activations > budget else "it would fit, but no faster"
         out.append(f"Without sharding (DDP) the model state alone would be {ddp / 1e9:.1f} GB per GPU: {verdict}.")
     zero = {
@@ -487,18 +519,23 @@ def explain(
             "ZeRO-3/FSDP with a pipeline (each stage's weights gathered once per step and kept, gradients "
             "reduce-scattered once at its end: ZeRO-1's memory and traffic plus one gather)"
         )
+    if p.dp_replicate > 1:
+        zero += (
+            f", hybrid-sharded: {p.dp_shard} ranks shard each replica, {p.dp_replicate} replicas all-reduce the "
+            "gradient shards"
+        )
     out.append(
         f"Data parallelism {p.dp * p.cp} with {zero}: its communication leaves "
         f"{_share(best, 'exposed_dp'):.1%} of the step exposed."
     )
     if t.moe is not None:
-        inside = p.tp * p.ep <= c.gpus_per_node
+        inside = p.tp * p.ep <= c.domain
         line = (
             f"Expert parallelism {p.ep} ({t.moe.experts // p.ep} of the {t.moe.experts} experts per GPU), its group "
-            f"{'inside one NVLink node' if inside else 'across nodes'}: the all-to-alls leave "
+            f"{'inside one NVLink domain' if inside else 'across NVLink domains'}: the all-to-alls leave "
             f"{_share(best, 'exposed_cp_ep'):.1%} of the step exposed"
         )
-        wide = next((e for e in ranked if e.plan.tp * e.plan.ep > c.gpus_per_node), None)
+        wide = next((e for e in ranked if e.plan.tp * e.plan.ep > c.domain), None)
         if inside and wide is not None:
             line += (
                 f"; the best plan whose EP group leaves the node ({wide.plan.label()}) is "

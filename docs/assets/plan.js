@@ -85,6 +85,7 @@
   const TIME_NAMES = {
     compute: "compute", recompute: "recomputation", exposed_tp: "tensor-parallel (exposed)",
     exposed_cp_ep: "context/expert-parallel (exposed)", pipeline_bubble: "pipeline bubble",
+    stragglers: "stragglers (slowest of N ranks)",
     exposed_dp: "data-parallel (exposed)", offload: "offload (exposed)", optimizer: "optimizer step",
   };
   const MEMORY_ORDER = ["weights", "gradients", "optimizer", "activations", "logits", "gather buffers",

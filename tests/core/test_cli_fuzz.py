@@ -136,6 +136,20 @@ CASES += [
     ("plan", PLAN + ["--dropout", "--no-dropout", "--tp", "0"]),
     ("plan", PLAN + ["--sequence-parallel", "yes"]),
 ]
+# hybrid sharding, NVLink domains, the fabric's taper, MoE sizes (issue 33)
+for flag in ("--dp-shard", "--dp-replicate", "--nvlink-domain"):
+    CASES += [("plan", with_value(PLAN, flag, v)) for v in ("-1", "0", "inf", "nan", "1e30", "2.5", "٣")]
+for value in ("0.5", "0", "-2", "inf", "nan", "65", "two"):
+    CASES.append(("plan", PLAN + ["--oversubscription", value]))
+CASES += [
+    ("plan", PLAN + ["--dp-shard", "3"]),  # does not divide DP 8
+    ("plan", PLAN + ["--tp", "1", "--pp", "1", "--dp-shard", "3", "--dp-replicate", "2"]),  # 6 is not DP 8
+    ("plan", PLAN + ["--dp-shard", "4", "--dp-replicate", "2", "--dp", "4"]),  # 8 is not --dp 4
+    ("plan", PLAN + ["--dp-replicate", "2", "--zero", "0"]),  # HSDP shards: DDP cannot
+    ("plan", PLAN + ["--nvlink-domain", "16"]),  # does not divide 8 GPUs
+    ("plan", PLAN + ["--nvlink-domain", "12", "--nodes", "3"]),  # not a whole number of 8-GPU nodes
+    ("plan", ["--model", "Mixtral-8x7B", "--nodes", "2", "--ep", "3"]),  # does not divide the 8 experts
+]
 CASES += [
     ("run", ["no-such-experiment"]),
     ("run", ["adamw-bytes", "--device", "tpu"]),

@@ -120,7 +120,9 @@ def test_ridge_is_peak_over_bandwidth():
 
 
 def test_unknown_names_and_dtypes_raise_with_the_known_ones():
-    with pytest.raises(ValueError, match="unknown GPU 'Z100'; known: A100-SXM-80GB, H100-SXM, H200, B200, MI300X"):
+    with pytest.raises(
+        ValueError, match="unknown GPU 'Z100'; known: A100-SXM-80GB, H100-SXM, H200, B200, GB200, MI300X"
+    ):
         gpu("Z100")
     with pytest.raises(ValueError, match="no fp8"):
         gpu("A100-SXM-80GB").peak_flops("fp8")

@@ -166,6 +166,7 @@ def test_done_when_command_prints_one_plan_with_the_keys():
         "pipeline_bubble",
         "offload",
         "optimizer",
+        "stragglers",
     }
     assert set(p["step_breakdown"]) == causes
     assert sum(p["step_breakdown"].values()) == pytest.approx(p["step_seconds"], rel=1e-9)
