@@ -89,8 +89,8 @@ PLANTS = [
     Plant(
         "ZeRO-3 traffic counted as two phases instead of three",
         "distlab/sharding/zero.py",
-        'out["all_gather_bytes"] = (2 if zero == 3 else 1) * phase',
-        'out["all_gather_bytes"] = phase',
+        'out["all_gather_bytes"] = 2 * m * phase if zero == 3 else phase',
+        'out["all_gather_bytes"] = m * phase if zero == 3 else phase',
         "06-sharded-data-parallel.md",
         "ZeRO-3 / DDP traffic",
     ),
