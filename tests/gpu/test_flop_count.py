@@ -166,7 +166,7 @@ def test_mfu_bad_input_is_one_line_exit_2(capsys, args, message):
 
 def test_gpus_command(capsys):
     listed = json.loads(run_cli(capsys, "gpus", "--json")[1])
-    assert [g["name"] for g in listed] == ["A100-SXM-80GB", "H100-SXM", "H200", "B200", "MI300X"]
+    assert [g["name"] for g in listed] == ["A100-SXM-80GB", "H100-SXM", "H200", "B200", "GB200", "MI300X"]
     h100 = listed[1]
     assert h100["ridge"]["bf16"] == pytest.approx(989 / 3.35)
     assert "fp8" not in listed[0]["peak_flops"]
