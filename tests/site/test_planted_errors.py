@@ -199,7 +199,7 @@ PLANTS = [
         "kv_lora_rank = 512",
         "kv_lora_rank = 521",
         "03-activation-memory.md",
-        "DeepSeek-V3 per token: our formula vs the published",
+        "DeepSeek-V3 per token: our formula vs the paper's Table 1",
     ),
     Plant(
         "MX's OCP scale rule with e4m3's emax off by one (7 instead of 8)",
