@@ -160,8 +160,11 @@ READ_PLANS = """() => [...document.querySelectorAll('#distlab-plan tr[data-index
   values: Object.fromEntries([...tr.querySelectorAll('.plan-out')].map(o => [o.dataset.key, Number(o.dataset.value)])),
   text: Object.fromEntries([...tr.querySelectorAll('.plan-out')].map(o => [o.dataset.key, o.textContent])),
 }))"""
-READ_DETAIL = """() => {
+# The detail shown for plan k, read in the same evaluation that finds it (null until it is there): a wait and a separate
+# read raced with the page replacing the detail element on a loaded machine (seen at load average 20 and with two hogs).
+READ_DETAIL = """(k) => {
   const d = document.querySelector('#distlab-plan .plan-detail');
+  if (!d || Number(d.dataset.index) !== k) return null;
   return {index: Number(d.dataset.index),
           values: Object.fromEntries([...d.querySelectorAll('.plan-out')]
                                      .map(o => [o.dataset.key, Number(o.dataset.value)])),
@@ -438,12 +441,7 @@ def test_plan_page_answers_as_the_command_line_offline(page, vectors, form):
         for k, plan in enumerate(v["plans"]):
             if k:
                 pg.locator(f"#distlab-plan tr[data-index='{k}']").click()
-                pg.wait_for_function(
-                    "(k) => document.querySelector('#distlab-plan .plan-detail')?.dataset.index == k",
-                    arg=k,
-                    timeout=10000,
-                )
-            detail = pg.evaluate(READ_DETAIL)
+            detail = pg.wait_for_function(READ_DETAIL, arg=k, timeout=10000).json_value()
             problems += [f"{v['name']} plan {k + 1}: {b}" for b in compare_detail(detail, plan, best=k == 0)]
             if k in (0, len(v["plans"]) - 1):
                 problems += [f"{v['name']} plan {k + 1}: {b}" for b in check_timeline(pg, plan)]
