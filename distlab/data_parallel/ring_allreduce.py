@@ -103,10 +103,10 @@ def schedule(algorithm: str, elements: int, n: int) -> Iterator[Step]:
     return SCHEDULES[algorithm](elements, n)
 
 
-def simulate(buffers: list[np.ndarray], algorithm: str = "ring") -> list[np.ndarray]:
-    """Run the schedule on real buffers (one per rank, same shape) and return each rank's result. All
-    messages of a step are read before any is applied, as if they were on the wire at once."""
-    out = [np.array(b, copy=True) for b in buffers]
+def run_steps(out: list[np.ndarray], algorithm: str = "ring") -> Iterator[Step]:
+    """Apply the schedule to `out` (one buffer per rank, changed in place) one step at a time, yielding each step
+    once it has been applied. All messages of a step are read before any is applied, as if they were on the wire
+    at once."""
     for step in schedule(algorithm, len(out[0]), len(out)):
         payloads = [out[s][lo:hi].copy() for s, lo, hi in zip(step.src, step.lo, step.hi)]
         for d, lo, hi, data in zip(step.dst, step.lo, step.hi, payloads):
@@ -114,7 +114,37 @@ def simulate(buffers: list[np.ndarray], algorithm: str = "ring") -> list[np.ndar
                 out[d][lo:hi] += data
             else:
                 out[d][lo:hi] = data
+        yield step
+
+
+def simulate(buffers: list[np.ndarray], algorithm: str = "ring") -> list[np.ndarray]:
+    """Run the schedule on real buffers (one per rank, same shape) and return each rank's result."""
+    out = [np.array(b, copy=True) for b in buffers]
+    for _ in run_steps(out, algorithm):
+        pass
     return out
+
+
+def ring_contributions(ranks: int) -> tuple[np.ndarray, np.ndarray]:
+    """What the ring drawing shows, read off a real run of the schedule: one element per chunk, rank r's buffer
+    holding 2^r, so after every step each element's set bits name the ranks whose gradients it sums.
+    Returns (counts, received): counts (2N - 1, N ranks, N chunks) = ranks summed per chunk at the start and after
+    each step; received (2N - 2, N ranks) = the chunk each rank received in each step."""
+    if not 2 <= ranks <= 62:
+        raise ValueError(f"need 2 <= ranks <= 62 (one bit per rank in an int64), got {ranks}")
+    out = [np.full(ranks, 1 << r, dtype=np.int64) for r in range(ranks)]  # (N,) one element per chunk
+    off = chunk_offsets(ranks, ranks)
+
+    def popcounts() -> np.ndarray:
+        return np.array([[int(x).bit_count() for x in buf] for buf in out])
+
+    counts, received = [popcounts()], []
+    for step in run_steps(out, "ring"):
+        got = np.empty(ranks, dtype=np.int64)
+        got[step.dst] = np.searchsorted(off, step.lo, side="right") - 1  # chunk index of each message
+        received.append(got)
+        counts.append(popcounts())
+    return np.array(counts), np.array(received)
 
 
 @dataclass(frozen=True)
@@ -271,6 +301,7 @@ def ring_allreduce(device: str) -> Result:
 
     _algorithms(r)
     _growth_figure(r)
+    _ring_picture(r)
     _seven_b(r)
     return r
 
@@ -427,6 +458,38 @@ def _growth_figure(r: Result) -> None:
         fig,
         "Simulated all-reduce: the busiest rank's bytes (the ring's approach 2 x buffer), "
         "steps, and alpha-beta time at N = 64 with the illustrative alpha and beta",
+    )
+
+
+PICTURE_RANKS = 4  # the drawing's ring: 2 x 3 steps, 16 chunks, legible on a phone
+
+
+def _ring_picture(r: Result) -> None:
+    """The ring drawn from the simulator's own buffers, with claims that the drawing shows what the textbook says."""
+    from distlab.data_parallel.ring_picture import draw_ring
+
+    n = PICTURE_RANKS
+    counts, received = ring_contributions(n)
+    rs_steps = sum(1 for s in schedule("ring", n, n) if s.phase == "reduce-scatter")
+    r.add("picture_ranks", n, "GPUs", "GPUs in the ring drawing")
+    r.add("picture_rs_steps", rs_steps, "steps", "reduce-scatter steps in the drawing")
+    r.claim("drawing: reduce-scatter steps = N - 1, all-gather steps = N - 1", len(counts) - 1, 2 * (n - 1))
+    r.claim("drawing: reduce-scatter steps drawn = N - 1", rs_steps, n - 1)
+    after_rs = counts[n - 1]
+    r.claim(
+        "drawing: GPUs holding, after reduce-scatter, exactly one fully summed chunk, chunk (r + 1) mod N",
+        sum(1 for g, row in enumerate(after_rs) if list(np.flatnonzero(row == n)) == [(g + 1) % n]),
+        n,
+        unit="GPUs",
+    )
+    r.claim("drawing: after all-gather every chunk of every GPU sums all N", int(counts[-1].min()), n)
+    r.figure(
+        "ring_steps",
+        draw_ring(counts, received),
+        f"A ring all-reduce on {n} GPUs, from the simulator's buffers: each GPU's buffer is cut into {n} chunks; "
+        f"in each of the {n - 1} reduce-scatter (RS) steps every GPU sends one chunk to its right-hand neighbour, "
+        "which adds it in, so one chunk per GPU ends summed over all GPUs; the all-gather (AG) steps then pass those "
+        "finished chunks round the ring",
     )
 
 
