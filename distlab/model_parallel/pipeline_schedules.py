@@ -118,6 +118,7 @@ def pipeline_schedules(device: str) -> Result:
     _big(r)
     _quantities(r)
     _figures(r)
+    _picture(r)
     return r
 
 
@@ -446,4 +447,41 @@ def _figures(r: Result) -> None:
     ax.grid(alpha=0.3)
     r.figure(
         "bubble_vs_m", fig, "Bubble fraction against micro-batches for p = 8: simulated points, closed-form lines."
+    )
+
+
+def _picture(r: Result) -> None:
+    """The 1F1B drawing for the chapter's example (p = 4, m = 8), checked against the closed form: each GPU idles
+    (p - 1)(t_f + t_b), a bubble of (p - 1)/(m + p - 1), counted from the boxes actually drawn."""
+    from distlab.model_parallel.pipeline_picture import draw_pipeline
+
+    p, m, t_f, t_b = 4, 8, 1.0, 2.0
+    fig = draw_pipeline(simulate(p, m, "1f1b", forward=t_f, backward=t_b))
+    drawn = [0.0] * p
+    for patch in fig.axes[0].patches:
+        kind, _, stage = (patch.get_gid() or "").partition(":")
+        if kind == "idle":
+            drawn[int(stage)] += patch.get_width()
+    r.claim(
+        f"1F1B drawing (p={p}, m={m}): idle time drawn on each GPU = (p-1)(t_f + t_b)",
+        max(abs(x - (p - 1) * (t_f + t_b)) for x in drawn),
+        0,
+        abs_tol=1e-9,
+        formula="the fill and drain of a 1F1B pipeline",
+    )
+    step = (m + p - 1) * (t_f + t_b)
+    r.claim(
+        f"1F1B drawing (p={p}, m={m}): bubble printed on it = (p-1)/(m+p-1)",
+        sum(drawn) / (p * step),
+        (p - 1) / (m + p - 1),
+        rel_tol=1e-12,
+        unit="fraction",
+    )
+    r.figure(
+        "one_f_one_b",
+        fig,
+        f"1F1B on {p} GPUs with {m} micro-batches, from the simulator's timeline (backward = 2 x forward): each GPU "
+        f"runs up to p - 1 forwards ahead, then alternates one forward and one backward; the hatched boxes are the "
+        "idle time the simulator leaves, the fill at the start and the drain at the end",
+        kind="simulated",
     )
