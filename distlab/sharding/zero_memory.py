@@ -97,8 +97,51 @@ def zero_memory(device: str) -> Result:
     _traffic(r, n, gpus)
     _conventions(r, gpus)
     _figure(r, n, hbm)
+    _picture(r, n, gpus, hbm)
     _worked(r, n, gpus, hbm)
     return r
+
+
+def _picture(r: Result, n: int, gpus: int, hbm: float) -> None:
+    """ZeRO's shards drawn for the chapter's 7B on 8 GPUs; the drawn bars are checked against the ZeRO paper's
+    closed forms (K = 12, typed here as the published reference) and the hatching against what each stage shards."""
+    from distlab.sharding.zero_picture import draw_shards
+
+    sharded = {0: set(), 1: {"optimizer"}, 2: {"optimizer", "grads"}, 3: {"optimizer", "grads", "params"}}
+    labels = {0: "DDP", 1: "ZeRO-1", 2: "ZeRO-2", 3: "ZeRO-3"}
+    rows = [(labels[z], model_state_bytes_per_gpu(n, gpus, z), sharded[z]) for z in STAGES]
+    fig = draw_shards(rows, hbm, gpus, "H100")
+    drawn = [0.0] * len(rows)
+    hatched = [set() for _ in rows]
+    for patch in fig.axes[0].patches:
+        kind, i, state, *shard = (patch.get_gid() or "::").split(":")
+        if kind == "seg":
+            drawn[int(i)] += patch.get_width() * 1e9
+            if shard:
+                hatched[int(i)].add(state)
+    shard = shard_elements(n, gpus)
+    for z, expected in zip(STAGES, (16 * n, 4 * n + 12 * shard, 2 * n + 14 * shard, 16 * shard)):
+        r.claim(
+            f"drawing, {labels[z]}: the bar's segments add up to the per-GPU model states",
+            drawn[z],
+            expected,
+            rel_tol=1e-9,
+            unit="B",
+            formula="ZeRO paper, Figure 1, K = 12",
+        )
+    r.claim(
+        "drawing: hatched (sharded) states are optimizer (ZeRO-1), + gradients (ZeRO-2), + parameters (ZeRO-3)",
+        sum(hatched[z] == set(["optimizer", "grads", "params"][:z]) for z in STAGES),
+        len(STAGES),
+        unit="stages",
+    )
+    r.figure(
+        "shards",
+        fig,
+        f"What one GPU keeps of Llama 2 7B's model states on {gpus} GPUs (mixed-precision AdamW): each ZeRO stage "
+        f"shards one more state, so each GPU keeps 1/{gpus} of it (hatched): first the optimizer state, then the "
+        "gradients, then the parameters",
+    )
 
 
 def _worked(r: Result, n: int, gpus: int, hbm: float) -> None:
