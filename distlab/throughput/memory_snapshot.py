@@ -20,20 +20,23 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from distlab.core.experiments import experiment
+from distlab.core.facts import value
 from distlab.core.results import Result
 
 MIB = 1 << 20
-SMALL_REQUEST = 1 * MIB  # kSmallSize
-LARGE_SEGMENT = 20 * MIB  # kLargeBuffer
-MIN_LARGE_ALLOC = 10 * MIB  # kMinLargeAlloc
-ROUND_LARGE = 2 * MIB  # kRoundLarge
+# The allocator's constants, from c10/cuda/CUDACachingAllocator.cpp via distlab/data/caching_allocator.toml
+SMALL_REQUEST = value("caching_allocator.kSmallSize.mib") * MIB  # kSmallSize
+SMALL_SEGMENT = value("caching_allocator.kSmallBuffer.mib") * MIB  # kSmallBuffer
+LARGE_SEGMENT = value("caching_allocator.kLargeBuffer.mib") * MIB  # kLargeBuffer
+MIN_LARGE_ALLOC = value("caching_allocator.kMinLargeAlloc.mib") * MIB  # kMinLargeAlloc
+ROUND_LARGE = value("caching_allocator.kRoundLarge.mib") * MIB  # kRoundLarge
 PATTERN = dict(count=9, tensor_mib=6, big_mib=12)
 
 
 def segment_size(nbytes: int) -> int:
     """The cudaMalloc size for a request that no cached block can serve (large pool)."""
     if nbytes <= SMALL_REQUEST:
-        return 2 * MIB
+        return SMALL_SEGMENT
     if nbytes < MIN_LARGE_ALLOC:
         return LARGE_SEGMENT
     return -(-nbytes // ROUND_LARGE) * ROUND_LARGE
@@ -181,6 +184,12 @@ def memory_snapshot(device: str) -> Result:
     r.add("tensor_mib", t, "MiB", "the small tensors")
     r.add("count", c, "", "small tensors allocated")
     r.add("model_waste", 1 - m["allocated"] / m["reserved"], "fraction", "reserved but unallocated (model)")
+    # Typos in the transcribed constants: the source's comments tie them together ("small allocations are packed in
+    # 2 MiB blocks" twice the 1 MiB limit; "allocations between 1 and 10 MiB may use" the 20 MiB kLargeBuffer; large
+    # ones rounded "to 2 MiB", the small segment's size).
+    r.claim("allocator constants: small segment = 2 x the largest small request", SMALL_SEGMENT, 2 * SMALL_REQUEST)
+    r.claim("allocator constants: shared large segment = 2 x kMinLargeAlloc", LARGE_SEGMENT, 2 * MIN_LARGE_ALLOC)
+    r.claim("allocator constants: large rounding = the small segment", ROUND_LARGE, SMALL_SEGMENT)
     r.claim(
         "model: the free cached bytes exceed the request that got a new segment",
         m["reserved"] - m["allocated"],
