@@ -265,6 +265,19 @@ def _seventy(r: Result, m: ModelShape, c: Cluster, t: Training, ranked: list[Est
         relation="<=",
         formula="chapter 7's rule, not imposed by the ranking",
     )
+    # The headroom paragraph's illustration: the fullest of these six plans, and how little it leaves free.
+    fullest = min(top, key=lambda e: e.headroom_fraction)
+    used = fullest.memory_bytes / fullest.usable_bytes
+    r.add("seventy_fullest_used", used, "fraction", "70B: the share of usable memory the fullest of the six best fills")
+    r.add("seventy_fullest_rank", top.index(fullest) + 1, "", "70B: that plan's place in the table")
+    r.claim(
+        "70B: the fullest of the six best plans leaves less free than the headroom rule asks",
+        1 - used,
+        MIN_HEADROOM,
+        relation="<=",
+        unit="fraction",
+        formula="1 - memory per GPU / usable per GPU, from the table's own columns",
+    )
     parts = ("compute", "recompute", "exposed_tp", "exposed_dp", "exposed_cp_ep", "bubble", "offload", "optimizer")
     fig, ax = plt.subplots(figsize=(10, 3.6))
     left = [0.0] * len(top)
