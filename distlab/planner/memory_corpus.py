@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from distlab.core.experiments import experiment
-from distlab.core.facts import entries
+from distlab.core.facts import entries, value
 from distlab.core.results import Result
 from distlab.models.shapes import catalog
 from distlab.planner.config import Plan, Training, cluster
@@ -25,11 +25,20 @@ RECOMPUTE = {"none": ("none", ("core_attn",)), "full": ("full", ("core_attn",)),
 GPUS_PER_NODE = 8  # every source here ran 8-GPU hosts (torchtitan's Grand Teton)
 
 
+GRAND_TETON = "memory_corpus.grand-teton-h100"  # torchtitan's hosts' H100: 96 GB HBM2e parts, as the source prints
+
+
 def _cluster(row: dict):
-    """The row's GPU; torchtitan's Grand Teton H100s are 96 GB HBM2e parts (the H100-SXM entry with 96 GB)."""
-    if row["gpu"] == "H100-SXM-96GB-500W":
+    """The row's GPU; torchtitan's Grand Teton H100s are the H100-SXM entry with the memory the benchmark prints."""
+    if row["gpu"] == value(f"{GRAND_TETON}.name"):
         c = cluster("H100-SXM", nodes=max(1, row["gpus"] // GPUS_PER_NODE))
-        return replace(c, gpu=replace(c.gpu, name="H100-SXM-96GB-500W", hbm_bytes=96e9, hbm_bytes_per_s=2.4e12))
+        gpu = replace(
+            c.gpu,
+            name=str(value(f"{GRAND_TETON}.name")),
+            hbm_bytes=float(value(f"{GRAND_TETON}.hbm_gb")) * 1e9,
+            hbm_bytes_per_s=float(value(f"{GRAND_TETON}.hbm_tbps")) * 1e12,
+        )
+        return replace(c, gpu=gpu)
     return cluster(row["gpu"], nodes=max(1, row["gpus"] // GPUS_PER_NODE))
 
 
@@ -123,6 +132,21 @@ def memory_corpus(device: str) -> Result:
             verdict = "miss"
         table.append([*base, f"{predicted / GIB:.1f}", f"{100 * err:+.1f}", mem.peak_phase, verdict])
     within = sum(1 for e in errs.values() if abs(e) <= TOLERANCE)
+    # Typos in the GPU's transcribed memory: every run it printed a peak for ran, so every peak fits it; and the rows'
+    # GPU name, transcribed separately, spells the same capacity ("...-96GB-...").
+    hbm_gb = float(value(f"{GRAND_TETON}.hbm_gb"))
+    tt_peaks = [
+        row["published_peak_memory_gib"] * GIB / 1e9
+        for row in rows().values()
+        if row["gpu"] == value(f"{GRAND_TETON}.name")
+    ]
+    r.claim("torchtitan's H100: every published peak fits its memory", max(tt_peaks), hbm_gb, relation="<=", unit="GB")
+    r.claim(
+        "torchtitan's H100: the capacity its rows' GPU name spells",
+        float(str(value(f"{GRAND_TETON}.name")).split("-")[2].removesuffix("GB")),
+        hbm_gb,
+        unit="GB",
+    )
     r.add("rows", len(rows()), "runs", "published runs in the memory corpus")
     r.add("priced", len(errs), "runs", "runs whose layout the model expresses")
     r.add("within", within, "runs", "priced runs within 10 % of the published peak")
