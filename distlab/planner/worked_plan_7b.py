@@ -175,6 +175,7 @@ def worked_plan_7b(device: str) -> Result:
         caption="distlab plan --model 7B --task finetune --gpu A100-SXM-80GB",
     )
     add_advice(r, "rec", m, c, t, ranked)
+    _phase_picture(r, best, budget, c.gpu.name)
     r.claim(
         "the Takeaway's 'no tensor or pipeline parallelism': the recommended plan has TP 1 and PP 1", p.tp * p.pp, 1
     )
@@ -365,3 +366,46 @@ def _h100_variant(r: Result) -> None:
     r.add("h100_mfu_low", lo, "fraction", "H100: the low end of its band")
     r.add("h100_mfu_high", hi, "fraction", "H100: the high end of its band")
     r.add("h100_step_high", best.step_seconds * best.time.mfu / lo, "s", "H100: the step at the band's low MFU")
+
+
+def _phase_picture(r: Result, best, budget: float, gpu: str) -> None:
+    """The recommended plan's memory, phase by phase, drawn; the drawn bars checked against the plan's own figure
+    and against the optimizer step's bytes added up here from the breakdown's fields."""
+    from distlab.planner.phase_picture import draw_phases
+    from distlab.planner.rules import MIN_HEADROOM
+
+    mem = best.memory
+    fig = draw_phases(mem.by_phase(), budget, MIN_HEADROOM, gpu.split()[0] if " " in gpu else gpu)
+    drawn: dict[str, float] = {}
+    for patch in fig.axes[0].patches:
+        kind, _, rest = (patch.get_gid() or "").partition(":")
+        if kind == "seg":
+            phase = rest.split(":")[0]
+            drawn[phase] = drawn.get(phase, 0.0) + patch.get_width() * 1e9
+    r.claim(
+        "drawing: the longest bar plus NCCL's buffers = the recommended plan's memory per GPU",
+        max(drawn.values()) + mem.comm_buffers,
+        best.memory_bytes,
+        rel_tol=1e-9,
+        unit="B",
+    )
+    r.claim(
+        "drawing: the optimizer-step bar = weights + optimizer + gradients + buckets + step temporaries",
+        drawn["optimizer_step"],
+        mem.weights + mem.optimizer + mem.gradients + mem.grad_buckets + mem.step_temporaries,
+        rel_tol=1e-9,
+        unit="B",
+    )
+    r.add("picture_peak_phase", ["forward", "backward", "optimizer_step"].index(mem.peak_phase), "", "0, 1, 2")
+    r.claim(
+        "drawing: the longest bar is the peak phase the planner names (0 forward, 1 backward, 2 optimizer)",
+        list(drawn).index(max(drawn, key=lambda k: drawn[k])),
+        r.quantities["picture_peak_phase"].value,
+    )
+    r.figure(
+        "phases",
+        fig,
+        "The recommended plan's memory on one GPU in each phase of a step, by the planner's memory model: the longest "
+        "bar is what must fit; the dashed line is the usable memory, the dotted one what the headroom rule lets a "
+        "recommended plan use",
+    )
