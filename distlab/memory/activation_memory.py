@@ -272,7 +272,44 @@ def activation_memory(device: str) -> Result:
             formula="memory_allocated after forward − before − output; 512-byte allocation rounding",
         )
     _per_token_figure(r, device, k)
+    _block_picture(r, main["by_module"], grouped)
     return r
+
+
+def _block_picture(r: Result, by_module: dict[str, int], grouped: dict[str, list]) -> None:
+    """The term-by-term table drawn: one bar per module from the hooks' count, in forward order; the bars checked
+    against the closed form's bytes per module (the table's "our formula" column)."""
+    from distlab.memory.block_picture import SCORES, draw_block
+
+    order = list(grouped)
+    fig = draw_block(by_module, order)
+    drawn = {p.get_gid()[4:]: p.get_width() * 1e3 for p in fig.axes[0].patches if (p.get_gid() or "")[:4] == "bar:"}
+    r.claim(
+        "drawing: every module's bar = its bytes by the closed form (largest difference)",
+        max(abs(drawn.get(m, 0.0) - g[3]) for m, g in grouped.items()),
+        0,
+        abs_tol=1e-6,
+        unit="B",
+    )
+    r.claim(
+        "drawing: the modules drawn as holding s x s scores are the ones whose terms carry s²",
+        sum(1 for m, g in grouped.items() if ("s²" in " ".join(g[1])) != (m in SCORES)),
+        0,
+    )
+    scores = sum(by_module.get(m, 0) for m in SCORES)
+    r.claim(
+        "drawing's caption: the s x s modules keep more than the rest of the block together",
+        scores,
+        sum(by_module.values()) - scores,
+        relation=">=",
+        unit="B",
+    )
+    r.figure(
+        "block",
+        fig,
+        "What one block keeps for backward, module by module, counted with saved-tensor hooks (the table below, "
+        "drawn): the attention core's scores and their dropout mask, which grow with s², outweigh the rest",
+    )
 
 
 def _per_token_figure(r: Result, device: str, k: int) -> None:
