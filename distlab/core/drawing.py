@@ -67,9 +67,13 @@ def phone_style():
 
 
 def phone_scale(fig) -> float:
-    """How much the site shrinks this figure on a 390 px phone (1.0 when it is narrower than the column)."""
-    width_px = fig.get_size_inches()[0] * DPI
-    return min(1.0, PHONE_COLUMN_PX / width_px)
+    """How much the site shrinks this figure on a 390 px phone (1.0 when it is narrower than the column). The PNG is
+    saved with bbox_inches="tight", so its width is that of everything drawn (a long title widens it), not figsize."""
+    width_in = fig.get_size_inches()[0]
+    renderer = getattr(fig.canvas, "get_renderer", None)
+    if renderer is not None:
+        width_in = max(width_in, fig.get_tightbbox(renderer()).width)
+    return min(1.0, PHONE_COLUMN_PX / (width_in * DPI))
 
 
 def _luminance(rgb) -> float:
