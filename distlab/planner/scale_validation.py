@@ -11,9 +11,9 @@ Then the issue's check: a fixed Llama 2 70B layout (TP 8 x PP 4, ZeRO-1, micro-b
 data-parallel replica) on 128 to 2048 H100s, with its stragglers (distlab.planner.scale_costs) and without them, and
 with a 2:1 oversubscribed fabric: how much per-GPU throughput each loses per doubling, beside the corpus's slope.
 
-Last, why the gap stays (_causes, distlab.planner.scale_causes): which cost the series' added step time follows
-(stragglers, ring latency or bytes moved), the per-rank jitter that would close the gap on its own, and what the
-series' per-byte cost would do to the fixed layout over the series' span.
+Last, why the gap stays (_causes, distlab.planner.scale_causes): which cost the step time the planner misses in the
+series follows (stragglers, ring latency or bytes moved), the per-rank jitter that would close the gap on its own,
+and what the series' per-byte cost would do to the fixed layout over the series' span.
 """
 
 from __future__ import annotations
@@ -308,9 +308,9 @@ def _by_scale(r: Result, corpus) -> None:
 
 
 CAUSES = {
-    "stragglers": "added / step at the first size (any per-rank jitter: the same for every series)",
-    "latency": "added / (layers x micro-batches x ranks added), in microseconds",
-    "bandwidth": "added / (parameters x micro-batches), in ms per billion parameters",
+    "stragglers": "missed / step at the first size (any per-rank jitter: the same for every series)",
+    "latency": "missed / (layers x micro-batches x ranks added), in microseconds",
+    "bandwidth": "missed / (parameters x micro-batches), in ms per billion parameters",
 }
 
 
@@ -334,11 +334,12 @@ def _causes(r: Result, corpus, default: list[tuple[int, float]]) -> None:
             layers=a["layers"],
             params_billion=a["params_billion"],
             microbatches=a["global_batch"] / (a["gpus"] * a["micro_batch"]),
+            planner_added_seconds=prediction(keys[-1])[1].time.seconds - prediction(keys[0])[1].time.seconds,
         )
         ends.append((a, s))
         est = prediction(keys[0])[1].time
         shares.append(est.traffic_seconds["dp"] / est.seconds)
-        per_traffic.append(s.added_seconds / est.traffic_seconds["dp"])
+        per_traffic.append(s.missed_seconds / est.traffic_seconds["dp"])
     r.add("series_fsdp", sum(a.get("sharding") == "fsdp" for a, _ in ends), "", "series whose runs shard with FSDP")
     r.add("series_sources", len({a["source"] for a, _ in ends}), "", "sources the series come from")
     r.add("series_largest_gpus", max(s.gpus_last for _, s in ends), "GPUs", "the largest run in any series")
@@ -346,6 +347,18 @@ def _causes(r: Result, corpus, default: list[tuple[int, float]]) -> None:
         "every weak-scaling series in the corpus is an FSDP (ZeRO-3 over all ranks) series",
         r.quantities["series_fsdp"].value,
         len(ends),
+    )
+    r.claim(
+        "no weak-scaling series in the corpus reaches the fixed layout's largest size (its slope is extrapolated)",
+        r.quantities["series_largest_gpus"].value,
+        FIXED_GPUS[-1] // 2,
+        relation="<=",
+        unit="GPUs",
+    )
+    r.claim(
+        "the corpus's weak-scaling series all come from one source",
+        r.quantities["series_sources"].value,
+        1,
     )
     scale = {"stragglers": 1.0, "latency": 1e6, "bandwidth": 1e3}
     rows, cvs = [], {}
@@ -357,30 +370,30 @@ def _causes(r: Result, corpus, default: list[tuple[int, float]]) -> None:
     rows.append(
         [
             "bandwidth (the planner's bytes)",
-            "added / the planner's data-parallel collective seconds per step at the first size",
+            "missed / the planner's data-parallel collective seconds per step at the first size",
             *(f"{v:.3g}" for v in per_traffic),
             f"{coefficient_of_variation(per_traffic):.0%}",
         ]
     )
     r.table(
         "causes",
-        ["cause", "added step seconds over", *(a["model"] for a, _ in ends), "spread (std / mean)"],
+        ["cause", "missed step seconds over", *(a["model"] for a, _ in ends), "spread (std / mean)"],
         rows,
-        caption="What each candidate cause says the seconds a series' step gains from its first size to its last "
-        "are proportional to, read off the published rows: one constant would explain every series if the spread "
-        "were 0 (computed)",
+        caption="What each candidate cause says the missed seconds (what a series' step gains from its first size to "
+        "its last, published, less what the planner's predictions of the two runs gain) are proportional to: one "
+        "constant would explain every series if the spread were 0 (computed)",
     )
     r.claim(
-        "the series' added step time follows the bytes their collectives move (bandwidth) more closely than the "
-        "step (stragglers) or the ring's steps (latency)",
+        "the step time the planner misses in the series follows the bytes their collectives move (bandwidth) more "
+        "closely than the step (stragglers) or the ring's steps (latency)",
         cvs["bandwidth"],
         min(cvs["stragglers"], cvs["latency"]),
         relation="<=",
         unit="fraction",
     )
     # the planner's own data-parallel traffic (collective seconds per step, hidden or not) as the bytes measure
-    r.add("cause_traffic_cv", coefficient_of_variation(per_traffic), "fraction", "added / planner's DP traffic")
-    r.add("cause_traffic_ratio", sum(per_traffic) / len(per_traffic), "", "mean added seconds per DP traffic second")
+    r.add("cause_traffic_cv", coefficient_of_variation(per_traffic), "fraction", "missed / planner's DP traffic")
+    r.add("cause_traffic_ratio", sum(per_traffic) / len(per_traffic), "", "mean missed seconds per DP traffic second")
     r.add("series_traffic_share_min", min(shares), "fraction", "smallest DP-traffic share of a series' step")
     est = fixed_70b_estimate(FIXED_GPUS[0]).time
     share = est.traffic_seconds["dp"] / est.seconds
@@ -394,17 +407,17 @@ def _causes(r: Result, corpus, default: list[tuple[int, float]]) -> None:
         relation=">=",
         unit="fraction",
     )
-    series_loss = [s.added_seconds / (s.step_first_seconds + s.added_seconds) for _, s in ends]
-    r.add("series_loss_mean", sum(series_loss) / len(series_loss), "fraction", "the series' mean loss, first -> last")
+    series_loss = [s.missed_seconds / (s.step_first_seconds + s.added_seconds) for _, s in ends]
+    r.add("series_loss_mean", sum(series_loss) / len(series_loss), "fraction", "the series' loss the planner misses")
     r.add(
         "fixed_bandwidth_loss",
         1 - 1 / (1 + r.quantities["cause_traffic_ratio"].value * share),
         "fraction",
-        "what the fixed layout would lose over the series' span at the series' added seconds per traffic second",
+        "what the fixed layout would lose over the series' span at the series' missed seconds per traffic second",
     )
     r.claim(
-        "70B fixed layout: the series' added seconds per second of data-parallel traffic would cost it less than the "
-        "series lose over the same span",
+        "70B fixed layout: the series' missed seconds per second of data-parallel traffic would cost it less than "
+        "the planner misses in the series over the same span",
         r.quantities["fixed_bandwidth_loss"].value,
         r.quantities["series_loss_mean"].value,
         relation="<=",

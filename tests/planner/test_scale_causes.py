@@ -37,6 +37,17 @@ def test_added_seconds_and_ratios_match_hand_arithmetic():
     assert got["bandwidth"] == pytest.approx(0.3072 / (6.5 * 3), rel=1e-12)
 
 
+def test_the_planner_s_own_added_seconds_are_not_counted_as_missed():
+    """0.1 s of the 0.3072 s priced by the planner leaves 0.2072 s for the causes. Would catch the planner's part
+    added instead of subtracted, or left in one ratio only."""
+    s = _series(planner_added_seconds=0.1)
+    assert s.missed_seconds == pytest.approx(0.2072, rel=1e-12)
+    got = ratios(s)
+    assert got["stragglers"] == pytest.approx(0.2072 / 1.2288, rel=1e-12)
+    assert got["latency"] == pytest.approx(0.2072 / (33 * 3 * 160), rel=1e-12)
+    assert got["bandwidth"] == pytest.approx(0.2072 / (6.5 * 3), rel=1e-12)
+
+
 def test_coefficient_of_variation():
     """Population spread: [1, 3] has mean 2 and standard deviation 1. Would catch the sample (n - 1) formula."""
     assert coefficient_of_variation([1.0, 3.0]) == pytest.approx(0.5, rel=1e-12)
