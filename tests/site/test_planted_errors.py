@@ -163,7 +163,7 @@ PLANTS = [
         "distlab/model_parallel/context_parallel.py",
         'r.add("overlap_tokens_per_rank_causal", 2 * c_min,',
         'r.add("overlap_tokens_per_rank_causal", c_min,',
-        "07-model-parallel.md",
+        "appendix-07-context-expert-deep-dive.md",
         "at the causal threshold",
     ),
     Plant(
