@@ -29,7 +29,8 @@ and filtered by coverage, and a third of the perturbations are in TOML data and 
 The operators the issue names are a few lines over the standard library's `ast`, so no dependency is added.
 
     python -m distlab.core.guard_audit                         # every page
-    python -m distlab.core.guard_audit --page 07-model-parallel.md --file distlab/model_parallel/context_parallel.py
+    python -m distlab.core.guard_audit --page appendix-07-context-expert-deep-dive.md \
+        --file distlab/model_parallel/context_parallel.py
     python -m distlab.core.guard_audit --changed main          # CI: pages whose experiments import a changed file
 
 Exclusions (numbers that are inputs, not results) are listed with their reasons in guard-audit.toml.

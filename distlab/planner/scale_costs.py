@@ -9,7 +9,11 @@ the expected largest of N standard normals (0 at N = 1, 2.5 at 128, 3.4 at 2048:
 The per-rank jitter is Cluster.rank_jitter (`distlab plan --rank-jitter`), 0 by default; RANK_JITTER is chapter
 10's stated scenario (2 % of the step), not a measurement and not fitted: no source on file gives the per-step
 spread of one rank's time on a training cluster. Switched on for every published run it makes chapter 13's
-validation worse, so it is not the default (experiment scale-costs shows both).
+validation worse, so it is not the default (experiment scale-costs shows both). Looked for and not found: Llama
+3's report (Section 3.3.4) gives a time-of-day swing of the whole job (every rank at once: no growth with N);
+Sinha et al. (SC'22) the spread between a cluster's GPUs on HPC kernels (V100, MI60), not between a rank's steps;
+ByteDance's straggler study (OSDI'25) reports per-job slowdowns, of which only the abstract is on file. Closing
+chapter 13's gap with stragglers alone would take several times that (experiment scale-costs, jitter_needed).
 
 Fabric oversubscription (Cluster.oversubscription) divides the bandwidth between NVLink domains: see
 distlab.planner.config.Cluster.nic_bytes_per_s_per_gpu.

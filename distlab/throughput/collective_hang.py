@@ -42,7 +42,11 @@ from distlab.runtime.launcher import LaunchError, launch
 
 WORLD, CULPRIT, STEPS, SKIP_STEP = 3, 2, 5, 2
 GROUP_TIMEOUT_S = 1.0  # the training group's collective timeout in the first run (NCCL's default is 10 min)
-HANG_DEADLINE_S = 2.0  # the launcher's deadline in the second run, where nothing times out by itself
+# The launcher's deadline in the second run, where nothing times out by itself. The ranks must have reached the hang
+# before it: fn first builds two gloo groups (each a full-mesh connect, seconds at load 20-30 on 2 cores, like the
+# launcher's own start-up), then 4 all-reduces of 32 B (microseconds). At 2 s a loaded machine blamed rank 0, still
+# connecting its group; 20 s is twice the slowest start-up seen.
+HANG_DEADLINE_S = 20.0
 # The flight recorder's buffer; torch 2.13 still reads TORCH_NCCL_TRACE_BUFFER_SIZE but warns that it is deprecated.
 TRACE_ENV = "TORCH_FR_BUFFER_SIZE"
 TRACE_ENTRIES = 64

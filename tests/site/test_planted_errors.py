@@ -163,7 +163,7 @@ PLANTS = [
         "distlab/model_parallel/context_parallel.py",
         'r.add("overlap_tokens_per_rank_causal", 2 * c_min,',
         'r.add("overlap_tokens_per_rank_causal", c_min,',
-        "07-model-parallel.md",
+        "appendix-07-context-expert-deep-dive.md",
         "at the causal threshold",
     ),
     Plant(
@@ -190,7 +190,7 @@ PLANTS = [
         "distlab/memory/kv_cache.py",
         "return 2 * self.layers * self.kv_heads * self.head_dim",
         "return self.layers * self.kv_heads * self.head_dim",
-        "03-activation-memory.md",
+        "appendix-03-activation-memory-deep-dive.md",
         "kv_cache_bytes() = the counted bf16 cache",
     ),
     Plant(
@@ -198,7 +198,7 @@ PLANTS = [
         "distlab/data/moe_models.toml",
         "kv_lora_rank = 512",
         "kv_lora_rank = 521",
-        "03-activation-memory.md",
+        "appendix-03-activation-memory-deep-dive.md",
         "DeepSeek-V3 per token: our formula vs the paper's Table 1",
     ),
     Plant(

@@ -7,8 +7,6 @@ import importlib.util
 import re
 from pathlib import Path
 
-import pytest
-
 REPO = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("reading_stats", REPO / "scripts" / "reading_stats.py")
 reading_stats = importlib.util.module_from_spec(_spec)
@@ -16,13 +14,6 @@ _spec.loader.exec_module(reading_stats)
 
 CHAPTER = re.compile(r"^\d\d-")
 SCREEN = {"width": 1440, "height": 900}
-
-# Pages over issue 30's limits when this test was written (other helpers were still adding sections to them);
-# the test lists the pages over the limits whatever this says, and passes once none are.
-STILL_LONG = (
-    "chapters 3, 7, 9, 10 and 13 (lesson over 5,000 words), 6 (page over 9,000), 8 (lesson 5,878): being extended by "
-    "other helpers while this test was written, so their deep dives are still to move"
-)
 
 
 def _chapters(site: Path) -> list[str]:
@@ -65,7 +56,6 @@ def test_reading_lengths_are_measured_and_printed(built_site, capsys):
     assert any(s["claims"] > 0 for s in stats.values())
 
 
-@pytest.mark.xfail(strict=False, reason=f"still over issue 30's limits: {STILL_LONG}")
 def test_lessons_within_issue_30s_limits(built_site):
     """The lesson outside collapsed blocks at most 5,000 words, the whole page at most 9,000; the failure lists
     every page over a limit with its numbers."""

@@ -4,7 +4,7 @@ launcher's hang attribution on real gloo processes."""
 import pytest
 
 from distlab.runtime.launcher import LaunchError, _odd_one_out, launch
-from distlab.throughput.collective_hang import CULPRIT, diverged, skipped_collective, source_lines
+from distlab.throughput.collective_hang import CULPRIT, HANG_DEADLINE_S, diverged, skipped_collective, source_lines
 
 
 def _entry(pg, seq, op="nccl:all_reduce", p2p=False):
@@ -37,7 +37,7 @@ def test_the_launcher_names_the_rank_that_skipped(tmp_path):
     """Real gloo processes, no collective timeout: after the deadline the launcher blames the culprit, at the
     barrier's line, not rank 0. Would catch the launcher's old rule (every rank in a collective: blame rank 0)."""
     with pytest.raises(LaunchError) as info:
-        launch(skipped_collective, 3, CULPRIT, 5, 2, 600.0, str(tmp_path), timeout_s=3)
+        launch(skipped_collective, 3, CULPRIT, 5, 2, 600.0, str(tmp_path), timeout_s=HANG_DEADLINE_S)
     message = str(info.value)
     assert message.startswith(f"rank {CULPRIT} of 3 hung")
     assert f"collective_hang.py:{source_lines()['barrier']}" in message
