@@ -79,6 +79,8 @@ def _stacks_by_hand(e: Estimate, tp_overlap: bool) -> tuple[list[str], list[str]
         piped = p.pp > 1
         ok = (
             (p.tp == 1 or row["tp"])
+            and (p.cp == 1 or row["cp"])
+            and (p.ep == 1 or row["ep"])
             and (not piped or (row["pp"] and p.schedule in row["schedules"]))
             and p.zero in (row["zero_with_pp"] if piped else row["zero"])
             and p.offload in row["offload"]

@@ -29,7 +29,7 @@ def named() -> tuple[str, ...]:
 
 @functools.cache
 def features(stack: str) -> dict:
-    """The stack's row of stacks.toml (schedules, zero, zero_with_pp, offload, tp, pp, tp_overlap)."""
+    """The stack's row of stacks.toml (schedules, zero, zero_with_pp, offload, tp, pp, tp_overlap, cp, ep)."""
     if stack not in STACKS or stack == "any":
         raise ValueError(f"framework must be one of {', '.join(STACKS[1:])} to have features, not {stack!r}")
     return entries("stacks")[stack]
@@ -42,7 +42,9 @@ def allows(stack: str, p: Plan, tp_overlap: bool = False) -> bool:
     f = features(stack)
     if tp_overlap and p.tp > 1 and not f["tp_overlap"]:
         return False
-    if (p.tp > 1 and not f["tp"]) or (p.pp > 1 and not f["pp"]):
+    if (p.tp > 1 and not f["tp"]) or (p.pp > 1 and not f["pp"]) or (p.cp > 1 and not f["cp"]):
+        return False
+    if p.ep > 1 and not f["ep"]:
         return False
     if p.pp > 1 and p.schedule not in f["schedules"]:
         return False

@@ -14,12 +14,15 @@ from distlab.planner.search import NothingFits, search
 # stacks.toml restated by hand from its sources (Megatron-LM arguments.py: distributed optimizer, no zero-bubble
 # schedule, optimizer CPU offload; torchtitan: FSDP2 without a ZeRO-1 mode, ZB via torch.distributed.pipelining,
 # CPUOffloadPolicy offloads parameters; DeepSpeed: PipelineEngine asserts ZeRO < 2, plain 1F1B; plain FSDP2: data
-# parallelism only). Each predicate: can that stack run plan p (with TP overlap asked or not)?
+# parallelism only; DeepSpeed's long-sequence parallelism is Ulysses, not ring-attention CP). Each predicate: can
+# that stack run plan p (with TP overlap asked or not)?
 BY_HAND = {
     "megatron-core": lambda p, ov: (p.pp == 1 or (p.schedule != "zb-h1" and p.zero <= 1)) and p.offload != "params",
     "torchtitan": lambda p, ov: p.zero != 1 and p.offload != "optimizer",
-    "deepspeed": lambda p, ov: (p.pp == 1 or (p.schedule == "1f1b" and p.zero <= 1)) and not (ov and p.tp > 1),
-    "fsdp2": lambda p, ov: p.tp == 1 and p.pp == 1 and p.zero != 1 and p.offload != "optimizer",
+    "deepspeed": lambda p, ov: (
+        (p.pp == 1 or (p.schedule == "1f1b" and p.zero <= 1)) and not (ov and p.tp > 1) and p.cp == 1
+    ),
+    "fsdp2": lambda p, ov: p.tp == p.pp == p.cp == p.ep == 1 and p.zero != 1 and p.offload != "optimizer",
 }
 
 
@@ -62,31 +65,46 @@ def test_unrestricted_finds_the_shipless_combination_the_default_refuses():
     assert free.step_seconds < best.step_seconds
 
 
+def _plan_of(p: dict):
+    from distlab.planner.config import Plan
+
+    return Plan(
+        tp=p["tp"],
+        pp=p["pp"],
+        dp=p["dp"],
+        cp=p["cp"],
+        ep=p["ep"],
+        zero=p["zero"],
+        micro_batch=p["micro_batch"],
+        microbatches=p["grad_accumulation"],
+        recompute=p["recompute"],
+        offload=p["offload"],
+        schedule=p["schedule"],
+        virtual=p["virtual"],
+        dp_replicate=p["dp_replicate"],
+    )
+
+
+def test_context_and_expert_parallel_plans_name_only_stacks_that_ship_them(capsys):
+    """Mixtral on 16 H100s: plans with ring-attention CP are not credited to DeepSpeed (Ulysses is another
+    mechanism) nor to plain FSDP2, and the list matches the hand predicates. Would catch stacks.toml's cp/ep columns
+    ignored by the filter."""
+    plans = _plan_json(capsys, "--model", "Mixtral-8x7B", "--nodes", "2", "--top", "8")
+    assert any(p["cp"] > 1 for p in plans)
+    for p in plans:
+        assert p["stacks"] == _runs_somewhere(_plan_of(p)) != []
+        if p["cp"] > 1:
+            assert "deepspeed" not in p["stacks"] and "fsdp2" not in p["stacks"]
+
+
 def test_json_names_the_stacks_and_the_cost_of_realism(capsys):
     """Each plan's `stacks` equals the hand predicates' list; the recommended plan's `unrestricted_plan` gives the
     freer plan and faster_fraction = our step / its step - 1, checked against the unrestricted run's own JSON; the
     explanation says it in one line. Would catch a missing key, a stack list from the wrong plan, or the ratio
     inverted."""
-    from distlab.planner.config import Plan
-
     plans = _plan_json(capsys, "--model", "70B", "--nodes", "8", "--top", "4")
     for p in plans:
-        plan = Plan(
-            tp=p["tp"],
-            pp=p["pp"],
-            dp=p["dp"],
-            cp=p["cp"],
-            ep=p["ep"],
-            zero=p["zero"],
-            micro_batch=p["micro_batch"],
-            microbatches=p["grad_accumulation"],
-            recompute=p["recompute"],
-            offload=p["offload"],
-            schedule=p["schedule"],
-            virtual=p["virtual"],
-            dp_replicate=p["dp_replicate"],
-        )
-        assert p["stacks"] == _runs_somewhere(plan) != []
+        assert p["stacks"] == _runs_somewhere(_plan_of(p)) != []
     free = _plan_json(capsys, "--model", "70B", "--nodes", "8", "--top", "1", "--framework", "unrestricted")[0]
     assert free["stacks"] == [] and free["unrestricted_plan"] is None
     un = plans[0]["unrestricted_plan"]
