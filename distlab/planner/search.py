@@ -619,7 +619,10 @@ def explain(
     if p.offload != "none":
         out.append(
             f"Offloading the {'optimizer' if p.offload == 'optimizer' else 'optimizer and parameters'} to the host "
-            f"makes it fit; the transfers and the host's update cost {_share(best, 'offload'):.0%} of the step."
+            f"makes it fit; the transfers and the host's update cost {_share(best, 'offload'):.1%} of the step, a "
+            "lower bound (the update is priced at the host DRAM's peak bandwidth, shared by the node's GPUs, not at a "
+            f"measured CPU-Adam rate: chapter 6); host memory {mem.host * c.gpus_per_node / 1e9:.0f} GB per node of "
+            f"{c.host_bytes / 1e9:,.0f} GB."
         )
     lo, hi = mfu_band(best.time.mfu)
     out.append(

@@ -134,3 +134,14 @@ def test_a_named_stack_never_reports_another():
     t = Training(global_batch_tokens=256 * 4096, seq=4096, framework="torchtitan")
     with pytest.raises(NothingFits, match="torchtitan"):
         search(m, c, t, fixed={"zero": 1})
+
+
+def test_the_offload_line_states_host_memory_per_node_and_its_bound(capsys):
+    """The 70B recommendation offloads the optimizer: its explanation names the host bytes per node (the JSON's
+    host_bytes_per_gpu x 8 GPUs per node, against the DGX H100's 2 TB) and says the update's price is a lower bound.
+    Would catch host memory per GPU printed as per node, or the CPU update sold as an exact cost."""
+    first = _plan_json(capsys, "--model", "70B", "--nodes", "8", "--top", "1")[0]
+    assert first["offload"] == "optimizer"
+    line = next(r for r in first["reasons"] if r.startswith("Offloading"))
+    assert f"host memory {first['host_bytes_per_gpu'] * 8 / 1e9:.0f} GB per node of 2,000 GB" in line
+    assert "lower bound" in line
