@@ -180,7 +180,7 @@ def _families(r: Result, net: str, m, c, t) -> None:
         ],
         rows,
         caption=f"Llama 2 70B pretraining, {PRETRAIN_BATCH_TOKENS / 2**20:g}M tokens per step, 8 nodes x 8 H100, "
-        f"{c.inter.bandwidth_bytes_per_s / 1e9:g} GB/s per GPU between nodes; any stack, TP overlap off (computed)",
+        f"{c.inter.bandwidth_bytes_per_s / 1e9:g} GB/s per GPU between nodes; any one stack, TP overlap off (computed)",
     )
 
 
@@ -281,7 +281,7 @@ def _follow_ups(r: Result, m, t) -> None:
 @experiment(
     "practice-70b",
     "practice: a parallelism plan for 70B on 64 GPUs: the whiteboard chain, the recommended plan (Megatron-Core and "
-    "any stack) with its headroom, plan families on InfiniBand NDR and on 100 GbE, an NVL72 rack, FSDP + TP",
+    "any one stack) with its headroom, plan families on InfiniBand NDR and on 100 GbE, an NVL72 rack, FSDP + TP",
     kind="computed",
 )
 def practice_70b(device: str) -> Result:
