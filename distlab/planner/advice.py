@@ -61,6 +61,36 @@ def _needs(e: Estimate) -> tuple[str, str, str]:
     return recompute, offload, schedule
 
 
+def _stacks_by_hand(e: Estimate, tp_overlap: bool) -> tuple[list[str], list[str]]:
+    """(every stack in file order, those whose row has every feature of the plan), distlab/data/stacks.toml read
+    with tomllib rather than distlab.planner.stacks: the reference the `runs on` line is checked against."""
+    from pathlib import Path
+
+    import tomllib
+
+    import distlab
+
+    rows = tomllib.loads((Path(distlab.__file__).parent / "data" / "stacks.toml").read_text())
+    p, order, out = e.plan, [], []
+    for name, row in rows.items():
+        if name in ("sources", "units") or not isinstance(row, dict) or "zero" not in row:
+            continue
+        order.append(name)
+        piped = p.pp > 1
+        ok = (
+            (p.tp == 1 or row["tp"])
+            and (p.cp == 1 or row["cp"])
+            and (p.ep == 1 or row["ep"])
+            and (not piped or (row["pp"] and p.schedule in row["schedules"]))
+            and p.zero in (row["zero_with_pp"] if piped else row["zero"])
+            and p.offload in row["offload"]
+            and not (tp_overlap and p.tp > 1 and not row["tp_overlap"])
+        )
+        if ok:
+            out.append(name)
+    return order, out
+
+
 def add_advice(
     r: Result,
     key: str,
@@ -74,8 +104,12 @@ def add_advice(
 ) -> None:
     """Quantities `{key}_headroom`, `{key}_usable`, `{key}_recomputes` (0/1), `{key}_offloads` (0/1),
     `{key}_zb` (0/1), `{key}_fastest_slower`, `{key}_fastest_extra_memory`, `{key}_canonical_slower`,
-    `{key}_canonical_equal` (0/1), the table `{key}_advice` (the verdict in words) and the claims that guard them."""
+    `{key}_canonical_equal` (0/1), `{key}_stacks` (how many stacks run the plan), the table `{key}_advice` (the
+    verdict in words) and the claims that guard them."""
+    from distlab.planner.stacks import runners
+
     best, quick = ranked[0], fastest(ranked)
+    who = runners(best.plan, t)
     recompute, offload, schedule = _needs(best)
     r.add(f"{key}_headroom", best.headroom_fraction, "fraction", "the recommended plan's free share of usable memory")
     r.add(f"{key}_headroom_gb", best.usable_bytes * best.headroom_fraction, "B", "... in bytes per GPU")
@@ -84,6 +118,20 @@ def add_advice(
     r.add(f"{key}_recomputes", int(best.plan.recompute != "none"), "", "1 if the recommended plan recomputes")
     r.add(f"{key}_offloads", int(best.plan.offload != "none"), "", "1 if it offloads to the host")
     r.add(f"{key}_zb", int(best.plan.schedule == "zb-h1"), "", "1 if it rests on ZB-H1")
+    r.add(f"{key}_stacks", len(who), "stacks", "how many stacks of stacks.toml run the recommended plan whole")
+    order, by_hand = _stacks_by_hand(best, t.tp_overlap)
+    by_hand = by_hand if t.framework == "any" else [s for s in by_hand if s == t.framework]
+    r.claim(
+        f"{key}: the stacks that run the recommended plan, re-read from stacks.toml by hand (bit i: its i-th stack)",
+        sum(2 ** order.index(s) for s in who),
+        sum(2 ** order.index(s) for s in by_hand),
+    )
+    r.claim(
+        f"{key}: at least one stack runs the recommended plan (a plan nobody can launch is no answer)",
+        len(who),
+        1,
+        relation=">=",
+    )
     r.claim(
         f"{key}: the recommended plan leaves at least the headroom rule's share of usable memory free",
         1 - best.memory_bytes / best.usable_bytes,
@@ -99,6 +147,7 @@ def add_advice(
         ["recomputation", recompute],
         ["offload", offload],
         ["schedule", schedule],
+        ["runs on", ", ".join(who) if who else "no single stack ships this combination"],
         ["step", f"{best.step_seconds:.3g} s"],
     ]
     slower = best.step_seconds / quick.step_seconds - 1

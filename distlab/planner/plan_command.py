@@ -34,9 +34,11 @@ from distlab.planner.search import (
     explain,
     fastest,
     finetune_batch_sequences,
+    freer,
     search,
     versus_fastest,
 )
+from distlab.planner.stacks import UNRESTRICTED, runners
 
 MAX_PARALLEL = 2**20  # a parallel size beyond a million GPUs is no request
 MAX_HEADROOM = 0.9  # a rule leaving more than 90 % of the memory free recommends nothing useful
@@ -282,10 +284,12 @@ def plan_command(argv: list[str]) -> int:
     )
     p.add_argument(
         "--framework",
-        choices=STACKS,
+        choices=STACKS + (UNRESTRICTED,),
         default="any",
         help="keep to what one training stack ships (schedules, ZeRO stages, offload, TP overlap; "
-        "distlab/data/stacks.toml) and price its own buffers and loss (distlab/data/memory_buffers.toml); default any",
+        "distlab/data/stacks.toml) and price its own buffers and loss (distlab/data/memory_buffers.toml); default "
+        "any: any ONE stack, a plan only if some stack runs all of its features together; unrestricted: combine "
+        "every technique the cost model prices even where no stack ships them together (for teaching, not launching)",
     )
     p.add_argument(
         "--loss",
@@ -305,6 +309,9 @@ def plan_command(argv: list[str]) -> int:
     p.add_argument("--top", type=positive(int, 10_000), default=5, help="how many plans to print (default 5)")
     p.add_argument("--json", action="store_true", help="machine-readable: a list of plans, best first")
     args = p.parse_args(argv)
+    unrestricted = args.framework == UNRESTRICTED
+    if unrestricted:
+        args.framework = "any"
     try:
         moe = resolve_model(args.model)[1]
     except ValueError as exc:
@@ -323,18 +330,23 @@ def plan_command(argv: list[str]) -> int:
     except ValueError as exc:  # a cluster that cannot be built (an NVLink domain that does not divide the GPUs)
         raise UsageError(f"distlab plan: {str(exc).removeprefix('cluster: ')}") from None
     try:
-        ranked = search(m, c, t, fixed=fixed, min_headroom=args.min_headroom)
+        ranked = search(m, c, t, fixed=fixed, min_headroom=args.min_headroom, unrestricted=unrestricted)
     except NothingFits as exc:
         raise UsageError(f"distlab plan: {exc}") from None
     except ValueError as exc:  # a switch the chosen stack does not ship
         raise UsageError(f"distlab plan: {exc}") from None
-    reasons = explain(m, c, t, ranked, args.min_headroom)
+    free = None if unrestricted else freer(m, c, t, ranked, fixed=fixed, min_headroom=args.min_headroom)
+    reasons = explain(m, c, t, ranked, args.min_headroom, free)
     quick = fastest(ranked)
     top = ranked[: max(args.top, 2 if quick is not ranked[0] else 1)]
-    plans = [e.to_dict() | {"recommended": i == 0, "fastest": e is quick} for i, e in enumerate(top)]
+    plans = [
+        e.to_dict() | {"recommended": i == 0, "fastest": e is quick, "stacks": list(runners(e.plan, t))}
+        for i, e in enumerate(top)
+    ]
     plans[0]["reasons"] = reasons
     plans[0]["min_headroom"] = args.min_headroom
     plans[0]["fastest_plan"] = versus_fastest(ranked)
+    plans[0]["unrestricted_plan"] = free
     plans[0]["cluster"] = {
         "gpus": c.gpus,
         "gpus_per_node": c.gpus_per_node,

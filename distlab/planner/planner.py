@@ -243,12 +243,35 @@ def _seventy(r: Result, m: ModelShape, c: Cluster, t: Training, ranked: list[Est
         caption="Llama 2 70B pretraining on 8 nodes of 8 H100s: the recommended plan (the headroom rule), then the "
         "others fastest first (computed)",
     )
+    from distlab.planner.search import freer
+
+    free = freer(m, c, t, ranked)
     r.table(
         "why",
         ["why the first plan"],
-        [[line] for line in explain(m, c, t, ranked)],
+        [[line] for line in explain(m, c, t, ranked, free=free)],
         caption="distlab plan --model 70B --nodes 8, its explanation",
     )
+    # what keeping to one stack costs: the unrestricted search's answer (no stack runs it) against the recommendation
+    r.add("seventy_unrestricted", int(free is not None), "", "1 if a combination no stack ships would be faster")
+    if free is not None:
+        r.add("seventy_unrestricted_faster", free["faster_fraction"], "fraction", "how much faster it would be")
+        r.data["unrestricted_label"] = free["label"]
+        r.claim(
+            "70B: the unrestricted plan's gain is the ratio of the two step times",
+            free["faster_fraction"],
+            top[0].step_seconds / free["step_seconds"] - 1,
+            rel_tol=1e-9,
+            unit="fraction",
+        )
+        from distlab.planner.calibration import within_band
+
+        free_mfu = top[0].time.mfu * top[0].step_seconds / free["step_seconds"]  # same tokens: MFU ~ 1 / step
+        r.claim(
+            "70B: the unrestricted plan is inside the recommended plan's error band (the page's 'inside its band')",
+            int(within_band(top[0].time.mfu, free_mfu)),
+            1,
+        )
     r.add("seventy_tp", top[0].plan.tp, "", "70B: the best plan's TP")
     r.add("seventy_pp", top[0].plan.pp, "", "70B: the best plan's PP")
     r.add("seventy_zero", top[0].plan.zero, "", "70B: the best plan's ZeRO stage")

@@ -336,14 +336,16 @@ def search(
     hbm: float | None = None,
     share: float | None = None,
     min_headroom: float = MIN_HEADROOM,
+    unrestricted: bool = False,
 ) -> list[Estimate]:
     """Feasible plans: the recommended one first (`recommend`: the headroom rule), then the others fastest first
     (ties: less memory); the first RESIMULATE with the simulated pipeline. `where(plan) -> bool` restricts the
     search (a published configuration, one ZeRO stage, ...); `fixed` pins dimensions by name. `rules` (see
     candidates): by default all of RULES, or all but "pp-when-needed" when the search is restricted (a restriction
     may ask about pipelines the rule would skip). `min_headroom` = 0 ranks by time alone (the published runs of
-    chapter 13 are compared fastest to fastest). A `t.framework` other than "any" keeps to that stack
-    (distlab.planner.stacks)."""
+    chapter 13 are compared fastest to fastest). A `t.framework` other than "any" keeps to that stack, and "any"
+    to plans one stack runs whole (distlab.planner.stacks.allows); `unrestricted` lifts that for "any": every
+    technique the cost model prices, combined freely (`--framework unrestricted`)."""
     from distlab.planner.stacks import allows, check
 
     fixed = dict(fixed or {})
@@ -354,12 +356,13 @@ def search(
     if rules is None:
         rules = RULES if where is None and "pp" not in fixed else tuple(r for r in RULES if r != "pp-when-needed")
     budget = usable_bytes(c.gpu)
-    fits_, seen, least = [], 0, None
+    fits_, seen, least, shipless = [], 0, None, None
     groups: dict[Plan, list[tuple[Plan, MemoryBreakdown]]] = {}
     for p in candidates(m, c, t, rules, fixed, min_headroom):
         if where is not None and not where(p):
             continue
-        if not allows(t.framework, p):
+        if not (unrestricted and t.framework == "any") and not allows(t.framework, p, t.tp_overlap):
+            shipless = shipless or p
             continue
         seen += 1
         mem = memory_per_gpu(m, c, t, p)
@@ -373,6 +376,13 @@ def search(
             if not any(_dominates(q, p) and qm.device_bytes <= roomy for q, qm in variants):
                 fits_.append(Estimate(p, mem, step(m, c, t, p, exact_pipeline=False, hbm=hbm, share=share), budget))
     if least is None:  # no candidate at all (seen == 0): every candidate sets least
+        if shipless is not None:
+            if t.framework == "any":
+                raise NothingFits(
+                    f"no single stack ships {shipless.label()}: stacks.toml has no stack that runs all of its "
+                    "features together (--framework unrestricted prices it anyway)"
+                )
+            raise NothingFits(f"{t.framework} does not ship {shipless.label()} (distlab/data/stacks.toml)")
         if fixed:
             raise NothingFits(f"no such plan: {_why_not(m, c, t, fixed)}")
         raise NothingFits(
@@ -414,6 +424,54 @@ def recommend(by_time: list[Estimate], min_headroom: float = MIN_HEADROOM) -> in
     band = [i for i, e in enumerate(by_time) if within_band(e.time.mfu, best)]
     roomy = [i for i in band if by_time[i].headroom_fraction >= min_headroom - 1e-12]
     return roomy[0] if roomy else max(band, key=lambda i: (by_time[i].headroom_fraction, -i))
+
+
+def freer(
+    m: ModelShape,
+    c: Cluster,
+    t: Training,
+    ranked: list[Estimate],
+    *,
+    fixed: dict | None = None,
+    min_headroom: float = MIN_HEADROOM,
+) -> dict | None:
+    """What keeping to one stack costs: the recommendation of an unrestricted search (every technique combined
+    freely) when no stack runs it and it is faster than ranked[0], with how much; None otherwise (a named stack, or
+    realism costs nothing). `distlab plan --json`: the recommended plan's `unrestricted_plan`."""
+    from distlab.planner.stacks import runners
+
+    if t.framework != "any":
+        return None
+    try:
+        free = search(m, c, t, fixed=fixed, min_headroom=min_headroom, unrestricted=True)[0]
+    except NothingFits:
+        return None
+    best = ranked[0]
+    if runners(free.plan, t) or free.step_seconds >= best.step_seconds:
+        return None
+    return {
+        "label": free.plan.label(),
+        "step_seconds": free.step_seconds,
+        "headroom_fraction": free.headroom_fraction,
+        "faster_fraction": best.step_seconds / free.step_seconds - 1,
+    }
+
+
+def stacks_line(t: Training, best: Estimate, free: dict | None = None) -> str:
+    """Which stacks run the recommended plan, and (`freer`) what a combination no stack ships would gain."""
+    from distlab.planner.stacks import runners
+
+    who = runners(best.plan, t)
+    line = (
+        f"Runs on {', '.join(who)}: {'each ships' if len(who) > 1 else 'it ships'} all of this plan's features "
+        "together (distlab/data/stacks.toml)"
+        if who
+        else "No single stack ships this combination (an unrestricted search, --framework unrestricted): "
+        "a teaching answer, not a launchable one"
+    )
+    if free is not None:
+        line += f"; a combination no stack ships ({free['label']}) would be {free['faster_fraction']:.1%} faster"
+    return line + "."
 
 
 def fastest(ranked: list[Estimate]) -> Estimate:
@@ -459,9 +517,15 @@ def headroom_line(best: Estimate, min_headroom: float = MIN_HEADROOM) -> str:
 
 
 def explain(
-    m: ModelShape, c: Cluster, t: Training, ranked: list[Estimate], min_headroom: float = MIN_HEADROOM
+    m: ModelShape,
+    c: Cluster,
+    t: Training,
+    ranked: list[Estimate],
+    min_headroom: float = MIN_HEADROOM,
+    free: dict | None = None,
 ) -> list[str]:
-    """Why the first plan of `ranked` is the one to run, for an engineer defending it."""
+    """Why the first plan of `ranked` is the one to run, for an engineer defending it; `free` (from `freer`) adds
+    what a combination no stack ships would gain."""
     from distlab.planner.calibration import mfu_band
 
     best, p = ranked[0], ranked[0].plan
@@ -473,6 +537,7 @@ def explain(
         f", activations {mem.activations / 1e9:.1f}, NCCL buffers {mem.comm_buffers / 1e9:.1f} GB; model state in "
         f"the {t.precision} convention).",
         headroom_line(best, min_headroom),
+        stacks_line(t, best, free),
     ]
     vs = versus_fastest(ranked)
     if vs is not None:
@@ -554,7 +619,10 @@ def explain(
     if p.offload != "none":
         out.append(
             f"Offloading the {'optimizer' if p.offload == 'optimizer' else 'optimizer and parameters'} to the host "
-            f"makes it fit; the transfers and the host's update cost {_share(best, 'offload'):.0%} of the step."
+            f"makes it fit; the transfers and the host's update cost {_share(best, 'offload'):.1%} of the step, a "
+            "lower bound (the update is priced at the host DRAM's peak bandwidth, shared by the node's GPUs, not at a "
+            f"measured CPU-Adam rate: chapter 6); host memory {mem.host * c.gpus_per_node / 1e9:.0f} GB per node of "
+            f"{c.host_bytes / 1e9:,.0f} GB."
         )
     lo, hi = mfu_band(best.time.mfu)
     out.append(

@@ -4,7 +4,7 @@ The answer leads with the whiteboard chain an interviewer expects, in round numb
 `distlab.planner.advice.whiteboard`): the model state, TP 8 inside the node, PP across nodes, DP from the global
 batch, the bubble from the micro-batch count, the data-parallel bytes and whether they hide, and a step from a
 published MFU. Then the planner checks it: the recommended plan for Megatron-Core (the stack most 70B pretraining
-runs on; no zero-bubble schedule), the recommendation over every stack, the plan families on InfiniBand and on
+runs on; no zero-bubble schedule), the recommendation over any one stack, the plan families on InfiniBand and on
 100 GbE, and the follow-ups (an NVL72 rack, FSDP + TP).
 """
 
@@ -180,12 +180,12 @@ def _families(r: Result, net: str, m, c, t) -> None:
         ],
         rows,
         caption=f"Llama 2 70B pretraining, {PRETRAIN_BATCH_TOKENS / 2**20:g}M tokens per step, 8 nodes x 8 H100, "
-        f"{c.inter.bandwidth_bytes_per_s / 1e9:g} GB/s per GPU between nodes; any stack, TP overlap off (computed)",
+        f"{c.inter.bandwidth_bytes_per_s / 1e9:g} GB/s per GPU between nodes; any one stack, TP overlap off (computed)",
     )
 
 
 def _answer(r: Result, net: str, m, c, t) -> None:
-    """The recommended plan for the lead stack and over every stack, with their verdicts."""
+    """The recommended plan for the lead stack and over any one stack, with their verdicts."""
     for stack in (LEAD, "any"):
         tt = replace(t, framework=stack)
         ranked = search(m, c, tt)
@@ -223,7 +223,7 @@ def _answer(r: Result, net: str, m, c, t) -> None:
                 0,
             )
     r.claim(
-        f"{net}: keeping to one stack cannot make the recommended plan faster than the best over every stack, "
+        f"{net}: keeping to {LEAD} cannot make the recommended plan faster than the best over any one stack, "
         "beyond the band",
         r.quantities[f"{net}_mc_mfu"].value,
         r.quantities[f"{net}_any_mfu"].value * (1 - 0.138),
@@ -281,7 +281,7 @@ def _follow_ups(r: Result, m, t) -> None:
 @experiment(
     "practice-70b",
     "practice: a parallelism plan for 70B on 64 GPUs: the whiteboard chain, the recommended plan (Megatron-Core and "
-    "any stack) with its headroom, plan families on InfiniBand NDR and on 100 GbE, an NVL72 rack, FSDP + TP",
+    "any one stack) with its headroom, plan families on InfiniBand NDR and on 100 GbE, an NVL72 rack, FSDP + TP",
     kind="computed",
 )
 def practice_70b(device: str) -> Result:
