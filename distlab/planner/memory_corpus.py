@@ -120,7 +120,8 @@ def errors() -> dict[str, float]:
 @experiment(
     "memory-corpus",
     "The planner's phase memory model against the peak memory published runs printed (torchtitan's Llama 3 "
-    "benchmarks, torchtune's and LitGPT's fine-tuning tables): predicted vs published per row, nothing fitted",
+    "benchmarks and torchao's float8 runs of it, torchtune's and LitGPT's fine-tuning tables): predicted vs "
+    "published per row, nothing fitted",
     kind="computed",
 )
 def memory_corpus(device: str) -> Result:
@@ -221,7 +222,8 @@ def memory_corpus(device: str) -> Result:
             "verdict",
         ],
         table,
-        caption="torchtitan's Llama 3 benchmarks on 96 GB H100s (max_memory_reserved), torchtune's Llama 3.2 3B on one "
+        caption="torchtitan's Llama 3 benchmarks on 96 GB H100s and torchao's on 8 H100s (max_memory_reserved), "
+        "torchtune's Llama 3.2 3B on one "
         "A100 (peak active bytes) and LitGPT's Llama 2 LoRA on one A100 40GB (max_memory_allocated), priced by "
         "distlab.planner.memory",
     )
