@@ -69,3 +69,13 @@ def test_torchao_rows_one_sequence_per_gpu_are_within_ten_percent():
     errs = errors()
     for key in ("torchao2503-8b-bf16", "torchao2503-8b-tensorwise", "torchao2503-8b-rowwise"):
         assert abs(errs[key]) <= 0.10, (key, errs[key])
+
+
+def test_torchtune_single_gpu_rows_price_backward_moments_apart():
+    """torchtune's compiled Llama 3.2 3B rows (chunked loss, recomputation, optimizer in backward, offload, 8-bit
+    AdamW) within 10 % of the printed peak active bytes. Would catch backward's moments summed again: every weight
+    gradient added to the loss's backward put these rows 15-30 % over."""
+    errs = errors()
+    for tag in ("compile", "chunked-ce", "ac", "opt-in-bwd", "offload", "adamw8bit"):
+        key = f"ttune2411-3b-{tag}"
+        assert abs(errs[key]) <= 0.10, (key, errs[key])
