@@ -63,3 +63,18 @@ def test_accumulated_gradients_stay_in_every_backward_moment():
     start = mem.weights + mem.optimizer + mem.gradients + mem.activations + mem.logits + mem.logits_backward
     assert mem.phases["backward"] >= start * (1 - 1e-12)
     assert math.isclose(mem.backward_start, start, rel_tol=1e-12)
+
+
+def test_llama3_405b_first_stage_holds_every_micro_batch():
+    """Llama 3 405B at TP 8 / PP 16 / DP 128, 16 micro-batches of one 8K sequence: the first stage holds
+    ceil(126 / 16) = 8 layers x 16 micro-batches of activations under 1F1B (min(p, m) in flight). Would catch the
+    in-flight count dropping below the schedule's (an optimistic fit) or the stage's layers miscounted."""
+    from distlab.models.shapes import catalog
+    from distlab.planner.memory import activation_bytes, in_flight
+
+    m = catalog()["Llama-3-405B"]
+    t = Training(global_batch_tokens=2048 * 8192, seq=8192)
+    p = Plan(tp=8, pp=16, dp=128, zero=2, micro_batch=1, microbatches=16)
+    assert in_flight(p, 0) == 16 and in_flight(p, 15) == 1
+    mem = memory_per_gpu(m, cluster("H100-SXM", nodes=2048), t, p)
+    assert mem.activations == pytest.approx(math.ceil(126 / 16) * 16 * activation_bytes(m, t, p), rel=1e-12)
