@@ -25,10 +25,11 @@ RECOMPUTE = {"none": ("none", ("core_attn",)), "full": ("full", ("core_attn",)),
 GPUS_PER_NODE = 8  # every source here ran 8-GPU hosts (torchtitan's Grand Teton)
 
 
-GPU_VARIANTS = {
-    # torchtitan's Grand Teton H100s are 96 GB HBM2e parts; LitGPT's A100s the 40 GB SXM4 part
-    "H100-SXM-96GB-500W": ("H100-SXM", {"hbm_bytes": 96e9, "hbm_bytes_per_s": 2.4e12}),
-    "A100-SXM-40GB": ("A100-SXM-80GB", {"hbm_bytes": 40e9}),
+GPU_VARIANTS: dict[str, tuple[str, float, float | None]] = {
+    # (catalogue GPU, HBM bytes, HBM bytes/s or None for the catalogue's): torchtitan's Grand Teton H100s are 96 GB
+    # HBM2e parts; LitGPT's A100s the 40 GB SXM4 part
+    "H100-SXM-96GB-500W": ("H100-SXM", 96e9, 2.4e12),
+    "A100-SXM-40GB": ("A100-SXM-80GB", 40e9, None),
 }
 STACK_OF_ROW = {"torchtitan": "torchtitan", "torchtune": "any", "litgpt": "any"}
 """The planner stack a row's framework prices as: torchtune and LitGPT on one GPU run plain PyTorch (no data-parallel
@@ -39,9 +40,10 @@ def _cluster(row: dict):
     """The row's GPU (a variant of a catalogue GPU where the source's part differs in memory)."""
     nodes = max(1, row["gpus"] // GPUS_PER_NODE)
     if row["gpu"] in GPU_VARIANTS:
-        base, changes = GPU_VARIANTS[row["gpu"]]
+        base, hbm_bytes, hbm_bytes_per_s = GPU_VARIANTS[row["gpu"]]
         c = cluster(base, nodes=nodes)
-        return replace(c, gpu=replace(c.gpu, name=row["gpu"], **changes))
+        speed = c.gpu.hbm_bytes_per_s if hbm_bytes_per_s is None else hbm_bytes_per_s
+        return replace(c, gpu=replace(c.gpu, name=row["gpu"], hbm_bytes=hbm_bytes, hbm_bytes_per_s=speed))
     return cluster(row["gpu"], nodes=nodes)
 
 
