@@ -5,9 +5,13 @@ A step has three phases, and a tensor counts only in the phases it is alive in:
     forward         weights (and ZeRO-3's gathered layers), the optimizer state, the gradients that persist across
                     micro-batches (accumulation, or a stack's persistent gradient buffer), the activations every
                     micro-batch in flight keeps for backward, and the loss's copies of the logits
-    backward        the same, with every gradient and the stack's gradient buckets, plus the larger of two working
-                    sets that are never alive together: the loss's backward over the logits (first) and one layer's
-                    recomputed activations (full recomputation, later)
+    backward        three moments, never alive together, the largest counts. The loss's backward: every saved
+                    activation and the logits with their gradients, and only the gradients that persist across
+                    micro-batches (no new weight gradient exists yet). The first layer's backward: the layers
+                    gathered for it, its gradient before FSDP2 reduce-scatters it, and one layer's recomputed
+                    activations. Backward's end: every gradient and the stack's gradient buckets, with what is left of
+                    the activations (the micro-batch's own are freed layer by layer). Gradients grow while activations
+                    shrink, each layer by layer, so the peak in between lies at one of these ends
     optimizer step  weights, gradients, optimizer state and the step's temporaries (foreach AdamW's copy of the
                     second moment, DeepSpeed's fp32 gradient partition); the activations are gone
 
@@ -144,22 +148,54 @@ class MemoryBreakdown:
     """Reserved by the caching allocator but not handed out (an assumption: FRAGMENTATION_FRACTION)."""
     autocast_cache: float = 0.0
     """torch.autocast's bf16 casts of the fp32 weights, cached in forward and saved for backward (DDP stacks)."""
+    root_gather: float = 0.0
+    """FSDP2's root module (embedding, final norm, output projection) gathered from forward through backward."""
+    gather_at_loss: float | None = None
+    """Of the gathered layers, those still gathered at the loss's backward (None: all of gather_buffers)."""
+    layer_grads: float = 0.0
+    """FSDP2: one layer's unsharded gradient, alive until its reduce-scatter."""
+    activations_freed: float = 0.0
+    """Of the activations, what the micro-batch's own backward has freed by its end."""
 
     @property
     def model_states(self) -> float:
         return self.weights + self.gradients + self.optimizer
 
+    @property
+    def _held(self) -> float:
+        return self.weights + self.optimizer + self.autocast_cache + self.root_gather
+
+    @property
+    def backward_start(self) -> float:
+        """The loss's backward: every activation, the logits and their gradients, the gradients that persist."""
+        gathered = self.gather_buffers if self.gather_at_loss is None else self.gather_at_loss
+        return self._held + gathered + self.gradients_in_forward + self.activations + self.logits + self.logits_backward
+
+    @property
+    def backward_layer(self) -> float:
+        """The first layer's backward: its gathered weights, its unsharded gradient, one layer's recomputation."""
+        return (
+            self._held
+            + self.gather_buffers
+            + self.gradients_in_forward
+            + self.activations
+            + self.layer_grads
+            + self.recompute_working
+        )
+
+    @property
+    def backward_end(self) -> float:
+        """Backward's end: every gradient and bucket, the activations not yet freed, one layer's recomputation."""
+        rest = self.activations - self.activations_freed
+        return self._held + self.gather_buffers + self.gradients + self.grad_buckets + rest + self.recompute_working
+
     @functools.cached_property
     def phases(self) -> dict[str, float]:
         """Bytes alive in each phase (the allocator's view)."""
-        held = self.weights + self.optimizer + self.gather_buffers + self.autocast_cache
+        held = self._held + self.gather_buffers
         return {
             "forward": held + self.gradients_in_forward + self.activations + self.logits,
-            "backward": held
-            + self.gradients
-            + self.grad_buckets
-            + self.activations
-            + max(self.logits + self.logits_backward, self.recompute_working),
+            "backward": max(self.backward_start, self.backward_layer, self.backward_end),
             "optimizer_step": self.weights
             + self.optimizer
             + self.gradients
@@ -173,18 +209,35 @@ class MemoryBreakdown:
             "weights": self.weights,
             "optimizer": self.optimizer,
             "gather buffers": self.gather_buffers,
+            "root gathered": self.root_gather,
             "autocast weight cache": self.autocast_cache,
         }
         fwd = wo | {"gradients": self.gradients_in_forward, "activations": self.activations, "logits": self.logits}
-        loss = self.logits + self.logits_backward
-        bwd = wo | {
-            "gradients": self.gradients,
-            "gradient buckets": self.grad_buckets,
-            "activations": self.activations,
-            "logits and their gradients" if loss >= self.recompute_working else "recompute working set": max(
-                loss, self.recompute_working
-            ),
+        at_loss = self.gather_buffers if self.gather_at_loss is None else self.gather_at_loss
+        moments = {
+            self.backward_start: wo
+            | {
+                "gather buffers": at_loss,
+                "gradients": self.gradients_in_forward,
+                "activations": self.activations,
+                "logits and their gradients": self.logits + self.logits_backward,
+            },
+            self.backward_layer: wo
+            | {
+                "gradients": self.gradients_in_forward,
+                "activations": self.activations,
+                "layer gradient": self.layer_grads,
+                "recompute working set": self.recompute_working,
+            },
+            self.backward_end: wo
+            | {
+                "gradients": self.gradients,
+                "gradient buckets": self.grad_buckets,
+                "activations": self.activations - self.activations_freed,
+                "recompute working set": self.recompute_working,
+            },
         }
+        bwd = moments[max(moments)]
         step = {
             "weights": self.weights,
             "optimizer": self.optimizer,
@@ -234,6 +287,8 @@ class MemoryBreakdown:
             "logits gradients": self.logits_backward,
             "recompute working set": self.recompute_working,
             "gather buffers": self.gather_buffers,
+            "root gathered": self.root_gather,
+            "layer gradient": self.layer_grads,
             "autocast weight cache": self.autocast_cache,
             "gradient buckets": self.grad_buckets,
             "step temporaries": self.step_temporaries,
@@ -494,6 +549,23 @@ def zero3_gather_bytes(m: ModelShape, t: Training, p: Plan) -> float:
     return 2 * 2 * m.params_per_layer() / p.tp
 
 
+def fsdp2_buffers(m: ModelShape, t: Training, p: Plan) -> tuple[float, float | None, float]:
+    """(root gathered, layers gathered at the loss's backward, one layer's unsharded gradient) for FSDP2 without a
+    pipeline. The root module (embedding, final norm, output) is not resharded after forward: its parameters are
+    needed as soon as backward begins (fully_shard's reshard_after_forward). At the loss, torchtitan still holds its
+    last block (it keeps that one gathered), plain FSDP2 none. Each layer's gradient is whole until its
+    reduce-scatter. Other stacks: (0, None, 0)."""
+    if p.zero != 3 or p.pp > 1 or t.framework not in ("fsdp2", "torchtitan"):
+        return 0.0, None, 0.0
+    from distlab.planner.stages import embedding_params, head_params
+
+    bytes_ = _fact("fsdp2-buffers", "param_bytes")
+    root = bytes_ * (embedding_params(m) + head_params(m, 1)) / p.tp
+    layer = bytes_ * m.params_per_layer() / p.tp
+    kept = _fact("fsdp2-buffers", f"layers_kept_at_loss_{t.framework}")
+    return root, kept * layer, layer
+
+
 def in_flight(p: Plan, stage: int) -> float:
     """Micro-batches whose activations stage `stage` holds at once, in units of the stage's layers: 1F1B's p - s
     (its warm-up plus one); the interleaved schedule's warm-up of 2 (p - s - 1) + (v - 1) p model chunks plus the one
@@ -521,6 +593,7 @@ def memory_per_gpu(m: ModelShape, c: Cluster, t: Training, p: Plan) -> MemoryBre
     fwd_logit, bwd_logit = loss_bytes_per_logit(t.framework, t.loss)
     logit_elements = t.seq // p.cp * p.micro_batch * m.vocab / p.tp
     gather = zero3_gather_bytes(m, t, p)
+    root, kept_at_loss, layer_grads = fsdp2_buffers(m, t, p)
     comm = nccl_bytes_per_communicator() * communicators(p)
     context = context_bytes()
     fragmentation = FRAGMENTATION_FRACTION * device_capacity_bytes(c.gpu)
@@ -542,12 +615,14 @@ def memory_per_gpu(m: ModelShape, c: Cluster, t: Training, p: Plan) -> MemoryBre
                 opt += ex["optimizer_bytes"]
         last = s == p.pp - 1
         acts = per_layer * layers[s] * in_flight(p, s)
+        own = per_layer * (layers[s] - 1) / (p.virtual if p.schedule == "interleaved" else 1)  # this micro-batch's
         host = st["host"]
         if (
             t.activation_offload
         ):  # two layers on the device (the one computing, the one in transfer), the rest on the host
             on_device = min(acts, 2 * per_layer)
             host, acts = host + acts - on_device, on_device
+            own = 0.0  # what is on the device is the layer computing and the one in transfer
         buckets, temps, persistent = _stack_buffers(
             t, p, grads, st["optimizer_shard_params"], _moment_bytes(t.precision)
         )
@@ -564,6 +639,10 @@ def memory_per_gpu(m: ModelShape, c: Cluster, t: Training, p: Plan) -> MemoryBre
             gather_buffers=gather,
             gradients_in_forward=grads if persistent else 0.0,
             autocast_cache=autocast_cache_bytes(m, t, p),
+            root_gather=root,
+            gather_at_loss=kept_at_loss,
+            layer_grads=layer_grads,
+            activations_freed=min(max(own, 0.0), acts),
             grad_buckets=buckets,
             step_temporaries=temps,
             comm_buffers=comm,

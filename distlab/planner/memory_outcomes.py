@@ -74,6 +74,7 @@ def memory_outcomes(device: str) -> Result:
         caption="FSDP2 on 64 A100 80GB (torchtitan, docs/performance.md), priced by distlab.planner.memory",
     )
     _nemotron(r)
+    _llama3(r)
     # Megatron-Core's --recompute-modules on Llama 2 7B, one sequence of 4096 tokens, no TP
     m, s = preset("7B"), 4096
     sel = Plan(dp=8, microbatches=8, recompute="selective")
@@ -142,3 +143,79 @@ def _nemotron(r: Result) -> None:
             formula="NVIDIA/dgxc-benchmarking nemotron4-340b-synth.yaml",
         )
     r.add("nemotron_capacity_bytes", capacity, "B", "an H100's capacity as reported")
+
+
+def _llama3(r: Result) -> None:
+    """Llama 3 405B at TP 8 / PP 16 / DP 128 on 8K tokens without recomputation, as the paper says it trained. The
+    planner refuses it; shown with what the paper prints and does not: its first stage holds one layer fewer (the
+    embedding takes its place), and whether the MLP's kernel saves the SiLU output is not printed."""
+    from distlab.planner.memory import in_flight
+    from distlab.planner.stages import stage_layers
+
+    run = entries("memory_runs")["llama3-405b-h100-16k"]
+    m = catalog()[run["model"]]
+    c = cluster(run["gpu"], nodes=run["gpus"] // 8)
+    microbatches = run["global_batch"] // (run["dp"] * run["micro_batch"])
+    t = Training(global_batch_tokens=run["global_batch"] * run["seq"], seq=run["seq"])
+    # the paper's FSDP shards optimizer states and gradients but keeps the weights after forward: ZeRO-2
+    p = Plan(tp=run["tp"], pp=run["pp"], dp=run["dp"], zero=2, micro_batch=1, microbatches=microbatches)
+    mem = memory_per_gpu(m, c, t, p)
+    capacity = device_capacity_bytes(c.gpu)
+    need = mem.reserved_bytes + mem.outside_allocator_bytes
+    per_layer = activation_bytes(m, t, p)
+    layers0 = stage_layers(m, p.pp)[0]
+    r.claim(
+        "Llama 3 405B, 1F1B with 16 micro-batches on 16 stages: the first stage holds min(p, m) = 16 of them",
+        in_flight(p, 0),
+        min(run["pp"], microbatches),
+    )
+    r.claim(
+        "Llama 3 405B: the first stage's activations are its layers x 16 micro-batches x one layer's",
+        mem.activations,
+        layers0 * min(run["pp"], microbatches) * per_layer,
+        rel_tol=1e-12,
+        unit="B",
+    )
+    # the paper's balancing: the first stage trades one layer for the embedding; the second stage (all its layers,
+    # one micro-batch fewer in flight) is then the most loaded
+    balanced = per_layer * max((layers0 - 1) * p.pp, layers0 * (p.pp - 1))
+    silu = 2.0 * run["seq"] * m.ffn / p.tp  # the SiLU output a fused SwiGLU kernel recomputes instead of saving
+    fused = (per_layer - silu) * max((layers0 - 1) * p.pp, layers0 * (p.pp - 1))
+    rows = []
+    for label, acts in (
+        ("as priced: 8 layers on the first stage, eager SwiGLU", mem.activations),
+        ("the paper's balancing: 7 layers and the embedding on the first stage", balanced),
+        ("and a fused SwiGLU that does not save the SiLU output (not printed)", fused),
+    ):
+        total = need - mem.activations + acts
+        rows.append([label, f"{acts / 1e9:.1f}", f"{total / 1e9:.1f}", f"{capacity / 1e9:.1f}"])
+    r.claim(
+        "Llama 3 405B: with the paper's stage balancing alone it still needs more than an H100 reports",
+        need - mem.activations + balanced,
+        capacity,
+        relation=">=",
+        unit="B",
+    )
+    r.claim(
+        "Llama 3 405B: with a fused SwiGLU as well it fits, as the paper says it ran",
+        need - mem.activations + fused,
+        capacity,
+        relation="<=",
+        unit="B",
+    )
+    r.add("llama3_need_bytes", need, "B", "Llama 3 405B as published, priced: reserved + outside the allocator")
+    r.add("llama3_activation_bytes", mem.activations, "B", "its first stage's activations")
+    r.add("llama3_balanced_need_bytes", need - mem.activations + balanced, "B", "with the paper's stage balancing")
+    r.add("llama3_fused_need_bytes", need - mem.activations + fused, "B", "and a fused SwiGLU")
+    r.add("llama3_microbatches", microbatches, "micro-batches", "per step and pipeline: batch size/DP 16")
+    r.table(
+        "llama3",
+        [
+            "Llama 3 405B, TP 8 / PP 16 / DP 128, 8K tokens, no recomputation",
+            "activations GB",
+            "needs GB",
+            "capacity GB",
+        ],
+        rows,
+        caption="Computed by distlab.planner.memory (first row) and from its per-layer count (the others)",
+    )

@@ -100,10 +100,12 @@ def fits_without_pipeline(
     m: ModelShape, c: Cluster, t: Training, tp: int, cp: int, min_headroom: float = MIN_HEADROOM
 ) -> tuple[bool, float]:
     """Does a pipeline-free plan at this TP and CP fit with ZeRO-1 (DDP when there is nothing to shard over),
-    one sequence per micro-batch and no recomputation, leaving min_headroom of the budget free? Returns (fits,
-    bytes per GPU)."""
+    one sequence per micro-batch, as many micro-batches as the global batch needs (their gradients accumulate, so
+    they are alive at every moment of backward) and no recomputation, leaving min_headroom of the budget free?
+    Returns (fits, bytes per GPU)."""
     dp = c.gpus // (tp * cp)
-    plan = Plan(tp=tp, pp=1, dp=dp, cp=cp, zero=1 if dp * cp > 1 else 0, micro_batch=1, microbatches=1)
+    microbatches = max(1, t.global_batch_tokens // (dp * t.seq))
+    plan = Plan(tp=tp, pp=1, dp=dp, cp=cp, zero=1 if dp * cp > 1 else 0, micro_batch=1, microbatches=microbatches)
     need = memory_per_gpu(m, c, t, plan).device_bytes
     return need <= (1 - min_headroom) * budget_bytes(c, t), need
 
