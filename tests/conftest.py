@@ -57,3 +57,13 @@ def built_site() -> Path:
     )
     assert proc.returncode == 0, f"strict site build failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-8000:]}"
     return out
+
+
+@pytest.fixture(autouse=True)
+def close_drawn_figures():
+    """The drawing tests get a matplotlib figure back to inspect it, as a reader's code would; pyplot keeps every
+    figure until it is closed, and past 20 open in one worker its warning (an error under our filterwarnings)
+    would fail whichever later test happens to draw next."""
+    yield
+    if "matplotlib.pyplot" in sys.modules:
+        sys.modules["matplotlib.pyplot"].close("all")
