@@ -14,10 +14,10 @@ from distlab.core.facts import fact
 from distlab.core.results import Quantity, Result
 from distlab.memory.activations import published_bytes_per_layer
 from distlab.memory.model_states import BYTES_PER_PARAM, STEP_COUNTER_BYTES, add_state_bytes, model_state_bytes
-from distlab.models.gpt import GPT, GPTConfig, param_count, random_batch
+from distlab.models.gpt import GPT, GPTConfig, param_count, random_batch, reference_logits
 from distlab.models.shapes import presets
 
-SMALL = GPTConfig(vocab=512, seq=64, layers=2, hidden=64, heads=4)
+SMALL = GPTConfig()  # the small model the book trains (its defaults): chapters 1, 4 and 5 state its shape
 
 
 def _storage_bytes(tensors, seen: set[int]) -> int:
@@ -96,6 +96,11 @@ def adamw_bytes(device: str) -> Result:
     r.add("model_params", n, "params", "parameters of the small model (closed form)")
     r.add("model_layers", SMALL.layers, "", "layers")
     r.add("model_hidden", SMALL.hidden, "", "hidden width")
+    r.add("model_heads", SMALL.heads, "", "attention heads")
+    r.add("model_ffn", SMALL.ffn_width, "", "MLP width")
+    r.add("model_vocab", SMALL.vocab, "", "vocabulary")
+    r.add("model_seq", SMALL.seq, "", "sequence length")
+    _forward_is_the_reference(r)
     mixed = measure_mixed()
     for precision, counts in (("mixed", mixed), ("fp32", measure_fp32())):
         rows, total = [], 0
@@ -113,13 +118,14 @@ def adamw_bytes(device: str) -> Result:
             formula=f"{tensors} tensors",
         )
         rows.append(["step counters (per tensor)", counts["step counters"], counts["step counters"] / n, "—"])
+        per_param = total / n
         r.claim(
             f"{precision}: total bytes/param (without step counters)",
-            total / n,
+            per_param,
             sum(BYTES_PER_PARAM[precision].values()),
             unit="B/param",
         )
-        r.add(f"{precision}_bytes_per_param", total / n, "B/param", f"{precision}: persistent bytes per parameter")
+        r.add(f"{precision}_bytes_per_param", per_param, "B/param", f"{precision}: persistent bytes per parameter")
         r.add(f"{precision}_step_counter_bytes", counts["step counters"], "B", "step counters")
         r.add(f"{precision}_tensors", tensors, "", "parameter tensors")
         r.table(precision, ["category", "bytes measured", "bytes/param measured", "bytes/param formula"], rows)
@@ -129,6 +135,23 @@ def adamw_bytes(device: str) -> Result:
     _seven_b(r)
     _dominance_figure(r)
     return r
+
+
+def _forward_is_the_reference(r: Result) -> None:
+    """The small model is the transformer the pages say it is: its hand-written forward (which chapter 4's failure
+    rates and chapter 3's saved tensors are measured on) against a float64 re-derivation with torch's own causal
+    attention and functional ops, on the same weights."""
+    torch.manual_seed(0)
+    model = GPT(SMALL).double()
+    idx, _ = random_batch(SMALL, 2)
+    with torch.no_grad():
+        ours, ref = model(idx), reference_logits(model, idx)
+    r.claim(
+        "small model: forward = float64 reference forward (SDPA, functional ops), max |diff| / max |logit|",
+        float((ours - ref).abs().max() / ref.abs().max()),
+        0.0,
+        abs_tol=1e-12,
+    )
 
 
 def _seven_b(r: Result) -> None:

@@ -146,3 +146,29 @@ def random_batch(cfg: GPTConfig, batch: int, *, seed: int = 0, device: str = "cp
     g = torch.Generator().manual_seed(seed)
     data = torch.randint(0, cfg.vocab, (batch, cfg.seq + 1), generator=g)
     return data[:, :-1].to(device), data[:, 1:].to(device)
+
+
+def reference_logits(model: GPT, idx: torch.Tensor) -> torch.Tensor:
+    """The same network by another route, in float64: functional ops and torch's own causal attention
+    (`scaled_dot_product_attention`) read the module's weights, so a slip in GPT's hand-written forward (a residual,
+    the 1/sqrt(d) scale, the mask, the head split, the position embedding) shows up as a difference."""
+    w = {k: v.double() for k, v in model.state_dict().items()}
+    cfg = model.cfg
+    b, n = idx.shape
+    d = cfg.hidden // cfg.heads
+    x = F.embedding(idx, w["tok.weight"]) + w["pos.weight"][:n]
+    for i in range(cfg.layers):
+        p = f"blocks.{i}."
+
+        def ln(name: str, t: torch.Tensor) -> torch.Tensor:
+            return F.layer_norm(t, (cfg.hidden,), w[p + name + ".weight"], w[p + name + ".bias"])
+
+        q, k, v = F.linear(ln("ln1", x), w[p + "attn.qkv.weight"], w[p + "attn.qkv.bias"]).chunk(3, dim=-1)
+        q, k, v = (t.reshape(b, n, cfg.heads, d).permute(0, 2, 1, 3) for t in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True).permute(0, 2, 1, 3).reshape(b, n, cfg.hidden)
+        x = x + F.linear(y, w[p + "attn.proj.weight"], w[p + "attn.proj.bias"])
+        up = F.gelu(F.linear(ln("ln2", x), w[p + "mlp.up.weight"], w[p + "mlp.up.bias"]))
+        x = x + F.linear(up, w[p + "mlp.down.weight"], w[p + "mlp.down.bias"])
+    x = F.layer_norm(x, (cfg.hidden,), w["ln_f.weight"], w["ln_f.bias"])
+    return F.linear(x, w["tok.weight"] if cfg.tie_embeddings else w["head.weight"])
+
