@@ -157,18 +157,17 @@ def reference_logits(model: GPT, idx: torch.Tensor) -> torch.Tensor:
     b, n = idx.shape
     d = cfg.hidden // cfg.heads
     x = F.embedding(idx, w["tok.weight"]) + w["pos.weight"][:n]
+
+    def ln(name: str, t: torch.Tensor) -> torch.Tensor:
+        return F.layer_norm(t, (cfg.hidden,), w[name + ".weight"], w[name + ".bias"])
+
     for i in range(cfg.layers):
         p = f"blocks.{i}."
-
-        def ln(name: str, t: torch.Tensor) -> torch.Tensor:
-            return F.layer_norm(t, (cfg.hidden,), w[p + name + ".weight"], w[p + name + ".bias"])
-
-        q, k, v = F.linear(ln("ln1", x), w[p + "attn.qkv.weight"], w[p + "attn.qkv.bias"]).chunk(3, dim=-1)
+        q, k, v = F.linear(ln(p + "ln1", x), w[p + "attn.qkv.weight"], w[p + "attn.qkv.bias"]).chunk(3, dim=-1)
         q, k, v = (t.reshape(b, n, cfg.heads, d).permute(0, 2, 1, 3) for t in (q, k, v))
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True).permute(0, 2, 1, 3).reshape(b, n, cfg.hidden)
         x = x + F.linear(y, w[p + "attn.proj.weight"], w[p + "attn.proj.bias"])
-        up = F.gelu(F.linear(ln("ln2", x), w[p + "mlp.up.weight"], w[p + "mlp.up.bias"]))
+        up = F.gelu(F.linear(ln(p + "ln2", x), w[p + "mlp.up.weight"], w[p + "mlp.up.bias"]))
         x = x + F.linear(up, w[p + "mlp.down.weight"], w[p + "mlp.down.bias"])
-    x = F.layer_norm(x, (cfg.hidden,), w["ln_f.weight"], w["ln_f.bias"])
+    x = ln("ln_f", x)
     return F.linear(x, w["tok.weight"] if cfg.tie_embeddings else w["head.weight"])
-
