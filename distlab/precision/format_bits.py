@@ -65,17 +65,70 @@ def draw_bits(rows: list[tuple[str, dict[str, int]]]):
     return fig
 
 
+def _misplaced(fig, rows: list[tuple[str, dict[str, int]]]) -> int:
+    """Artists off the places the layouts give them, read back from the figure: a box that is not bit k of its row
+    (x = k, 1 wide, its field in sign-exponent-mantissa order, centred on its row's tick, less than a row apart
+    tall), a total that is not the row's bit count or not right of every box, a box or total outside the axes'
+    limits, limits that are not the rows' bands (half a row's spacing beyond the first and last)."""
+    ax = fig.axes[0]
+    ticks = list(ax.get_yticks())
+    spacing = ticks[1] - ticks[0]
+    (x0, x1), (y0, y1) = sorted(ax.get_xlim()), sorted(ax.get_ylim())
+    boxes: dict[int, list] = {}
+    for patch in ax.patches:
+        kind, i, field = (patch.get_gid() or "::").split(":")
+        if kind == "bit":
+            boxes.setdefault(int(i), []).append(
+                (patch.get_x(), patch.get_y(), patch.get_width(), patch.get_height(), field)
+            )
+    totals = {t.get_gid(): t for t in ax.texts}
+    right = max(x + w for row in boxes.values() for x, _, w, _, _ in row)
+    bad = int((y0, y1) != (ticks[0] - spacing / 2, ticks[-1] + spacing / 2))
+    for i, (_, fields) in enumerate(rows):
+        order = [field for field, n in fields.items() for _ in range(n)]
+        row = sorted(boxes.get(i, []))
+        bad += abs(len(row) - len(order))
+        for k, ((x, y, w, h, field), want) in enumerate(zip(row, order)):
+            bad += (x, w, field) != (k, 1, want) or not math.isclose(y + h / 2, ticks[i]) or not h < spacing
+            bad += not (x0 <= x and x + w <= x1 and y0 <= y and y + h <= y1)
+        total = totals.get(f"total:{i}")
+        bad += total is None or total.get_text() != str(len(order)) or not right < total.get_position()[0] < x1
+    return bad
+
+
+def _collisions(fig) -> int:
+    """What a reader would see tangled, on the rendered figure: a text overlapping another text or a bit box, a text
+    or the axes reaching outside the figure, the legend overlapping the axes."""
+    from matplotlib.text import Text
+
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    ax, legend = fig.axes[0], fig.legends[0]
+    texts = [t for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()]
+    extents = [t.get_window_extent(renderer) for t in texts]
+    boxes = [p.get_window_extent(renderer) for p in ax.patches if (p.get_gid() or "").startswith("bit:")]
+    frame = fig.bbox
+    bad = sum(a.overlaps(b) for i, a in enumerate(extents) for b in extents[i + 1 :])
+    bad += sum(e.overlaps(b) for e in extents for b in boxes)
+    inside = [*extents, ax.get_window_extent(renderer), legend.get_window_extent(renderer)]
+    bad += sum(not (frame.x0 <= e.x0 and e.x1 <= frame.x1 and frame.y0 <= e.y0 and e.y1 <= frame.y1) for e in inside)
+    return bad + int(legend.get_window_extent(renderer).overlaps(ax.get_window_extent(renderer)))
+
+
 @experiment("format-bits", "the training formats' bit layouts, read from torch.finfo and drawn")
 def format_bits(device: str) -> Result:
     r = Result("format-bits")
     rows = [(f.name, fields_from_torch(f)) for f in FORMATS]
     torch_fields = {f.name: fields for f, (_, fields) in zip(FORMATS, rows) if f.dtype is not None}
     tf32 = dict(rows)["tf32"]
+    fp32_sign = torch.empty(0, dtype=torch.float32).element_size() * 8 - sum(
+        torch_fields["fp32"][k] for k in ("exponent", "mantissa")
+    )
     r.claim(
-        "tf32 drawn with fp32's exponent bits and fp16's mantissa bits, both read from torch (NVIDIA's definition)",
-        tf32["exponent"] * 100 + tf32["mantissa"],
-        torch_fields["fp32"]["exponent"] * 100 + torch_fields["fp16"]["mantissa"],
-        formula="100 e + m",
+        "tf32 drawn with fp32's sign and exponent bits, fp16's mantissa bits, from torch (NVIDIA's definition)",
+        tf32["sign"] * 10000 + tf32["exponent"] * 100 + tf32["mantissa"],
+        fp32_sign * 10000 + torch_fields["fp32"]["exponent"] * 100 + torch_fields["fp16"]["mantissa"],
+        formula="10000 s + 100 e + m; s = bits - e - m",
     )
     for f, (_, fields) in zip(FORMATS, rows):
         if f.dtype is None:
@@ -99,6 +152,13 @@ def format_bits(device: str) -> Result:
         0,
         unit="bits",
     )
+    r.claim(
+        "drawing read back: boxes, totals, axes limits off their places",
+        _misplaced(fig, rows),
+        0,
+        formula="box k of row i: x = k, 1 wide, on row i's tick",
+    )
+    r.claim("drawing rendered: texts overlapping a text or a box, or outside the figure", _collisions(fig), 0)
     r.figure(
         "layouts",
         fig,

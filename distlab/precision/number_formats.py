@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -211,6 +212,14 @@ def number_formats(device: str) -> Result:
         caption="Read from torch.finfo (min subnormal: the value whose bits are the integer 1); tf32 from its "
         "layout, as torch has no tf32 type",
     )
+    shown = [(f, row[-1]) for f, row in zip(FORMATS, rows)]
+    shown += [(f, r.quantities[f"{f.name.replace('fp8 ', '')}_binades"].value) for f in FORMATS if f.dtype is not None]
+    r.claim(
+        "range (binades): in (n - 1, n], n = binades the codes fill",
+        sum(not _binades_filled(f) - 1 < binades <= _binades_filled(f) for f, binades in shown),
+        0,
+        formula="n = normal exponent codes (2^e - 2; e4m3: 2^e - 1) + m",
+    )
     tf = fmt("tf32").layout()
     r.add("tf32_eps", tf["eps"], "", "tf32 epsilon (derived)")
     r.add("tf32_max", tf["max"], "", "tf32 max (derived)")
@@ -249,6 +258,12 @@ def number_formats(device: str) -> Result:
     return r
 
 
+def _binades_filled(f: Format) -> int:
+    """Binades holding a format's positive numbers, counted on its codes: one per exponent code of the normals (all
+    but 0 and, in IEEE, the all-ones code of inf/NaN) and one per mantissa bit for the subnormals."""
+    return 2**f.exponent_bits - (2 if f.ieee else 1) + f.mantissa_bits
+
+
 def _tf32_eps() -> float:
     """CUDA: multiply rows of 1 + 2^-k by the identity with tf32 allowed; the finest k that survives."""
     before = torch.backends.cuda.matmul.allow_tf32
@@ -273,7 +288,21 @@ def bf16_vs_fp16(device: str) -> Result:
     r = Result("bf16-vs-fp16")
     divisor = 16  # the loss of one of 16 accumulated micro-batches
     x, y = counting_batch(8, device=device)
-    t = capture(small_model(device=device), x, y, loss_divisor=divisor)
+    r.claim(
+        "targets = inputs + 1 (mod vocab) at all batch × sequence positions",
+        ((y - x) % CFG.vocab == 1).sum().item(),
+        x.shape[0] * GPTConfig().seq,
+    )
+    model = small_model(device=device)
+    t = capture(model, x, y, loss_divisor=divisor)
+    r.claim(
+        f"gradients (returned, in .grad) = torch.autograd.grad of loss / {divisor} and of the full loss",
+        _gradients_off_autograd(model, x, y, t, divisor)
+        + _gradients_off_autograd(model, x, y, capture(model, x, y), 1),
+        0,
+        unit="tensors",
+        formula="F.cross_entropy (mean) / divisor, no hooks; bit-identical",
+    )
     acts, grads, params = (
         concat_flat(t["activations"]),
         concat_flat(t["activation_grads"]),
@@ -305,6 +334,16 @@ def bf16_vs_fp16(device: str) -> Result:
     for name, c in zip(names, cases):
         for d, val in zip(("fp16", "bf16"), c[1:]):
             r.add(f"{d}_{name}", val, "fraction" if name != "act_error" else "", f"{d}: {c[0]}")
+    r.claim(
+        "table = numpy re-derivation (finfo thresholds, float16 and bf16 rounding): max rel. diff",
+        _max_relative_difference(
+            cases, _failures_without_torch_casts(grads, v, params * scale, acts, t["token_losses"])
+        ),
+        0,
+        abs_tol=1e-6,
+        formula="±1e-6: the overflow share is a float32 mean",
+    )
+    r.add("batch", x.shape[0], "", "sequences in the batch")
     r.add("loss_divisor", divisor, "", "loss divided by (gradient accumulation steps)")
     r.add("scale_log2", int(math.log2(scale)), "", "log2 of the loss scale")
     r.add("tokens", t["token_losses"].numel(), "", "tokens in the batch")
@@ -326,7 +365,7 @@ def bf16_vs_fp16(device: str) -> Result:
     r.claim("bf16 does not overflow them", over[1], 0, unit="fraction")
     r.claim(
         "bf16 rounding error / fp16 = 2^3 (3 fewer mantissa bits)",
-        err[1] / err[0],
+        r.quantities["act_error_ratio"].value,
         8,
         rel_tol=0.25,
         formula="RMS error scales with 2^-m; ±25 % for the shape of the distribution within a binade",
@@ -344,3 +383,57 @@ def _running_sum(values: torch.Tensor, dtype: torch.dtype) -> float:
     for v in values.to(dtype).cpu():
         acc = acc + v
     return acc.item()
+
+
+def _gradients_off_autograd(model: GPT, x: torch.Tensor, y: torch.Tensor, captured: dict, divisor: float) -> int:
+    """How many of capture's parameter gradients, returned or left in .grad for an optimizer step, differ from
+    torch.autograd.grad of F.cross_entropy's own mean / divisor (another route: no hooks, no per-token losses)."""
+    params = list(model.parameters())
+    reference = torch.autograd.grad(F.cross_entropy(model(x).flatten(0, 1), y.flatten()) / divisor, params)
+    left = [p.grad for p in params]
+    return sum(not torch.equal(a, b) for got in (captured["param_grads"], left) for a, b in zip(got, reference))
+
+
+def _bf16_round(x: np.ndarray) -> np.ndarray:
+    """fp32 values rounded to bf16 on their bits: keep the top 16, round to nearest, ties to even."""
+    bits = x.astype(np.float32).view(np.uint32)
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000).astype(np.uint32).view(np.float32)
+
+
+def _failures_without_torch_casts(grads, v, scaled, acts, losses) -> list[list[float]]:
+    """bf16-vs-fp16's table (fp16, bf16 per row) by another route than torch's casts: a flush or an overflow from
+    each format's torch.finfo thresholds in float64, rounding with numpy's float16 and bf16's bit rounding above,
+    sums accumulated one value at a time in those roundings against math.fsum."""
+    rounders = (lambda a: a.astype(np.float16).astype(np.float32), _bf16_round)
+    finfos = [torch.finfo(d) for d in DTYPES]
+    rows = []
+    for tensor in (grads, v):
+        mags = np.abs(tensor.double().cpu().numpy())
+        nonzero = max(1, int((mags > 0).sum()))
+        rows.append([int(((mags > 0) & (mags <= fi.smallest_normal * fi.eps / 2)).sum()) / nonzero for fi in finfos])
+    mags = np.abs(scaled.double().cpu().numpy())
+    tops = [fi.max + fi.eps * 2.0 ** math.floor(math.log2(fi.max)) / 2 for fi in finfos]
+    rows.append([float((mags >= top).mean()) for top in tops])
+    a = acts.cpu().numpy()
+    rows.append(
+        [
+            float(np.linalg.norm(rnd(a).astype(np.float64) - a) / np.linalg.norm(a.astype(np.float64)))
+            for rnd in rounders
+        ]
+    )
+    values = losses.cpu().numpy()
+    exact = math.fsum(values.astype(np.float64).tolist())
+    sums = []
+    for rnd in rounders:
+        acc = np.zeros(1, dtype=np.float32)
+        for value in rnd(values):
+            acc = rnd(acc + value)
+        sums.append(abs(float(acc[0]) - exact) / exact)
+    rows.append(sums)
+    return rows
+
+
+def _max_relative_difference(cases: list[tuple], reference: list[list[float]]) -> float:
+    """The largest |table - reference| / |reference| over the number cells (|table| where the reference is 0)."""
+    pairs = [(a, b) for row, ref in zip(cases, reference) for a, b in zip(row[1:], ref)]
+    return max(abs(a - b) / abs(b) if b else abs(a) for a, b in pairs)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from distlab.core.drawing import legibility_problems
-from distlab.precision.format_bits import draw_bits, fields_from_torch
+from distlab.precision.format_bits import _collisions, _misplaced, draw_bits, fields_from_torch
 from distlab.precision.number_formats import FORMATS
 
 # IEEE 754-2008 binary32 / binary16, Google's bfloat16, OCP FP8 (E4M3, E5M2): (exponent, mantissa), typed here.
@@ -45,3 +45,23 @@ def test_the_drawing_reads_on_a_phone_and_in_dark_mode():
     fig = draw_bits([(f.name, fields_from_torch(f)) for f in FORMATS])
     fig.canvas.draw()
     assert legibility_problems(fig) == []
+
+
+def test_the_read_back_checks_catch_a_moved_box_and_a_stray_label():
+    """Would catch claims that cannot fail: a box shifted off its bit, a box too tall for its row, a total moved into
+    the boxes (it overlaps them) or off the figure must each count."""
+    rows = [(f.name, fields_from_torch(f)) for f in FORMATS]
+    fig = draw_bits(rows)
+    assert (_misplaced(fig, rows), _collisions(fig)) == (0, 0)
+    box = next(p for p in fig.axes[0].patches if p.get_gid() == "bit:0:mantissa")
+    box.set_x(box.get_x() + 1)
+    assert _misplaced(fig, rows) >= 1
+    box.set_x(box.get_x() - 1)
+    box.set_height(1.4)
+    assert _misplaced(fig, rows) >= 1
+    box.set_height(0.7)
+    total = next(t for t in fig.axes[0].texts if t.get_gid() == "total:0")
+    total.set_x(10)
+    assert _misplaced(fig, rows) >= 1 and _collisions(fig) >= 1
+    total.set_x(200)
+    assert _collisions(fig) >= 1
