@@ -161,7 +161,13 @@ def errors(x: torch.Tensor, q: torch.Tensor) -> tuple[float, float]:
 
 
 # ---------------------------------------------------------------- tensors like a trained model's
-def outlier_activations(tokens: int, channels: int, *, seed: int, outliers: int = 4, gain: float = 60.0):
+OUTLIER_CHANNELS = 4  # outlier channels in the synthetic activations
+GRAD_SMALLEST = 1e-6  # the smallest per-token scale of the synthetic gradients
+
+
+def outlier_activations(
+    tokens: int, channels: int, *, seed: int, outliers: int = OUTLIER_CHANNELS, gain: float = 60.0
+) -> torch.Tensor:
     """Layer inputs as trained LLMs show them (Dettmers et al. 2022, LLM.int8()): roughly unit-scale values with a
     few channels, the same for every token, tens of times larger. Synthetic and seeded."""
     g = torch.Generator().manual_seed(seed)
@@ -175,15 +181,15 @@ def heavy_tailed_weights(rows: int, cols: int, *, seed: int, std: float = 0.02):
     """Weights with a Student-t (3 degrees of freedom) tail, scaled to `std`: most entries small, a few large."""
     g = torch.Generator().manual_seed(seed)
     chi2 = (torch.randn(3, rows, cols, generator=g) ** 2).sum(0)  # chi-squared, 3 degrees of freedom
-    w = torch.randn(rows, cols, generator=g) / (chi2 / 3).sqrt()  # Student t(3)
-    return w * std / w.std()
+    t = torch.randn(rows, cols, generator=g) / chi2.sqrt()  # Student t(3) / sqrt(3): the next line sets the scale
+    return t * (std / t.std())
 
 
-def spread_gradients(tokens: int, channels: int, *, seed: int, decades: float = 4.0):
-    """Activation gradients whose per-token magnitude spans `decades` powers of ten (tokens with large and tiny
-    loss gradients in one tensor), centred far below 1 as unscaled gradients are."""
+def spread_gradients(tokens: int, channels: int, *, seed: int, decades: float = 4.0, smallest: float = GRAD_SMALLEST):
+    """Activation gradients whose per-token magnitude spans `decades` powers of ten up from `smallest` (tokens with
+    large and tiny loss gradients in one tensor), far below 1 as unscaled gradients are."""
     g = torch.Generator().manual_seed(seed)
-    rows = 10.0 ** (-6 + decades * torch.rand(tokens, 1, generator=g))
+    rows = smallest * 10.0 ** (decades * torch.rand(tokens, 1, generator=g))
     return torch.randn(tokens, channels, generator=g) * rows
 
 
@@ -200,6 +206,117 @@ HAND_TE = [1024.0, 3.25, -0.0703125, 0.0] + [1.0] * 28
 def bits_per_element(element_bits: int, block: int, scale_bits: int) -> float:
     """Storage of a block of `block` elements with one scale, per element."""
     return (block * element_bits + scale_bits) / block
+
+
+# ---------------------------------------------------------------- a second route, for the claims
+# Each format rebuilt from torch and the sources alone: element grids enumerated from every fp8 byte (not torch's
+# cast) or the E2M1 layout, nearest values found by a sorted search (not argmin over distances), block amaxes
+# by a 4-D reduction (not `_blocks`), power-of-two scales by frexp's integer exponent (not log2).
+@dataclass(frozen=True)
+class Spec:
+    grid: torch.Tensor
+    """the element's non-negative values, code i at index i"""
+    element_bits: int
+    rows: int  # 0: the whole tensor
+    cols: int
+    rule: str  # "amax": amax / max; "ocp", "ceil": E8M0; "nvfp4": E4M3 times an fp32 tensor scale
+    scale_bits: int
+
+
+def reference_specs() -> dict[str, Spec]:
+    """FORMATS' seven formats, every number from torch.finfo, the E2M1 layout or distlab/data/block_scaling.toml."""
+    from distlab.core.facts import value
+
+    e4m3 = e4m3_grid()
+    e4m3_bits, e2m1_bits = torch.finfo(E4M3).bits, 1 + int(math.log2(len(E2M1_GRID)))  # sign + magnitude code
+    fp32_bits, e8m0_bits = torch.finfo(torch.float32).bits, torch.finfo(torch.float8_e8m0fnu).bits
+    weight_rows, weight_cols = (int(value(f"block_scaling.te-blockwise.block_{k}")) for k in ("rows", "cols"))
+    tile, mx_block = int(value("block_scaling.te-blockwise.block")), int(value("block_scaling.te-mxfp8.block"))
+    nv_block = int(value("block_scaling.te-nvfp4.block"))
+    return {
+        "per-tensor e4m3": Spec(e4m3, e4m3_bits, 0, 0, "amax", 0),
+        "1x128 e4m3": Spec(e4m3, e4m3_bits, 1, tile, "amax", fp32_bits),
+        "128x128 e4m3": Spec(e4m3, e4m3_bits, weight_rows, weight_cols, "amax", fp32_bits),
+        "MXFP8 (OCP rule)": Spec(e4m3, e4m3_bits, 1, mx_block, "ocp", e8m0_bits),
+        "MXFP8 (TE rule)": Spec(e4m3, e4m3_bits, 1, mx_block, "ceil", e8m0_bits),
+        "MXFP4": Spec(E2M1_GRID, e2m1_bits, 1, mx_block, "ocp", e8m0_bits),  # MX: one block size for all elements
+        "NVFP4": Spec(E2M1_GRID, e2m1_bits, 1, nv_block, "nvfp4", e4m3_bits),
+    }
+
+
+def e4m3_grid() -> torch.Tensor:
+    """e4m3's 127 non-negative finite values: the bytes 0x00..0x7e read as e4m3 (0x7f is NaN)."""
+    return torch.arange(127, dtype=torch.uint8).view(E4M3).double()
+
+
+def spec_bits(spec: Spec) -> float:
+    """Bits per element; a scale for the whole tensor costs ~0."""
+    return (
+        spec.element_bits
+        if spec.rows == 0
+        else bits_per_element(spec.element_bits, spec.rows * spec.cols, spec.scale_bits)
+    )
+
+
+def nearest_on_grid(mag: torch.Tensor, grid: torch.Tensor) -> torch.Tensor:
+    """The grid value nearest to each magnitude (saturating at the top), ties to the even code."""
+    mag = mag.clamp(max=float(grid[-1]))
+    above = torch.searchsorted(grid, mag).clamp(max=len(grid) - 1)
+    below = (above - 1).clamp(min=0)
+    d_below, d_above = mag - grid[below], grid[above] - mag
+    return grid[torch.where((d_below < d_above) | ((d_below == d_above) & (below % 2 == 0)), below, above)]
+
+
+def reference_quantize(x: torch.Tensor, spec: Spec) -> Quantized:
+    """`spec`'s format applied to x by the second route: what FORMATS' quantizer must give, value for value."""
+    r, c = x.shape
+    x = x.double()
+    rows, cols = (r, c) if spec.rows == 0 else (spec.rows, spec.cols)
+    amax = x.abs().reshape(r // rows, rows, c // cols, cols).amax(dim=(1, 3))
+    amax = amax.repeat_interleave(rows, 0).repeat_interleave(cols, 1)
+    top = float(spec.grid[-1])
+    if spec.rule == "amax":
+        scale = torch.where(amax > 0, amax / top, 1.0)
+    elif spec.rule in ("ocp", "ceil"):
+        # OCP: 2^(e(amax) - e(top)), e = frexp's exponent; TE: the least 2^k with amax / 2^k <= top
+        mant, exp = torch.frexp(amax if spec.rule == "ocp" else amax / top)
+        exp = exp - torch.frexp(torch.tensor(top))[1] if spec.rule == "ocp" else exp - (mant == 0.5).int()
+        scale = torch.where(amax > 0, torch.ldexp(torch.ones_like(amax), exp), 1.0)
+    else:  # nvfp4, TE's formulas
+        e4m3 = e4m3_grid()
+        s_global = float(torch.tensor(float(x.abs().max()) / (float(e4m3[-1]) * top), dtype=torch.float32))
+        scale = nearest_on_grid(amax / top / s_global, e4m3) * s_global
+    scaled = torch.where(scale > 0, x / scale, 0.0)
+    values = nearest_on_grid(scaled.abs(), spec.grid) * scaled.sign() * scale
+    clamped = (scale > 0) & (x.abs() > top * scale)
+    overflow = 0 if spec.rule == "amax" else int(clamped.sum())  # amax / max puts the block's max on the top value
+    return Quantized(values, overflow, int(((values == 0) & (x != 0)).sum()))
+
+
+def reference_tensor(seed: int = 0) -> torch.Tensor:
+    """A test tensor for every format's path: rows 10^-3..10, 4 outlier columns x50 (OCP's clamp, underflow), an
+    all-zero block (the zero-amax branches)."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(256, 256, generator=g) * 10.0 ** (4 * torch.rand(256, 1, generator=g) - 3)
+    x[:, :4] *= 50
+    x[0, :128] = 0
+    return x
+
+
+def t3_cdf(t: torch.Tensor) -> torch.Tensor:
+    """Student t(3)'s CDF in closed form: 1/2 + (u / (1 + u^2) + atan u) / pi, u = t / sqrt 3."""
+    u = t / math.sqrt(3)
+    return 0.5 + (u / (1 + u * u) + torch.atan(u)) / math.pi
+
+
+def ks_to_t3(w: torch.Tensor) -> float:
+    """Kolmogorov-Smirnov distance from w, rescaled so its median |w| is t(3)'s, to t(3)'s CDF."""
+    lo, hi = 0.0, 2.0  # median |t| of t(3): F(q) = 3/4, by bisection
+    for _ in range(60):
+        lo, hi = ((lo + hi) / 2, hi) if float(t3_cdf(torch.tensor((lo + hi) / 2))) < 0.75 else (lo, (lo + hi) / 2)
+    s, _ = (w.double().flatten() * (lo / w.double().abs().median())).sort()
+    cdf, i = t3_cdf(s), torch.arange(1, s.numel() + 1, dtype=torch.float64)
+    return float(torch.maximum(i / s.numel() - cdf, cdf - (i - 1) / s.numel()).max())
 
 
 @experiment(
@@ -234,7 +351,8 @@ def block_formats(device: str) -> Result:
     # E8M0: both scale rules give exact powers of two over fp32's whole exponent range
     g = torch.Generator().manual_seed(0)
     amax = torch.exp2(torch.empty(4096, dtype=torch.float64).uniform_(-100, 100, generator=g))
-    for rule, lo, hi in (("ocp", 2.0**E4M3_EMAX, 2.0 ** (E4M3_EMAX + 1)), ("ceil", E4M3_MAX / 2, E4M3_MAX)):
+    ocp_low, ocp_high = 2.0**E4M3_EMAX, 2.0 ** (E4M3_EMAX + 1)  # where the OCP rule puts a block's max
+    for rule, lo, hi in (("ocp", ocp_low, ocp_high), ("ceil", E4M3_MAX / 2, E4M3_MAX)):
         s = e8m0_scale(amax, E4M3_MAX, E4M3_EMAX, rule=rule)
         mant, _ = torch.frexp(s)
         r.claim(f"E8M0 scales ({rule} rule) are powers of two", int((mant != 0.5).sum()), 0, unit="scales")
@@ -247,8 +365,11 @@ def block_formats(device: str) -> Result:
             relation="<=",
         )
     r.add("e8m0_bias", value("block_scaling.te-mxfp8.e8m0_bias"), "", "E8M0 exponent bias (= fp32's)")
-    r.add("ocp_block_max_low", 2.0**E4M3_EMAX, "", "OCP rule: the smallest a block's max lands at after scaling")
-    r.add("ocp_block_max_high", 2.0 ** (E4M3_EMAX + 1), "", "OCP rule: the bound it stays below")
+    top_power = math.floor(math.log2(torch.finfo(E4M3).max))  # e4m3's largest power of two, from torch
+    r.claim("OCP landing range's low end = 2^floor(log2 e4m3 max)", ocp_low, 2.0**top_power)
+    r.claim("... its high end = 2^(that + 1)", ocp_high, 2.0 ** (top_power + 1))
+    r.add("ocp_block_max_low", ocp_low, "", "OCP rule: the smallest a block's max lands at after scaling")
+    r.add("ocp_block_max_high", ocp_high, "", "OCP rule: the bound it stays below")
 
     block = torch.tensor([HAND_BLOCK], dtype=torch.float64)
     ocp, te = mx(block, "e4m3", rule="ocp"), mx(block, "e4m3", rule="ceil")
@@ -272,30 +393,24 @@ def block_formats(device: str) -> Result:
         top = E4M3_MAX if name == "e4m3" else E2M1_MAX
         y = x * (top / x.abs().max())
         normal = y.abs() >= lo
-        rel = ((rnd(y) - y).abs() / y.abs())[normal]
-        r.claim(
-            f"{name}: worst relative rounding error <= half an ulp, 2^-{m + 1}",
-            float(rel.max()),
-            2.0 ** -(m + 1),
-            relation="<=",
-        )
-        r.claim(
-            f"{name}: worst relative rounding error reaches 2^-{m + 2} (the bound is not slack)",
-            float(rel.max()),
-            2.0 ** -(m + 2),
-            relation=">=",
-        )
-        r.add(f"{name.lower()}_half_ulp", 2.0 ** -(m + 1), "", f"{name}: half an ulp relative to the value")
+        worst = float(((rnd(y) - y).abs() / y.abs())[normal].max())
+        half_ulp = 2.0 ** -(m + 1)
+        r.claim(f"{name}: worst relative rounding error <= half an ulp, 2^-{m + 1}", worst, half_ulp, relation="<=")
+        # the bound is not slack: a value half a gap above a binade's start errs by h / (1 + h) of itself
+        r.claim(f"{name}: worst error = h / (1 + h), h that half ulp", worst, half_ulp / (1 + half_ulp), rel_tol=0.01)
+        r.add(f"{name.lower()}_half_ulp", half_ulp, "", f"{name}: half an ulp relative to the value")
 
-    bits = {
-        "1x128 e4m3 (fp32 scale)": (8, 128, 32),
-        "MXFP8 (E8M0 scale)": (8, value("block_scaling.te-mxfp8.block"), 8),
-        "MXFP4 (E8M0 scale)": (4, 32, 8),
-        "NVFP4 (E4M3 scale)": (4, value("block_scaling.te-nvfp4.block"), 8),
+    specs = reference_specs()
+    shown = {
+        "1x128 e4m3 (fp32 scale)": "1x128 e4m3",
+        "MXFP8 (E8M0 scale)": "MXFP8 (OCP rule)",
+        "MXFP4 (E8M0 scale)": "MXFP4",
+        "NVFP4 (E4M3 scale)": "NVFP4",
     }
     rows = []
-    for name, (e, n, s) in bits.items():
-        rows.append([name, e, n, s, bits_per_element(e, n, s)])
+    for label, name in shown.items():
+        sp = specs[name]
+        rows.append([label, sp.element_bits, sp.rows * sp.cols, sp.scale_bits, spec_bits(sp)])
     r.table(
         "bits",
         ["format", "element bits", "block", "scale bits", "bits per element"],
@@ -307,4 +422,48 @@ def block_formats(device: str) -> Result:
     r.add("mxfp8_bits", rows[1][4], "bits", "MXFP8 bits per element")
     r.add("nvfp4_bits", rows[3][4], "bits", "NVFP4 bits per element")
     r.add("mxfp4_bits", rows[2][4], "bits", "MXFP4 bits per element")
+    r.claim(
+        "bits/element of FORMATS = torch.finfo's and the sources'",
+        max(abs(e + s - spec_bits(specs[name])) for name, (_, e, s) in FORMATS.items()),
+        0.0,
+    )
+
+    # Every quantizer against the second route above, on a tensor that takes every branch
+    x = reference_tensor()
+    pairs = [(quantize(x), reference_quantize(x, specs[name])) for name, (quantize, _, _) in FORMATS.items()]
+    r.claim(
+        f"{len(pairs)} formats = a second route (grid search, frexp)",
+        max(float((q.values - ref.values).abs().max()) for q, ref in pairs),
+        0.0,
+    )
+    r.claim(
+        "... their clamp and flush counts too",
+        sum(abs(q.overflow - ref.overflow) + abs(q.underflow - ref.underflow) for q, ref in pairs),
+        0,
+        unit="values",
+    )
+    q = pairs[-1][0].values
+    power_ratio = float((x.double() ** 2).sum() / ((q - x.double()) ** 2).sum())
+    r.claim("SNR = 10 log10 of signal over error power", errors(x, q)[1], 10 * math.log10(power_ratio), rel_tol=1e-12)
+
+    # The synthetic tensors are what their docstrings say
+    std, decades = 0.02, 4.0
+    w = heavy_tailed_weights(512, 512, seed=0, std=std)
+    r.claim(
+        "weights: Kolmogorov distance to t(3) <= 1.63/sqrt(n) (1 % level)",
+        ks_to_t3(w),
+        1.63 / math.sqrt(w.numel()),
+        relation="<=",
+    )
+    r.claim("weights: std = the one asked for", float(w.double().std()), std, rel_tol=1e-6)
+    log_rms = spread_gradients(1024, 1024, seed=0, decades=decades).double().pow(2).mean(1).sqrt().log10()
+    smallest = math.log10(GRAD_SMALLEST)
+    r.claim(
+        f"gradients: token rms spans 10^{smallest:g}..10^{smallest + decades:g} (decades off)",
+        max(abs(float(log_rms.min()) - smallest), abs(float(log_rms.max()) - smallest - decades)),
+        0.0,
+        abs_tol=0.05,
+    )
+    r.add("outlier_channels", OUTLIER_CHANNELS, "", "outlier channels of the synthetic activations")
+    r.add("grad_smallest", GRAD_SMALLEST, "", "smallest per-token scale of the synthetic gradients")
     return r
