@@ -31,6 +31,9 @@ TOKENS, CHANNELS, OUT = 256, 1024, 512
 GEMM_M, GEMM_N = 32, 128  # outputs of the accumulation experiment: 32 tokens x 128 features
 OUTLIER_GAIN = 60.0  # outlier channels this many times the rest (LLM.int8() reports tens of times)
 GRAD_DECADES = 6.0  # per-token gradient scales spread over this many powers of ten
+SEEDS = {"activations": 0, "weights": 1, "gradients": 2}  # one seed per synthetic tensor
+GEMM_SEEDS = (10, 11)  # the accumulation experiment's activations and weights
+E2M1_BITS = 1 + 2 + 1  # sign, exponent, mantissa: the OCP layout, a second route to the format's width
 
 
 SHORT = {
@@ -54,11 +57,58 @@ def per_tensor_e2m1(x: torch.Tensor):
     return _finish(x, scaled, round_e2m1(scaled), scale, E2M1_MAX)
 
 
-def tensors(seed: int = 0) -> dict[str, torch.Tensor]:
+def tensors() -> dict[str, torch.Tensor]:
     return {
-        "activations": outlier_activations(TOKENS, CHANNELS, seed=seed, gain=OUTLIER_GAIN),
-        "weights": heavy_tailed_weights(OUT, CHANNELS, seed=seed + 1),
-        "gradients": spread_gradients(TOKENS, CHANNELS, seed=seed + 2, decades=GRAD_DECADES),
+        "activations": outlier_activations(TOKENS, CHANNELS, seed=SEEDS["activations"], gain=OUTLIER_GAIN),
+        "weights": heavy_tailed_weights(OUT, CHANNELS, seed=SEEDS["weights"]),
+        "gradients": spread_gradients(TOKENS, CHANNELS, seed=SEEDS["gradients"], decades=GRAD_DECADES),
+    }
+
+
+def e2m1_by_exponent(y: torch.Tensor) -> torch.Tensor:
+    """E2M1 rounding by arithmetic, a second route to round_e2m1's search of the value grid: one mantissa bit
+    makes the step 2^(e-1) in the binade [2^e, 2^(e+1)), and 0.5 below 1 (subnormals); ties go to the even
+    multiple of the step (torch.round), which is the code with mantissa bit 0."""
+    mag = y.abs().clamp(max=value("block_scaling.e2m1.e2m1_max"))
+    binade = torch.floor(torch.log2(mag.clamp(min=value("block_scaling.e2m1.e2m1_min_normal"))))
+    step = torch.exp2(binade - 1)
+    return torch.round(mag / step) * step * y.sign()
+
+
+def per_tensor_e2m1_error(x: torch.Tensor) -> float:
+    """Relative error of per-tensor FP4, re-derived: scale amax / 6 from the source's max, e2m1_by_exponent."""
+    x = x.double()
+    scale = float(x.abs().max()) / value("block_scaling.e2m1.e2m1_max")
+    return float((e2m1_by_exponent(x / scale) * scale - x).norm() / x.norm())
+
+
+def mx_ocp_clamped(x: torch.Tensor) -> int:
+    """Values the OCP MXFP8 rule clamps, counted by microxcaling's formula without dividing: a block's shared
+    exponent is floor(log2 amax) - emax(e4m3), and |x| clamps above 448 * 2^shared (frexp: amax = m 2^e,
+    m in [0.5, 1), so floor(log2 amax) = e - 1)."""
+    e4m3_max = float(value("block_scaling.te-mxfp8.e4m3_max"))
+    blocks = x.double().reshape(x.shape[0], -1, int(value("block_scaling.te-mxfp8.block")))
+    amax_exp = torch.frexp(blocks.abs().amax(dim=-1, keepdim=True)).exponent - 1
+    shared = amax_exp - (torch.frexp(torch.tensor(e4m3_max)).exponent - 1)
+    return int((blocks.abs() > e4m3_max * torch.exp2(shared.double())).sum())
+
+
+def bits_per_element_expected() -> dict[str, float]:
+    """Each format's bits per element from torch's dtypes and the sources' block sizes: element bits plus one
+    scale's bits over the elements it covers (per tensor: ~0)."""
+    e4m3, fp32, e8m0 = (torch.finfo(t).bits for t in (torch.float8_e4m3fn, torch.float32, torch.float8_e8m0fnu))
+    mx_block, nv_block = value("block_scaling.te-mxfp8.block"), value("block_scaling.te-nvfp4.block")
+    tile = value("block_scaling.te-blockwise.block")
+    square = value("block_scaling.te-blockwise.block_rows") * value("block_scaling.te-blockwise.block_cols")
+    return {
+        "per-tensor e4m3": e4m3,
+        "1x128 e4m3": e4m3 + fp32 / tile,
+        "128x128 e4m3": e4m3 + fp32 / square,
+        "MXFP8 (OCP rule)": e4m3 + e8m0 / mx_block,
+        "MXFP8 (TE rule)": e4m3 + e8m0 / mx_block,
+        "MXFP4": E2M1_BITS + e8m0 / mx_block,
+        "NVFP4": E2M1_BITS + e4m3 / nv_block,
+        "per-tensor e2m1": E2M1_BITS,
     }
 
 
@@ -72,8 +122,8 @@ def tensors(seed: int = 0) -> dict[str, torch.Tensor]:
 def block_scaling(device: str) -> Result:
     r = Result("block-scaling")
     formats = dict(FORMATS) | {"per-tensor e2m1": (per_tensor_e2m1, 4, 0.0)}
-    rows, got = [], {}
-    for kind, x in tensors().items():
+    rows, got, kinds = [], {}, tensors()
+    for kind, x in kinds.items():
         for name, (quantize, elem_bits, scale_bits) in formats.items():
             q = quantize(x)
             rel, snr = errors(x, q.values)
@@ -93,8 +143,8 @@ def block_scaling(device: str) -> Result:
         "errors",
         ["tensor", "format", "bits/element", "relative error", "SNR (dB)", "overflow (clamped)", "underflow (to 0)"],
         rows,
-        caption=f"Synthetic, seeded tensors of {TOKENS}x{CHANNELS} (weights {OUT}x{CHANNELS}); relative error = "
-        "‖q − x‖/‖x‖ against float64, SNR = −20 log10 of it",
+        caption=f"Synthetic tensors of {TOKENS}x{CHANNELS} (weights {OUT}x{CHANNELS}), seeds "
+        f"{', '.join(map(str, SEEDS.values()))}; relative error = ‖q − x‖/‖x‖ against float64, SNR = −20 log10 of it",
     )
 
     def err(kind, name):
@@ -196,6 +246,29 @@ def block_scaling(device: str) -> Result:
             rel_tol=0.1,
             formula="2^-3/sqrt(12) * sqrt(3/(8 ln 2))",
         )
+    r.claim(
+        "per-tensor FP4 error = a re-derivation by e2m1's binade steps, every tensor (max rel. diff.)",
+        max(abs(per_tensor_e2m1_error(x) / err(kind, "per-tensor e2m1") - 1) for kind, x in kinds.items()),
+        0.0,
+        abs_tol=1e-12,
+    )
+    r.claim(
+        "MXFP8 OCP clamped = a re-count by microxcaling's rule, every tensor",
+        max(abs(got[(kind, "MXFP8 (OCP rule)")][1] - mx_ocp_clamped(x) / x.numel()) for kind, x in kinds.items()),
+        0.0,
+    )
+    bits = bits_per_element_expected()
+    r.claim(
+        "bits/element = element + scale bits / block, from torch dtypes and the sources' blocks",
+        max(abs(row[2] - bits[row[1]]) for row in rows),
+        0.0,
+    )
+    # fp8_recipes.toml's fact, shown in this chapter's delayed-scaling section, against a second source
+    r.claim(
+        "TE's default amax history: its docs = its source code",
+        value("fp8_recipes.TE-DelayedScaling.amax_history_len"),
+        value("fp8_recipes.TE-DelayedScaling-code.amax_history_len"),
+    )
     r.add("grad_decades", GRAD_DECADES, "", "powers of ten spanned by the gradients' per-token scales")
     r.add("outlier_gain", OUTLIER_GAIN, "x", "outlier channels' scale over the rest")
     r.add("tokens", TOKENS, "", "tokens")
@@ -226,6 +299,32 @@ def accumulate(a: torch.Tensor, w: torch.Tensor, bits: int, promote_every: int =
     return round_significand(total + acc, 24) if promote_every else acc
 
 
+def round_bits_veltkamp(x: torch.Tensor, bits: int) -> torch.Tensor:
+    """x to `bits` significant bits, to nearest, by Veltkamp's split (c = x (2^(53 - bits) + 1), x_hi = c - (c - x)):
+    float64 arithmetic does the rounding, a second route to round_significand's frexp."""
+    c = x * (2.0 ** (53 - bits) + 1)
+    return c - (c - x)
+
+
+def promoted_by_chunks(a: torch.Tensor, w: torch.Tensor, bits: int, interval: int) -> torch.Tensor:
+    """The promoted accumulation by a second route: every chunk of `interval` k at once (K padded with zeros, which
+    add nothing), each summed in a `bits`-wide accumulator (Veltkamp rounding), then the chunks added in order into
+    an fp32 tensor (torch's own cast)."""
+    pad = (-a.shape[1]) % interval
+
+    def by_step(t: torch.Tensor) -> torch.Tensor:  # (rows, K) -> (interval, rows, chunks)
+        return torch.nn.functional.pad(t.double(), (0, pad)).reshape(t.shape[0], -1, interval).permute(2, 0, 1)
+
+    a3, w3 = by_step(a), by_step(w)
+    partial = torch.zeros(a.shape[0], w.shape[0], a3.shape[2], dtype=torch.float64)
+    for j in range(interval):
+        partial = round_bits_veltkamp(partial + a3[j][:, None, :] * w3[j][None, :, :], bits)
+    total = torch.zeros(a.shape[0], w.shape[0], dtype=torch.float32)
+    for c in range(partial.shape[2]):
+        total = (total.double() + partial[:, :, c]).float()
+    return total.double()
+
+
 def higham_gamma(n: int, unit_roundoff: float) -> float:
     """Higham's bound for a sum of n terms: |fl(sum) - sum| <= gamma_n * sum |terms|, gamma_n = n u / (1 - n u)."""
     nu = n * unit_roundoff
@@ -242,8 +341,8 @@ def higham_gamma(n: int, unit_roundoff: float) -> float:
 def block_gemm(device: str) -> Result:
     r = Result("block-gemm")
     k_dim = int(value("block_scaling.deepseek-v3.gemm_k"))
-    a = outlier_activations(GEMM_M, k_dim, seed=10)
-    w = heavy_tailed_weights(GEMM_N, k_dim, seed=11)
+    a = outlier_activations(GEMM_M, k_dim, seed=GEMM_SEEDS[0])
+    w = heavy_tailed_weights(GEMM_N, k_dim, seed=GEMM_SEEDS[1])
     qa = FORMATS["1x128 e4m3"][0](a).values
     qw = FORMATS["128x128 e4m3"][0](w).values
     exact = qa @ qw.T  # float64: the quantized inputs' product, the reference for accumulation error
@@ -277,8 +376,8 @@ def block_gemm(device: str) -> Result:
         ["accumulator", "relative error ‖Y − Y₆₄‖/‖Y₆₄‖", "worst error / Σ abs(a·w)"],
         rows,
         caption=f"Y = A Wᵀ with A {GEMM_M}x{k_dim} (outlier channels, 1x128 e4m3) and W {GEMM_N}x{k_dim} "
-        "(128x128 e4m3); accumulation error against the float64 product of the same fp8 inputs, the last row "
-        "against the float64 product of the unquantized inputs",
+        f"(128x128 e4m3), seeds {GEMM_SEEDS[0]} and {GEMM_SEEDS[1]}; accumulation error against the float64 product "
+        "of the same fp8 inputs, the last row against the float64 product of the unquantized inputs",
     )
     bf16, lim, pro, trunc, trunc_pro = list(results)[1:]
     u14 = 2.0**-dsk_bits
@@ -325,6 +424,33 @@ def block_gemm(device: str) -> Result:
     r.claim("fp32 accumulation error below 1e-5", frob["fp32 (torch matmul)"], 1e-5, relation="<=")
     r.claim("bf16 accumulation error above the 14-bit accumulator's", frob[bf16], frob[lim], relation=">=")
     r.claim("promoted 14-bit error below the fp8 quantization error itself", frob[pro], q_err, relation="<=")
+    r.claim(
+        f"promoted every {n_c} = a re-derivation by chunks (Veltkamp rounding, fp32 casts)",
+        float(((results[pro] - promoted_by_chunks(qa, qw, dsk_bits, n_c)).abs() / scale).max()),
+        0.0,
+    )
+    shown_q_err, shown_q_worst = rows[-1][1:]
+    quant = (qa - a.double()) @ qw.T + a.double() @ (qw - w.double()).T  # = exact - true, a second route
+    r.claim(
+        "quantization row = a re-derivation via (qa − a) qwᵀ + a (qw − w)ᵀ (max rel. diff.)",
+        max(
+            abs(float(quant.norm() / (a.double() @ w.double().T).norm()) / shown_q_err - 1),
+            abs(float((quant.abs() / (a.double().abs() @ w.double().abs().T)).max()) / shown_q_worst - 1),
+        ),
+        0.0,
+        abs_tol=1e-12,
+    )
+    fp22_mantissa = int(value("block_scaling.sageattention2.mantissa_bits"))
+    r.claim(
+        f"~{dsk_bits} bits = FP22's {fp22_mantissa} mantissa bits + the implicit one (SageAttention2)",
+        dsk_bits,
+        1 + fp22_mantissa,
+    )
+    r.claim(
+        f"N_C = {n_c} = TE's block along K (its scales apply at promotion)",
+        n_c,
+        value("block_scaling.te-blockwise.block"),
+    )
     r.add("k", k_dim, "", "GEMM inner dimension")
     r.add("lim_error", frob[lim], "", "14-bit accumulator, relative error")
     r.add("promoted_error", frob[pro], "", "14-bit promoted every 128, relative error")
