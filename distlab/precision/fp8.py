@@ -25,7 +25,7 @@ from distlab.precision.number_formats import capture, counting_batch, fmt, small
 from distlab.runtime.threads import single_threaded
 
 E4M3, E5M2 = fmt("fp8 e4m3"), fmt("fp8 e5m2")
-STEPS, HISTORY, LR = 8, 16, 1e-3
+STEPS, HISTORY, LR, BATCH = 8, 16, 1e-3, 8  # the run the page chooses
 
 
 def quantize(x: torch.Tensor, dtype: torch.dtype, scale: float = 1.0, *, saturate: bool = True) -> torch.Tensor:
@@ -49,8 +49,12 @@ class DelayedScaling:
     def __init__(self, dtype: torch.dtype, length: int = HISTORY):
         self.dtype, self.history = dtype, deque(maxlen=length)
 
+    def amax(self) -> float:
+        """The largest amax in the history (the format's max, i.e. scale 1, before the first record)."""
+        return max(self.history) if self.history else torch.finfo(self.dtype).max
+
     def scale(self) -> float:
-        return amax_scale(max(self.history), self.dtype) if self.history else 1.0
+        return amax_scale(self.amax(), self.dtype)
 
     def record(self, x: torch.Tensor) -> None:
         self.history.append(x.abs().max().item())
@@ -62,7 +66,7 @@ def training_tensors(steps: int = STEPS, device: str = "cpu") -> list[dict]:
     opt = torch.optim.AdamW(model.parameters(), lr=LR)
     out = []
     for step in range(steps):
-        x, y = counting_batch(8, seed=step, device=device)
+        x, y = counting_batch(BATCH, seed=step, device=device)
         t = capture(model, x, y)
         out.append({"activations": t["activations"], "gradients": t["activation_grads"]})
         opt.step()
@@ -76,21 +80,23 @@ class Stats:
         self.err2 = self.norm2 = 0.0
         self.flushed = self.saturated = self.nonzero = self.values = 0
 
-    def add(self, x: torch.Tensor, q: torch.Tensor, scale: float, dtype: torch.dtype) -> None:
+    def add(self, x: torch.Tensor, q: torch.Tensor, limit: float) -> None:
+        """x quantized to q with the scale that maps `limit` (an amax) to the format's max."""
         self.err2 += float(((q.double() - x.double()) ** 2).sum())
         self.norm2 += float((x.double() ** 2).sum())
         nonzero = x != 0
         self.nonzero += int(nonzero.sum())
         self.values += x.numel()
         self.flushed += int(((q == 0) & nonzero).sum())
-        self.saturated += int(((x.double() * scale).abs() > torch.finfo(dtype).max).sum())
+        self.saturated += int((x.abs() > limit).sum())
+
+    def cells(self) -> tuple[float, float, float]:
+        """Relative error ‖q − x‖ / ‖x‖, share of the nonzero values flushed, share of all values saturated."""
+        return (self.err2 / self.norm2) ** 0.5, self.flushed / max(1, self.nonzero), self.saturated / self.values
 
     def row(self) -> list:
-        return [
-            (self.err2 / self.norm2) ** 0.5,
-            Quantity(self.flushed / max(1, self.nonzero), "fraction"),
-            Quantity(self.saturated / self.values, "fraction"),
-        ]
+        err, flushed, saturated = self.cells()
+        return [err, Quantity(flushed, "fraction"), Quantity(saturated, "fraction")]
 
 
 def binades(x: torch.Tensor, quantile: float = 0.001) -> float:
@@ -110,37 +116,39 @@ def binades(x: torch.Tensor, quantile: float = 0.001) -> float:
 def fp8_scaling(device: str) -> Result:
     r = Result("fp8-scaling")
     steps = training_tensors(device=device)
+    cur, late = "per-tensor amax (current)", f"delayed (amax history of {HISTORY})"
     stats = {}
     for kind in ("activations", "gradients"):
         for f in (E4M3, E5M2):
             delayed = [DelayedScaling(f.dtype) for _ in steps[0][kind]]
             for step, tensors in enumerate(steps):
                 for i, x in enumerate(tensors[kind]):
-                    scales = {
-                        "none": 1.0,
-                        "per-tensor amax (current)": amax_scale(x.abs().max().item(), f.dtype),
-                        f"delayed (amax history of {HISTORY})": delayed[i].scale(),
-                    }
+                    limits = {"none": torch.finfo(f.dtype).max, cur: x.abs().max().item(), late: delayed[i].amax()}
                     delayed[i].record(x)
                     if step == 0:
                         continue  # the history's first entry: delayed scaling has nothing to go on yet
-                    for scheme, scale in scales.items():
-                        stats.setdefault((kind, f.name, scheme), Stats()).add(
-                            x, quantize(x, f.dtype, scale), scale, f.dtype
-                        )
+                    for scheme, limit in limits.items():
+                        q = quantize(x, f.dtype, amax_scale(limit, f.dtype))
+                        stats.setdefault((kind, f.name, scheme), Stats()).add(x, q, limit)
     r.table(
         "errors",
         ["tensor", "format", "scaling", "relative error", "flushed to zero", "saturated"],
         [[k, fm, sc, *s.row()] for (k, fm, sc), s in stats.items()],
         caption=f"Activations and activation gradients of every linear layer in the blocks, steps 2 to {STEPS} "
-        "of training the small model; relative error = ‖q − x‖ / ‖x‖",
+        f"of training the small model (AdamW, lr {LR:g}, batch {BATCH}); relative error = ‖q − x‖ / ‖x‖",
+    )
+    rederived = {key: cell for f in (E4M3, E5M2) for key, cell in _cells_rederived(steps, f, late).items()}
+    r.claim(
+        "errors table = second route: amax matrix, per-tensor float64 norms (max rel. diff.)",
+        max(_rel_diff(a, b) for key, s in stats.items() for a, b in zip(s.cells(), rederived[key])),
+        0,
+        abs_tol=1e-9,
+        formula="floating-point summation order only",
     )
 
     def get(kind, f, scheme):
-        s = stats[(kind, f.name, scheme)]
-        return (s.err2 / s.norm2) ** 0.5, s.flushed / max(1, s.nonzero), s.saturated / s.values
+        return stats[(kind, f.name, scheme)].cells()
 
-    cur, late = "per-tensor amax (current)", f"delayed (amax history of {HISTORY})"
     g_none, g_cur = get("gradients", E4M3, "none"), get("gradients", E4M3, cur)
     r.claim(
         "gradients in e4m3 without a scale: flushed to zero",
@@ -212,6 +220,38 @@ def fp8_scaling(device: str) -> Result:
     return r
 
 
+def _cells_rederived(steps: list[dict], f, late: str) -> dict:
+    """The errors table's cells for format `f` by a second route: every tensor's amax in one (step x layer)
+    matrix, delayed scaling's limit as a sliding max over its rows, the scaled cast written out, float64 norms
+    per tensor combined with hypot. The casts are torch's; the bookkeeping is independent of Stats."""
+    top = torch.finfo(f.dtype).max
+    out = {}
+    for kind in ("activations", "gradients"):
+        amax = torch.tensor([[x.abs().max().item() for x in t[kind]] for t in steps], dtype=torch.float64)
+        window = torch.stack([amax[max(0, s - HISTORY) : s].amax(0) for s in range(1, len(steps))])
+        xs = [x for t in steps[1:] for x in t[kind]]
+        norm = math.hypot(*(torch.linalg.vector_norm(x, dtype=torch.float64).item() for x in xs))
+        nonzero, values = sum(int(x.count_nonzero()) for x in xs), sum(x.numel() for x in xs)
+        for scheme, limits in (
+            ("none", torch.full_like(window, top)),
+            ("per-tensor amax (current)", amax[1:]),
+            (late, window),
+        ):
+            errs, flushed, saturated = [], 0, 0
+            for x, limit in zip(xs, limits.flatten().tolist()):
+                scale = top / limit
+                q8 = (x * scale).clamp(-top, top).to(f.dtype).float()
+                errs.append(torch.linalg.vector_norm(q8 / scale - x, dtype=torch.float64).item())
+                flushed += int(((q8 == 0) & (x != 0)).sum())
+                saturated += int((x.abs() > limit).sum())
+            out[(kind, f.name, scheme)] = (math.hypot(*errs) / norm, flushed / nonzero, saturated / values)
+    return out
+
+
+def _rel_diff(a: float, b: float) -> float:
+    return abs(a - b) / abs(b) if b else abs(a)
+
+
 def _range(f) -> float:
     lay = f.layout()
     return math.log2(lay["max"] / lay["min_subnormal"])
@@ -223,7 +263,8 @@ STALE = 16  # how much amax has grown since the history recorded it
 def _saturation(r: Result, grads: list[torch.Tensor]) -> None:
     """A stale scale STALE times too large (amax grew since the history): saturate vs let it overflow."""
     x = torch.cat([g.flatten() for g in grads])
-    scale = STALE * amax_scale(x.abs().max().item(), E5M2.dtype)
+    amax = x.abs().max().item()
+    scale = STALE * amax_scale(amax, E5M2.dtype)
     sat = quantize(x, E5M2.dtype, scale, saturate=True)
     raw = quantize(x, E5M2.dtype, scale, saturate=False)
     top = E5M2.layout()["max"]
@@ -236,13 +277,22 @@ def _saturation(r: Result, grads: list[torch.Tensor]) -> None:
         int(over.sum()),
         formula=f"|x · scale| ≥ {halfway:g}",
     )
-    r.add("stale_factor", STALE, "", "amax growth since the history")
-    r.add(
-        "stale_out_of_range",
-        ((x.double() * scale).abs() > top).float().mean().item(),
-        "fraction",
-        "values beyond max with the stale scale",
+    out_of_range = ((x.double() * scale).abs() > top).double().mean().item()
+    error_saturated = ((sat.double() - x.double()).norm() / x.double().norm()).item()
+    # Second route, float64 throughout: clamp x itself to amax / STALE (what the stale scale maps to max).
+    limit = amax / STALE
+    clamped = x.double().clamp(-limit, limit)
+    ref = (clamped * (top / limit)).to(E5M2.dtype).double() * (limit / top)
+    r.claim("stale scale: share beyond max = share of |x| > amax / STALE", out_of_range, (clamped != x).double().mean())
+    r.claim(
+        "stale scale: saturating cast's error = float64 clamp-then-cast",
+        error_saturated,
+        torch.dist(ref, x.double()) / torch.linalg.vector_norm(x.double()),
+        rel_tol=1e-9,
+        formula="float64 norms; the float32 product x · scale could only flip a tie",
     )
+    r.add("stale_factor", STALE, "", "amax growth since the history")
+    r.add("stale_out_of_range", out_of_range, "fraction", "values beyond max with the stale scale")
     r.add("stale_inf", int(torch.isinf(raw).sum()), "", "inf values without saturation")
-    r.add("stale_error_saturated", ((sat - x).norm() / x.norm()).item(), "", "relative error, saturating")
+    r.add("stale_error_saturated", error_saturated, "", "relative error, saturating")
     r.add("stale_norm_raw", float(raw.norm()), "", "norm of the overflowed tensor (inf poisons every sum)")

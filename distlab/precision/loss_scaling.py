@@ -17,7 +17,7 @@ from torch.nn import functional as F
 
 from distlab.core.experiments import experiment
 from distlab.core.results import Quantity, Result
-from distlab.precision.number_formats import capture, concat_flat, counting_batch, flushed, fmt, small_model
+from distlab.precision.number_formats import CFG, capture, concat_flat, counting_batch, flushed, fmt, small_model
 from distlab.runtime.threads import single_threaded
 
 
@@ -63,24 +63,44 @@ def torch_scale_trace(found_infs: list[bool], init: float, growth_interval: int)
     return out
 
 
-def underflow(divisor: float, scale: float, *, batch: int = 8, device: str = "cpu", ref: dict | None = None) -> dict:
+DIVISORS = (1, 16, 256)  # the loss divided as gradient accumulation over that many micro-batches does
+STATIC = (1.0, 2.0**12, 2.0**24)  # static loss scales: none, moderate, too large
+UNDERFLOW_BATCH = 8
+INIT_SCALE, INTERVAL, STEPS, TRAIN_BATCH, LR = 2.0**32, 8, 32, 2, 1e-3  # the dynamic scaler's training run
+
+
+def scale_label(s: float, prefix: str = "2^") -> str:
+    """A static scale's label: none for 1, else prefix + its log2 (the static scales are powers of two)."""
+    k = int(math.log2(s))
+    return f"{prefix}{k}" if k else "none"
+
+
+def underflow(
+    divisor: float, scale: float, *, batch: int = UNDERFLOW_BATCH, device: str = "cpu", ref: dict | None = None
+) -> dict:
     """Gradients of the fp16 model with the loss divided by `divisor` and multiplied by `scale`, against
     the fp32 model (`ref`, the same capture in fp32, when given): the share of nonzero gradient values
-    flushed to zero, and the non-finite count."""
+    flushed to zero, and the non-finite count of both."""
     x, y = counting_batch(batch, device=device)
     ref = ref or capture(small_model(device=device), x, y, loss_divisor=divisor)
     half = capture(small_model(dtype=torch.float16, device=device), x, y, loss_divisor=divisor, loss_scale=scale)
-    out = {}
+    out, grads = {"reference": ref}, []
     for kind in ("activation_grads", "param_grads"):
         a, q = concat_flat(ref[kind]), concat_flat(half[kind])
         out[kind] = flushed(a, torch.where(torch.isfinite(q), q, 1.0))
-        out[kind + "_nonfinite"] = int((~torch.isfinite(q)).sum())
-    out["reference"] = ref
+        grads.append(q)
+    out["nonfinite"] = int((~torch.isfinite(torch.cat(grads))).sum())
     return out
 
 
 def train(
-    steps: int, scaler: DynamicLossScaler, *, divisor: float = 16, batch: int = 2, lr: float = 1e-3, device: str = "cpu"
+    steps: int,
+    scaler: DynamicLossScaler,
+    *,
+    divisor: float = 16,
+    batch: int = TRAIN_BATCH,
+    lr: float = LR,
+    device: str = "cpu",
 ) -> list[dict]:
     """fp16 forward and backward, fp32 master weights and AdamW (the recipe of Micikevicius et al.).
     A step whose scaled gradients hold inf/NaN is skipped: no update, the scale backs off."""
@@ -114,11 +134,6 @@ def train(
     return trace
 
 
-DIVISORS = (1, 16, 256)
-STATIC = (1.0, 2.0**12, 2.0**24)
-INIT_SCALE, INTERVAL, STEPS = 2.0**32, 8, 32
-
-
 @experiment(
     "loss-scaling",
     "fp16 gradients of a real model: underflow without scaling, with a static scale, and "
@@ -136,10 +151,10 @@ def loss_scaling(device: str) -> Result:
             rows.append(
                 [
                     d,
-                    "none" if s == 1 else f"2^{int(math.log2(s))}",
+                    scale_label(s),
                     Quantity(u["activation_grads"], "fraction"),
                     Quantity(u["param_grads"], "fraction"),
-                    u["activation_grads_nonfinite"] + u["param_grads_nonfinite"],
+                    u["nonfinite"],
                 ]
             )
     r.table(
@@ -153,7 +168,7 @@ def loss_scaling(device: str) -> Result:
         ],
         rows,
         caption="Share of the nonzero fp32 gradient values that are zero in the fp16 model's backward "
-        "(activation gradients: the output gradients of every linear layer in the blocks)",
+        f"(batch {UNDERFLOW_BATCH}; activation gradients: the output gradients of every linear layer in the blocks)",
     )
     mid = 16
     none, static = (measured[(mid, s)] for s in STATIC[:2])
@@ -176,14 +191,14 @@ def loss_scaling(device: str) -> Result:
     )
     r.claim(
         f"loss / 1, S = 2^{big_log2}: the scaled gradients overflow",
-        measured[(1, STATIC[2])]["param_grads_nonfinite"],
+        measured[(1, STATIC[2])]["nonfinite"],
         1,
         relation=">=",
         formula="at least one inf/NaN",
     )
     for d in DIVISORS:
         for s in STATIC:
-            tag = "none" if s == 1 else f"s{int(math.log2(s))}"
+            tag = scale_label(s, "s")
             r.add(
                 f"act_flushed_d{d}_{tag}",
                 measured[(d, s)]["activation_grads"],
@@ -200,10 +215,9 @@ def loss_scaling(device: str) -> Result:
     r.add("big_divisor", DIVISORS[-1], "", "the largest loss divisor")
     r.add("mid_scale_log2", mid_log2, "", "log2 of the moderate static scale")
     r.add("big_scale_log2", big_log2, "", "log2 of the large static scale")
-    big = measured[(1, STATIC[2])]
     r.add(
         "big_nonfinite_d1",
-        big["activation_grads_nonfinite"] + big["param_grads_nonfinite"],
+        measured[(1, STATIC[2])]["nonfinite"],
         "",
         f"loss / 1, S = 2^{big_log2}: non-finite gradient values (activations and parameters)",
     )
@@ -225,6 +239,13 @@ def loss_scaling(device: str) -> Result:
     )
     r.claim("optimizer steps = clean steps", opt_steps, len(applied))
     r.claim("the scaler backed off at least once", len(skipped), 1, relation=">=")
+    r.claim(
+        "step 0's loss ≈ ln(vocabulary), as at any near-uniform init",
+        trace[0]["loss"],
+        math.log(CFG.vocab),
+        rel_tol=0.01,
+        formula="logits near 0 at init; within 1 %",
+    )
     ours = [t["next_scale"] for t in trace]
     theirs = torch_scale_trace([t["found_inf"] for t in trace], INIT_SCALE, INTERVAL)
     r.claim(
@@ -251,22 +272,35 @@ def loss_scaling(device: str) -> Result:
     r.add("final_flushed", final["activation_grads"], "fraction", "activation gradients flushed at that scale")
     r.add("first_loss", trace[0]["loss"], "", "loss at step 0")
     r.add("last_loss", trace[-1]["loss"], "", "loss at the last step")
-    _figure(r, concat_flat(measured[(mid, 1.0)]["reference"]["activation_grads"]), settled, trace, mid)
+    grads = concat_flat(measured[(mid, 1.0)]["reference"]["activation_grads"]).double()
+    grads = grads[grads != 0].abs()
+    logs = torch.log2(grads)
+    shifted = logs + math.log2(settled)
+    r.claim(
+        "figure: log2 |g| shifted by log2 S = log2 |g · S| (largest difference)",
+        (shifted - torch.log2(grads * settled)).abs().max(),
+        0,
+        abs_tol=1e-12,
+        formula="S a power of two: g · S is exact; float64 log2 rounding only",
+    )
+    _figure(r, logs, shifted, settled, trace, mid)
     return r
 
 
-def _figure(r: Result, grads: torch.Tensor, scale: float, trace: list[dict], divisor: int) -> None:
+def _figure(
+    r: Result, logs: torch.Tensor, shifted: torch.Tensor, scale: float, trace: list[dict], divisor: int
+) -> None:
+    """Left: histograms of log2 |gradient| before and after the scale; right: the scaler's history."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fp16 = fmt("fp16").layout()
-    logs = torch.log2(grads[grads != 0].abs()).cpu().numpy()
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.8))
     bins = list(range(-50, 18))
-    ax1.hist(logs, bins=bins, alpha=0.6, label="fp32 activation gradients")
-    ax1.hist(logs + math.log2(scale), bins=bins, alpha=0.6, label=f"× S = 2^{math.log2(scale):g}")
+    ax1.hist(logs.cpu().numpy(), bins=bins, alpha=0.6, label="fp32 activation gradients")
+    ax1.hist(shifted.cpu().numpy(), bins=bins, alpha=0.6, label=f"× S = 2^{math.log2(scale):g}")
     for value, label, style in (
         (fp16["min_subnormal"], "fp16 min subnormal", "--"),
         (fp16["min_normal"], "fp16 min normal", ":"),
@@ -290,5 +324,5 @@ def _figure(r: Result, grads: torch.Tensor, scale: float, trace: list[dict], div
         fig,
         "Left: where fp16 loses gradients (left of the dashed line) and where the loss scale "
         "moves them. Right: the dynamic scaler backs off on overflow and grows after "
-        f"{INTERVAL} clean steps",
+        f"{INTERVAL} clean steps (batch {TRAIN_BATCH}, AdamW lr {LR:g})",
     )

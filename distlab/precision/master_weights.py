@@ -12,6 +12,7 @@ and real AdamW training with the update applied to bf16 weights directly vs thro
 from __future__ import annotations
 
 import torch
+from torch import nn
 from torch.nn import functional as F
 
 from distlab.core.experiments import experiment
@@ -80,18 +81,53 @@ def train(master: bool, *, steps: int = TRAIN_STEPS, lr: float = LR, device: str
             with torch.no_grad():
                 for m, p in zip(masters, params):
                     p.copy_(m)
+    changed = {name: p != s for (name, p), s in zip(model.named_parameters(), start)}
     moved = {}
-    for (name, p), s in zip(model.named_parameters(), start):
+    for name, p in model.named_parameters():
         group = _group(name, p)
         count, total = moved.get(group, (0, 0))
-        moved[group] = (count + int((p != s).sum()), total + p.numel())
-    return {"losses": losses, "moved": {g: c / n for g, (c, n) in moved.items()}}
+        moved[group] = (count + int(changed[name].sum()), total + p.numel())
+    return {"losses": losses, "moved": {g: c / n for g, (c, n) in moved.items()}, "changed": changed, "model": model}
+
+
+MATRICES, GAINS, BIASES = "matrices and embeddings (N(0, 0.02))", "LayerNorm gains (1.0)", "biases (0)"
 
 
 def _group(name: str, p: torch.Tensor) -> str:
     if p.dim() >= 2:
-        return "matrices and embeddings (N(0, 0.02))"
-    return "LayerNorm gains (1.0)" if ("ln" in name and name.endswith("weight")) else "biases (0)"
+        return MATRICES
+    return GAINS if ("ln" in name and name.endswith("weight")) else BIASES
+
+
+def groups_by_module(model: nn.Module) -> dict[str, list[str]]:
+    """The same three groups from each parameter's module type instead of its shape and name (a second route,
+    for the claims): a bias, a LayerNorm's weight, a Linear's or Embedding's weight (a tied one once)."""
+    out: dict[str, list[str]] = {}
+    seen = set()
+    for prefix, mod in model.named_modules():
+        for leaf, p in mod.named_parameters(recurse=False):
+            if id(p) in seen:
+                continue
+            seen.add(id(p))
+            if leaf == "bias":
+                group = BIASES
+            elif isinstance(mod, nn.LayerNorm):
+                group = GAINS
+            elif isinstance(mod, (nn.Linear, nn.Embedding)):
+                group = MATRICES
+            else:
+                raise ValueError(f"no group for {prefix}.{leaf} in {type(mod).__name__}")
+            out.setdefault(group, []).append(f"{prefix}.{leaf}" if prefix else leaf)
+    return out
+
+
+def stuck_closed_form(w: torch.Tensor, delta: float) -> torch.Tensor:
+    """bf16 weights an update of delta never moves, from the gap written out: above w in [2^e, 2^(e+1)) the
+    next bf16 value is 2^(e-7) away, and above a negative power of two -2^e (towards 0) 2^(e-8)."""
+    w = w.double()
+    e = torch.floor(torch.log2(w.abs()))
+    gap = torch.where((w < 0) & (w.abs() == torch.exp2(e)), torch.exp2(e - 8), torch.exp2(e - 7))
+    return (w != 0) & (delta < gap / 2)
 
 
 @experiment(
@@ -101,7 +137,8 @@ def _group(name: str, p: torch.Tensor) -> str:
 def master_weights(device: str) -> Result:
     r = Result("master-weights")
     model = small_model(device=device)
-    rows, all_moved, all_pred, master_err = [], 0, 0, 0.0
+    rows, all_moved, all_pred, master_err, closed_form_diff = [], 0, 0, 0.0, 0.0
+    params, by_module = dict(model.named_parameters()), groups_by_module(model)
     groups: dict[str, list[torch.Tensor]] = {}
     for name, p in model.named_parameters():
         groups.setdefault(_group(name, p), []).append(p.detach().flatten())
@@ -113,9 +150,15 @@ def master_weights(device: str) -> Result:
         err_direct = (out["direct"].double() - out["exact"]).abs().mean().item()
         err_master = (out["master"].double() - out["exact"]).abs().max().item()
         master_err = max(master_err, err_master)
-        rows.append([group, n, Quantity(stuck / n, "fraction"), Quantity(pred / n, "fraction"), err_direct, err_master])
+        stuck_share, pred_share = stuck / n, pred / n
+        rows.append(
+            [group, n, Quantity(stuck_share, "fraction"), Quantity(pred_share, "fraction"), err_direct, err_master]
+        )
+        w0 = torch.cat([params[k].flatten() for k in by_module.get(group, [])]).bfloat16()
+        closed = stuck_closed_form(w0, DELTA).double().mean().item() if w0.numel() else -1.0
+        closed_form_diff = max(closed_form_diff, abs(stuck_share - closed), abs(pred_share - closed))
         if group.startswith("matrices"):
-            r.add("matrix_stuck", stuck / n, "fraction", "matrix entries that never moved in bf16")
+            r.add("matrix_stuck", stuck_share, "fraction", "matrix entries that never moved in bf16")
         if group.startswith("LayerNorm"):
             r.claim(
                 f"bf16 LayerNorm gains after {STEPS} updates of {DELTA:g}: still exactly 1 (largest change)",
@@ -141,6 +184,20 @@ def master_weights(device: str) -> Result:
         "bf16 weights that never moved = those whose update is below half the gap to the next bf16 value",
         all_moved,
         all_pred,
+    )
+    r.claim("never moved, per group = closed-form gap rule (largest difference)", closed_form_diff, 0)
+    r.claim(
+        "elements per group = count by module type (groups that differ)",
+        sum(row[1] != sum(params[k].numel() for k in by_module.get(row[0], [])) for row in rows),
+        0,
+    )
+    r.claim(
+        "bf16 mean error ≤ the updates' sum (a rounding loses at most one update)",
+        max(row[4] for row in rows),
+        STEPS * DELTA,
+        relation="<=",
+        abs_tol=1e-12,
+        formula="float64 rounding of w0 + the sum",
     )
     bound = STEPS * 2.0**-24 * 1.1  # STEPS roundings of at most half an fp32 ulp of values below 1.1
     r.claim(
@@ -171,7 +228,17 @@ def master_weights(device: str) -> Result:
             [g, Quantity(runs[False]["moved"][g], "fraction"), Quantity(runs[True]["moved"][g], "fraction")]
             for g in groups_out
         ],
-        caption=f"{TRAIN_STEPS} AdamW steps at lr {LR:g} on the counting task ({device})",
+        caption=f"{TRAIN_STEPS} AdamW steps at lr {LR:g}, batch {BATCH}, on the counting task ({device})",
+    )
+    recount = {
+        (m, g): torch.cat([runs[m]["changed"][k].flatten() for k in names]).double().mean().item()
+        for m in (False, True)
+        for g, names in groups_by_module(runs[m]["model"]).items()
+    }
+    r.claim(
+        "training table = recount by module type (largest difference)",
+        max(abs(runs[m]["moved"].get(g, -1.0) - share) for (m, g), share in recount.items()),
+        0,
     )
     ln = "LayerNorm gains (1.0)"
     r.claim(
