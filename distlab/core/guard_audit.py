@@ -139,10 +139,37 @@ def _number(node: ast.AST) -> bool:
     return isinstance(node, ast.Constant) and type(node.value) in (int, float)
 
 
+# Keyword arguments that only style a drawing (its size, fonts, line widths, legend spacing, layout margins): a
+# change moves pixels of a figure, whose data the page's claims read back, never a number the page states.
+STYLE_KEYWORDS = frozenset(
+    (
+        "figsize",
+        "fontsize",
+        "lw",
+        "linewidth",
+        "markersize",
+        "ms",
+        "alpha",
+        "dpi",
+        "pad",
+        "rect",
+        "handlelength",
+        "columnspacing",
+        "labelspacing",
+        "borderpad",
+        "width_ratios",
+        "height_ratios",
+    )
+)
+
+
 def _skipped_constant(node: ast.Constant, parents: dict) -> bool:
-    """Constants that are not quantities: indices and slices, annotations, text formatting, call positions."""
+    """Constants that are not quantities: indices and slices, annotations, text formatting, call positions, and a
+    drawing's styling (STYLE_KEYWORDS)."""
     child, p = node, parents.get(node)
     while p is not None:
+        if isinstance(p, ast.keyword) and p.arg in STYLE_KEYWORDS:
+            return True
         if isinstance(p, ast.Subscript) and child is p.slice:
             return True
         if isinstance(p, (ast.JoinedStr, ast.arg)) or (isinstance(p, ast.AnnAssign) and child is p.annotation):

@@ -166,7 +166,7 @@ GRAD_SMALLEST = 1e-6  # the smallest per-token scale of the synthetic gradients
 
 
 def outlier_activations(
-    tokens: int, channels: int, *, seed: int, outliers: int = OUTLIER_CHANNELS, gain: float = 60.0
+    tokens: int, channels: int, *, seed: int, outliers: int = OUTLIER_CHANNELS, gain: float
 ) -> torch.Tensor:
     """Layer inputs as trained LLMs show them (Dettmers et al. 2022, LLM.int8()): roughly unit-scale values with a
     few channels, the same for every token, tens of times larger. Synthetic and seeded."""

@@ -59,6 +59,21 @@ def test_every_operator_the_issue_names_is_generated(tmp_path):
     assert not any("constant 3" in c for c in changes)
 
 
+def test_a_drawings_styling_is_not_a_number_but_its_data_is(tmp_path):
+    """Would catch the audit counting a figure's size or font (pixels, not a number the page states) as an escape,
+    or skipping a number a plot draws because it sits in a plotting call."""
+    path = tmp_path / "drawing.py"
+    path.write_text(
+        "def draw(plt, xs):\n"
+        "    fig, ax = plt.subplots(figsize=(6.4, 3.4))\n"
+        "    ax.plot(xs, [3 * x for x in xs], lw=1.5)\n"
+        "    ax.set_title('t', fontsize=9)\n"
+        "    fig.tight_layout(rect=(0, 0.1, 1, 0.93))\n"
+    )
+    changes = {m.change for m in ga.code_mutants(path)}
+    assert changes == {"constant 3 -> 6 (x2)", "constant 3 dropped (`* 3`)", "`*` -> `/`"}
+
+
 @pytest.mark.parametrize(
     ("change", "x", "want_f", "want_g"),
     [
