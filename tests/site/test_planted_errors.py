@@ -207,7 +207,7 @@ PLANTS = [
         "E4M3_EMAX = 8  #",
         "E4M3_EMAX = 7  #",
         "04-mixed-precision.md",
-        ("ocp rule: amax / scale", "hand-worked block, OCP rule"),
+        ("ocp rule: amax / scale", "hand-worked block, OCP rule", "OCP landing range's low end"),
     ),
     Plant(
         "the B200's exponentials per clock and SM typed 61 instead of 16 (FlashAttention-4's wall disappears)",
