@@ -98,8 +98,10 @@ def _both_nan(a, b) -> bool:
 
 
 class Page:
-    def __init__(self, path: str, shown: Shown | None = None):
+    def __init__(self, path: str, shown: Shown | None = None, homes: dict[str, str] | None = None):
         self.path = path
+        self.homes = homes or {}
+        """experiment -> the first page (docs order) that names it: its claims are listed there, run everywhere."""
         self.results: dict[str, Result] = {}
         self.stored: dict[str, list[tuple[Result, bool]]] = {}
         self.footnotes: dict[str, str] = {}
@@ -332,6 +334,14 @@ class Page:
         )
         for exp, own in groups:
             r = self.results[exp]
+            home = self.homes.get(exp, self.path)
+            if home != self.path:  # checked in this build too; listed once, on the page that teaches it
+                link = "../" * self.path.count("/") + home
+                out.append(
+                    f"    - ✅ `{exp}`: {len(own)} claim{'s' if len(own) != 1 else ''}, all passed in this page's "
+                    f"build; listed on [{home.removesuffix('.md')}]({link})"
+                )
+                continue
             out.append(f'    ??? success "`{exp}`: {len(own)} claim{"s" if len(own) != 1 else ""}"')
             out.append(f"        {self._where(r.provenance, r.kind)}; code: {self._source_link(exp)}\n")
             out += ["        " + line for line in _claim_lines(own)]
@@ -670,14 +680,18 @@ def build_pages() -> None:
     docs = Path(mkdocs_gen_files.config["docs_dir"])
     modules: set[str] = set()
     shown = Shown()  # one value per quantity across the pages of this build
+    texts = {md.relative_to(docs).as_posix(): md.read_text(encoding="utf-8") for md in sorted(docs.rglob("*.md"))}
+    homes: dict[str, str] = {}  # every page counts, built or not, so a claim is listed on the same page always
+    for path, text in texts.items():
+        for name in experiments_named(text):
+            homes.setdefault(name, path)
     with experiments.one_scan():
-        for md in sorted(docs.rglob("*.md")):
-            text = md.read_text(encoding="utf-8")
+        for path, text in texts.items():
             if not PLACEHOLDER.search(text):
                 continue  # plain prose: mkdocs serves it as it is
             names = experiments_named(text)
             modules |= {m for m in (experiments.spec(n).module for n in names if _known(n)) if m.startswith("distlab.")}
-            with Page(md.relative_to(docs).as_posix(), shown) as page:
+            with Page(path, shown, homes) as page:
                 for name in names:
                     page.run(name)
     write_source_pages(modules)

@@ -7,15 +7,19 @@ moments m and v: 2 + 2 + 4 + 4 + 4 = 16 bytes per parameter. Plain fp32 AdamW: 4
 
 from __future__ import annotations
 
+import itertools
+import math
+
 import torch
 
 from distlab.core.experiments import experiment
-from distlab.core.facts import fact
+from distlab.core.facts import fact, value
 from distlab.core.results import Quantity, Result
 from distlab.memory.activations import published_bytes_per_layer
 from distlab.memory.model_states import BYTES_PER_PARAM, STEP_COUNTER_BYTES, add_state_bytes, model_state_bytes
 from distlab.models.gpt import GPT, GPTConfig, param_count, random_batch, reference_logits
-from distlab.models.shapes import presets
+from distlab.models.published import claim_presets, llama2_context
+from distlab.models.shapes import presets, published_params
 
 SMALL = GPTConfig()  # the small model the book trains (its defaults): chapters 1, 4 and 5 state its shape
 
@@ -118,6 +122,13 @@ def adamw_bytes(device: str) -> Result:
             formula=f"{tensors} tensors",
         )
         rows.append(["step counters (per tensor)", counts["step counters"], counts["step counters"] / n, "—"])
+        r.claim(
+            f"{precision} table: step counters' bytes/param x parameters = 4 B x tensors",
+            rows[-1][2] * n,
+            STEP_COUNTER_BYTES * tensors,
+            rel_tol=1e-12,
+            unit="B",
+        )
         per_param = total / n
         r.claim(
             f"{precision}: total bytes/param (without step counters)",
@@ -132,8 +143,10 @@ def adamw_bytes(device: str) -> Result:
     transient = mixed["transient fp32 gradients"] / n
     r.claim("mixed: transient fp32 gradient copies bytes/param", transient, 4, unit="B/param")
     r.add("transient_bytes_per_param", transient, "B/param", "transient fp32 gradients during the step")
-    _seven_b(r)
-    _dominance_figure(r)
+    measured = {cat: mixed[cat] / n for cat in BYTES_PER_PARAM["mixed"]}  # bytes per parameter, real step
+    claim_presets(r)
+    _seven_b(r, measured)
+    _dominance_figure(r, measured)
     return r
 
 
@@ -154,8 +167,9 @@ def _forward_is_the_reference(r: Result) -> None:
     )
 
 
-def _seven_b(r: Result) -> None:
-    """The 7B estimate, each row with its formula, against one 80 GB GPU."""
+def _seven_b(r: Result, measured: dict[str, float]) -> None:
+    """The 7B estimate, each row with its formula, against one 80 GB GPU. `measured`: bytes per parameter by
+    category from the real step above, the claims' reference beside the checkpoint's published count."""
     model = presets()["7B"]
     n = model.params()
     hbm = fact("gpus.H100-SXM.hbm_gb").value * 1e9
@@ -190,6 +204,7 @@ def _seven_b(r: Result) -> None:
     r.add("7b_kv_bytes_per_seq", per_token * model.seq, "B", f"KV cache of one {model.seq}-token sequence, bf16")
     fit = int((hbm - states["weights (bf16)"]) // (per_token * model.seq))
     r.add("7b_kv_seqs_fit", fit, "sequences", "full-length sequences whose KV cache fits beside the weights, one GPU")
+    _seven_b_by_hand(r, measured, rows, fit)
     r.claim(
         "7B's KV cache per token = 4 L h bytes (Llama 2 7B has as many key/value heads as heads)",
         per_token,
@@ -206,14 +221,91 @@ def _seven_b(r: Result) -> None:
     )
 
 
-def _dominance_figure(r: Result, seq: int = 4096, batch: int = 1) -> None:
+def _seven_b_by_hand(r: Result, measured: dict[str, float], rows: list, fit: int) -> None:
+    """Each shown 7B and 13B number again, from the bytes per parameter the real step measured, the released
+    checkpoints' counts and the datasheet's HBM (itself checked against the capacity nvidia-smi reports)."""
+    q = {k: v.value for k, v in r.quantities.items()}
+    seven, thirteen = published_params("7B"), published_params("13B")
+    per_param = sum(measured.values())
+    hbm_gb = fact("gpus.H100-SXM.hbm_gb").value
+    reported = value("planner.capacity-H100-SXM.reported_mib") * 2**20
+    r.claim(
+        "H100 SXM: nvidia-smi's reported capacity is within 5 % below the datasheet's 80 GB read as GiB",
+        reported / (hbm_gb * 2**30),
+        0.975,
+        abs_tol=0.025,
+        formula="5 stacks of 16 GiB, a little kept by the driver (planner.toml, capacity-H100-SXM)",
+    )
+    hbm = hbm_gb * 10**9
+    total = per_param * seven
+    for cat, _, shown in rows[:-1]:
+        r.claim(
+            f"7B table: {cat} = measured B/param x count", shown.value, measured[cat] * seven, rel_tol=1e-12, unit="B"
+        )
+    r.claim(
+        "7B table: total = measured 16 B/param x the checkpoint's count",
+        rows[-1][2].value,
+        total,
+        rel_tol=1e-12,
+        unit="B",
+    )
+    r.claim(
+        "7B in billions x 10^9 = the checkpoint's count",
+        q["7b_params_billions"] * 10**9,
+        seven,
+        rel_tol=1e-12,
+        unit="params",
+    )
+    r.claim("7B total model states = measured B/param x count", q["7b_total_bytes"], total, rel_tol=1e-12, unit="B")
+    r.claim(
+        "13B model states = measured B/param x count",
+        q["13b_total_bytes"],
+        per_param * thirteen,
+        rel_tol=1e-12,
+        unit="B",
+    )
+    r.claim("13B parameters shown = the checkpoint's count", q["13b_params"], thirteen, unit="params")
+    optimizer = sum(v for k, v in measured.items() if k.startswith(("master", "Adam")))
+    r.claim(
+        "7B optimizer bytes = measured master + m + v per param x count",
+        q["7b_optimizer_bytes"],
+        optimizer * seven,
+        unit="B",
+    )
+    r.claim(
+        "optimizer share = measured (master + m + v) / all model states", q["optimizer_share"], optimizer / per_param
+    )
+    r.claim("7B states / one GPU's HBM", q["7b_total_over_hbm"], total / hbm, rel_tol=1e-12)
+    gpus = math.ceil(total / hbm)
+    r.claim("GPUs to hold 7B's states = ceil(states / HBM)", q["7b_min_gpus_states"], gpus)
+    r.claim("7B states per GPU over that many", q["7b_states_per_gpu_min"], total / gpus, rel_tol=1e-12, unit="B")
+    r.claim("HBM left per GPU beside them", q["7b_left_per_gpu_min"], hbm - total / gpus, rel_tol=1e-12, unit="B")
+    m = presets()["7B"]  # its layers and width are checked by its parameter count
+    r.claim(
+        "7B KV cache of one sequence = 2 (K, V) x 2 B x L x h x Table 1's 4k context",
+        q["7b_kv_bytes_per_seq"],
+        2 * 2 * m.layers * m.hidden * llama2_context(),
+        unit="B",
+    )
+    r.claim(
+        "the KV caches of all the sequences said to fit do fit beside the weights",
+        fit * q["7b_kv_bytes_per_seq"] + measured["weights (bf16)"] * seven,
+        hbm,
+        relation="<=",
+        unit="B",
+    )
+
+
+def _dominance_figure(r: Result, measured: dict[str, float], seq: int = 4096, batch: int = 1) -> None:
+    """Each preset's training memory on one GPU by category; every bar read back from the drawing and claimed
+    against the real step's bytes per parameter, the checkpoints' counts and the paper's activation components."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     names, shares = [], []
-    cats = ["weights", "gradients", "optimizer (master + m + v)", "activations (s=4096, b=1, no recompute)"]
+    cats = ["weights", "gradients", "optimizer (master + m + v)", f"activations (s={seq}, b={batch}, no recompute)"]
     for name, m in presets().items():
         n = m.params()
         act = m.layers * published_bytes_per_layer(seq, batch, m.hidden, m.heads)
@@ -229,6 +321,7 @@ def _dominance_figure(r: Result, seq: int = 4096, batch: int = 1) -> None:
     ax.set_ylabel("share of training memory")
     ax.legend(fontsize=7, loc="lower right")
     ax.set_ylim(0, 1)
+    _claim_drawn_shares(r, ax, measured, seq, batch)
     r.figure(
         "share",
         fig,
@@ -236,3 +329,31 @@ def _dominance_figure(r: Result, seq: int = 4096, batch: int = 1) -> None:
         "activations from the published per-layer formula)",
     )
     r.data["shares"] = dict(zip([n.split("\n")[0] for n in names], shares))
+
+
+def _claim_drawn_shares(r: Result, ax, measured: dict[str, float], seq: int, batch: int) -> None:
+    """The bars as drawn (heights, stacking, labels, axis) against a second route: bytes per parameter from the
+    real step, counts from the checkpoints (GPT-3: its shape, checked against Table 2.1), and Korthikanti et al.'s
+    per-component activation bytes (Section 4.1: attention 11sbh + 5as^2b, MLP 19sbh, two LayerNorms 4sbh)."""
+    weights, grads = measured["weights (bf16)"], measured["gradients (bf16)"]
+    optimizer = sum(v for k, v in measured.items() if k.startswith(("master", "Adam")))
+    ax.figure.canvas.draw()
+    labels = [t.get_text() for t in ax.get_xticklabels()]
+    low, high = ax.get_ylim()
+    r.claim("share figure: the axis spans all of memory, 0 to 1", max(abs(low), abs(high - 1)), 0.0)
+    for j, (name, m) in enumerate(presets().items()):
+        n = published_params(name) or m.params()
+        s, b, h, a = seq, batch, m.hidden, m.heads
+        act = m.layers * ((11 * s * b * h + 5 * a * s * s * b) + 19 * s * b * h + 4 * s * b * h)
+        parts = [weights * n, grads * n, optimizer * n, act]
+        tops = list(itertools.accumulate(p / sum(parts) for p in parts))
+        bars = [container.patches[j] for container in ax.containers]
+        drawn = [(bar.get_y(), bar.get_y() + bar.get_height()) for bar in bars]
+        r.claim(
+            f"share figure, {name}: every bar's base and top (largest difference)",
+            max(abs(lo - e_lo) + abs(hi - e_hi) for (lo, hi), e_lo, e_hi in zip(drawn, [0.0, *tops[:-1]], tops)),
+            0.0,
+            abs_tol=1e-12,
+        )
+        billions = float(labels[j].split("(")[1].rstrip("B)"))
+        r.claim(f"share figure, {name}: the label's billions", billions, round(n / 1e9, 1), abs_tol=1e-9)

@@ -299,10 +299,12 @@ def _where(stack_path: str) -> tuple[str, bool] | None:
     frames = _FRAME.findall(block)  # innermost first
     if not frames:
         return None
-    in_dist = any("distributed" in f for f, _, _ in frames[:4] if f.startswith(_TORCH_DIR))
-    stdlib = os.path.dirname(os.__file__)
+    # real paths: a virtual environment reached through a symlink prints torch's frames under the link's path
+    in_dist = any("distributed" in f for f, _, _ in frames[:4] if os.path.realpath(f).startswith(_TORCH_DIR))
+    stdlib = os.path.realpath(os.path.dirname(os.__file__))
     for f, line, func in frames:
-        if not f.startswith(_TORCH_DIR) and not f.startswith(stdlib) and "distlab/runtime/launcher.py" not in f:
+        real = os.path.realpath(f)
+        if not real.startswith((_TORCH_DIR, stdlib)) and "distlab/runtime/launcher.py" not in f:
             return f"{os.path.basename(f)}:{line} in {func}", in_dist
     f, line, func = frames[0]
     return f"{os.path.basename(f)}:{line} in {func}", in_dist
