@@ -140,6 +140,22 @@ def test_claims_box_lists_every_claim():
     assert "Checked on this page: 1 claims" in out and "sixteen" in out and out.rstrip().endswith("end")
 
 
+def test_an_experiment_shown_on_several_pages_lists_its_claims_on_its_first_page_only():
+    """Would catch chapter 1's 60 adamw-bytes claims listed again on chapter 4 (whose whole page must stay under
+    9,000 words), or a page that stops counting the claims its build ran."""
+    home, other = Result("shared"), Result("own")
+    home.claim("bytes per parameter", 16, 16)
+    home.claim("share", 0.75, 0.75)
+    other.claim("own claim", 1, 1)
+    page = Page("practice/04-chapter.md", homes={"shared": "01-first.md", "own": "practice/04-chapter.md"})
+    for r in (home, other):
+        page.results[r.name], page.stored[r.name] = r, []
+    out = page.render("text\n{{ claims }}\n")
+    assert '??? success "Checked on this page: 3 claims' in out
+    assert "- ✅ `shared`: 2 claims, all passed in this page's build; listed on [01-first](../01-first.md)" in out
+    assert "bytes per parameter" not in out and '??? success "`own`: 1 claim"' in out and "own claim" in out
+
+
 def test_claims_box_is_collapsed_grouped_by_experiment_and_folds_datasheet_relations_once():
     """Issue 30 item 2: would catch an open claims box, claims of two experiments in one flat list, or the same
     gpus.toml relation listed once per experiment that repeats it (chapter 7 showed 285 claims, many of them the
