@@ -15,9 +15,10 @@ from torch import nn
 from torch.nn import functional as F
 
 from distlab.core.experiments import experiment
-from distlab.core.facts import value
+from distlab.core.facts import entries, source, value
 from distlab.core.results import Quantity, Result
 from distlab.memory.kv_cache import BYTES_PER_ELEMENT, CacheShape, kv_cache_bytes, sequences_that_fit
+from distlab.models.shapes import NOT_SHAPE, ModelShape, published_params
 from distlab.runtime.threads import single_threaded
 
 
@@ -203,6 +204,51 @@ def kv_cache(device: str) -> Result:
     return r
 
 
+# The sentence of Meta's release repository (meta-llama/llama3, README, "Inference") that prints Llama 3's sequence
+# length, quoted in the data file's source `llama3-repo`: the typed `seq` fields are claimed against its number.
+SEQ_QUOTE = r"All models support sequence length up to ([0-9]+) tokens"
+
+
+def counted_on_meta(shape: ModelShape, seq: int, dtype: torch.dtype = torch.bfloat16) -> int:
+    """Bytes of K and V the cached decoder above holds after one sequence of `seq` tokens (`seq` - 1 prefilled, the
+    last decoded), built at a real model's widths on the meta device: every tensor has its shape and dtype, none its
+    memory, so a 70B model's cache is counted without allocating it: the sum of the cached tensors' nbytes (meta
+    tensors have no storage to deduplicate, so cache_bytes() does not apply)."""
+    with torch.device("meta"):
+        layers = [CachedGQA(shape.hidden, shape.heads, shape.kv, shape.head_dim) for _ in range(shape.layers)]
+        model = CachedDecoder(layers, shape.hidden, shape.vocab).to(dtype)
+        tokens = torch.zeros(1, seq, dtype=torch.long)
+    with torch.no_grad():
+        _, caches = decode(model, tokens, seq - 1)
+    return sum(t.nbytes for cache in caches for t in cache.values())
+
+
+def _llama3_inputs_checked(r: Result) -> ModelShape:
+    """Llama 3 70B's typed fields against references that do not read them: the released checkpoint's parameter
+    count (layers, hidden, heads, kv_heads, ffn and vocab all enter the count; heads through the k/v projections'
+    width g·h/a) and the number the release repository's sentence prints (seq)."""
+    import re
+
+    row = entries("llama3_models")["Llama-3-70B"]  # this model alone: a typo in another stays that model's failure
+    shape = ModelShape(**{k: v for k, v in row.items() if k not in NOT_SHAPE})
+    r.claim(
+        "Llama 3 70B shape (layers, hidden, heads, KV heads, FFN, vocab): derived parameter count = the released "
+        "checkpoint's safetensors count",
+        shape.params(),
+        published_params("Llama-3-70B"),
+        unit="params",
+    )
+    quoted = int(re.search(SEQ_QUOTE, source("llama3_models", "llama3-repo").detail).group(1))
+    for name in ("Llama-3-8B", "Llama-3-70B"):
+        r.claim(
+            f"{name.replace('-', ' ')} seq = the sequence length the release README's sentence prints",
+            value(f"llama3_models.{name}.seq"),
+            quoted,
+            unit="tokens",
+        )
+    return shape
+
+
 def _real_models(r: Result) -> None:
     """Per-token caches of published shapes, and the rollout batch a node fits beside Llama 3 70B's weights."""
     ll70 = CacheShape(
@@ -242,6 +288,13 @@ def _real_models(r: Result) -> None:
     per_seq = kv_cache_bytes(ll70, seq=seq, batch=1, bytes_per_element=bf16)
     r.claim("sequences that fit x cache per sequence <= free HBM", fit * per_seq, free, relation="<=", unit="B")
     r.claim("one more sequence would not fit", (fit + 1) * per_seq, free, relation=">=", unit="B")
+    checked = _llama3_inputs_checked(r)
+    r.claim(
+        "Llama 3 70B cache per rollout = K and V counted on a cached decoder of its checked shape (meta device)",
+        per_seq,
+        counted_on_meta(checked, seq),
+        unit="B",
+    )
     r.add("node_gpus", gpus, "GPUs", "GPUs of the rollout node")
     r.add("node_weights", weights, "B", "Llama 3 70B bf16 weights")
     r.add("node_free", free, "B", "HBM left for the cache")
