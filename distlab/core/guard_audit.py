@@ -798,6 +798,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cap", type=float, default=10.0, help="seconds: experiments slower than this are not re-run")
     ap.add_argument("--limit", type=int, default=0, help="stop after this many perturbations (development)")
     ap.add_argument("--budget", type=float, default=0, help="seconds: start no perturbation after this (CI); 0: none")
+    ap.add_argument("--list", action="store_true", help="print how many perturbations each file gets, run none")
     args = ap.parse_args(argv)
     jobs = max(1, min(args.jobs, MAX_JOBS))
     started = time.monotonic()
@@ -897,6 +898,13 @@ def main(argv: list[str] | None = None) -> int:
         js_todo = js_todo[: args.limit]
     total = len(todo) + len(js_todo)
     _progress(f"{total} perturbations to run ({len(skipped)} excluded by {CONFIG.name})")
+    if args.list:  # a plan to split a long audit by file: the baseline ran, no perturbation does
+        per_file: dict[str, int] = {}
+        for m in [m for m, _ in todo] + [m for m, _, _ in js_todo]:
+            per_file[m.file] = per_file.get(m.file, 0) + 1
+        for f, n in sorted(per_file.items(), key=lambda kv: -kv[1]):
+            print(f"{n:6d}  {f}")
+        return 0
 
     # 3. each perturbation alone
     outcomes: list[Outcome] = []
