@@ -55,6 +55,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -899,10 +900,7 @@ def main(argv: list[str] | None = None) -> int:
     total = len(todo) + len(js_todo)
     _progress(f"{total} perturbations to run ({len(skipped)} excluded by {CONFIG.name})")
     if args.list:  # a plan to split a long audit by file: the baseline ran, no perturbation does
-        per_file: dict[str, int] = {}
-        for m in [m for m, _ in todo] + [m for m, _, _ in js_todo]:
-            per_file[m.file] = per_file.get(m.file, 0) + 1
-        for f, n in sorted(per_file.items(), key=lambda kv: -kv[1]):
+        for f, n in Counter(m.file for m, *_ in [*todo, *js_todo]).most_common():
             print(f"{n:6d}  {f}")
         return 0
 
