@@ -900,7 +900,7 @@ def main(argv: list[str] | None = None) -> int:
     total = len(todo) + len(js_todo)
     _progress(f"{total} perturbations to run ({len(skipped)} excluded by {CONFIG.name})")
     if args.list:  # a plan to split a long audit by file: the baseline ran, no perturbation does
-        for f, n in Counter(m.file for m, *_ in [*todo, *js_todo]).most_common():
+        for f, n in Counter([m.file for m, _ in todo] + [m.file for m, _, _ in js_todo]).most_common():
             print(f"{n:6d}  {f}")
         return 0
 
