@@ -156,6 +156,10 @@ class MemoryBreakdown:
     """FSDP2: one layer's unsharded gradient, alive until its reduce-scatter."""
     activations_freed: float = 0.0
     """Of the activations, what the micro-batch's own backward has freed by its end."""
+    head_input: float = 0.0
+    """The output projection's saved input on the last stage (torchtitan under TP: all-gathered, whole)."""
+    pipeline_buffers: float = 0.0
+    """torch.distributed.pipelining's per-micro-batch stage outputs and receive buffers, alive through the step."""
 
     @property
     def model_states(self) -> float:
@@ -163,13 +167,21 @@ class MemoryBreakdown:
 
     @property
     def _held(self) -> float:
-        return self.weights + self.optimizer + self.autocast_cache + self.root_gather
+        return self.weights + self.optimizer + self.autocast_cache + self.root_gather + self.pipeline_buffers
 
     @property
     def backward_start(self) -> float:
         """The loss's backward: every activation, the logits and their gradients, the gradients that persist."""
         gathered = self.gather_buffers if self.gather_at_loss is None else self.gather_at_loss
-        return self._held + gathered + self.gradients_in_forward + self.activations + self.logits + self.logits_backward
+        return (
+            self._held
+            + gathered
+            + self.gradients_in_forward
+            + self.activations
+            + self.head_input
+            + self.logits
+            + self.logits_backward
+        )
 
     @property
     def backward_layer(self) -> float:
@@ -194,13 +206,14 @@ class MemoryBreakdown:
         """Bytes alive in each phase (the allocator's view)."""
         held = self._held + self.gather_buffers
         return {
-            "forward": held + self.gradients_in_forward + self.activations + self.logits,
+            "forward": held + self.gradients_in_forward + self.activations + self.head_input + self.logits,
             "backward": max(self.backward_start, self.backward_layer, self.backward_end),
             "optimizer_step": self.weights
             + self.optimizer
             + self.gradients
             + self.grad_buckets
-            + self.step_temporaries,
+            + self.step_temporaries
+            + self.pipeline_buffers,
         }
 
     def by_phase(self) -> dict[str, dict[str, float]]:
@@ -211,8 +224,14 @@ class MemoryBreakdown:
             "gather buffers": self.gather_buffers,
             "root gathered": self.root_gather,
             "autocast weight cache": self.autocast_cache,
+            "pipeline buffers": self.pipeline_buffers,
         }
-        fwd = wo | {"gradients": self.gradients_in_forward, "activations": self.activations, "logits": self.logits}
+        fwd = wo | {
+            "gradients": self.gradients_in_forward,
+            "activations": self.activations,
+            "head input": self.head_input,
+            "logits": self.logits,
+        }
         at_loss = self.gather_buffers if self.gather_at_loss is None else self.gather_at_loss
         moments = {
             self.backward_start: wo
@@ -220,6 +239,7 @@ class MemoryBreakdown:
                 "gather buffers": at_loss,
                 "gradients": self.gradients_in_forward,
                 "activations": self.activations,
+                "head input": self.head_input,
                 "logits and their gradients": self.logits + self.logits_backward,
             },
             self.backward_layer: wo
@@ -244,6 +264,7 @@ class MemoryBreakdown:
             "gradients": self.gradients,
             "gradient buckets": self.grad_buckets,
             "step temporaries": self.step_temporaries,
+            "pipeline buffers": self.pipeline_buffers,
         }
         out = {}
         for name, cats in zip(PHASES, (fwd, bwd, step)):
@@ -292,6 +313,8 @@ class MemoryBreakdown:
             "autocast weight cache": self.autocast_cache,
             "gradient buckets": self.grad_buckets,
             "step temporaries": self.step_temporaries,
+            "head input": self.head_input,
+            "pipeline buffers": self.pipeline_buffers,
             "communication buffers": self.comm_buffers,
             "cuda context": self.context,
             "fragmentation": self.fragmentation,
@@ -328,14 +351,22 @@ LOSS_OF_STACK = {
     "deepspeed": "eager",
 }
 """The loss each stack computes: Megatron's vocab-parallel cross-entropy (fused: fp32 softmax kept, gradient written
-in place) or PyTorch's cross_entropy on upcast logits (eager)."""
+in place) or PyTorch's cross_entropy on upcast logits (eager). torchtitan under TP computes it in DTensor's
+loss_parallel (parallel: its log-softmax and fused backward written op by op, four fp32 copies at the backward)."""
+
+
+def stack_loss(framework: str, loss: str = "stack", tp: int = 1) -> str:
+    """The loss a run computes: the one `loss` names, or its stack's (torchtitan turns loss_parallel on with TP)."""
+    if loss != "stack":
+        return loss
+    return "parallel" if framework == "torchtitan" and tp > 1 else LOSS_OF_STACK[framework]
 
 
 @functools.cache
-def loss_bytes_per_logit(framework: str, loss: str = "stack") -> tuple[float, float]:
+def loss_bytes_per_logit(framework: str, loss: str = "stack", tp: int = 1) -> tuple[float, float]:
     """(alive after forward, added by the loss's backward) bytes per logit element: the stack's own loss, or the
     one `loss` names (distlab.planner.config.LOSSES)."""
-    row = entries("memory_buffers")[f"loss-{LOSS_OF_STACK[framework] if loss == 'stack' else loss}"]
+    row = entries("memory_buffers")[f"loss-{stack_loss(framework, loss, tp)}"]
     return float(row["forward_bytes_per_logit"]), float(row["backward_bytes_per_logit"]) - float(
         row["forward_bytes_per_logit"]
     )
@@ -580,6 +611,39 @@ def in_flight(p: Plan, stage: int) -> float:
     return min(p.pp - stage, p.microbatches)
 
 
+def boundary_bytes(m: ModelShape, t: Training, p: Plan) -> float:
+    """One micro-batch's activation between two blocks on one GPU (bf16; sequence-sharded under TP with sequence
+    parallelism): what a pipeline stage sends and receives."""
+    tokens = p.micro_batch * (t.seq // p.cp)
+    return 2.0 * tokens * m.hidden / (p.tp if t.sequence_parallel and p.tp > 1 else 1)
+
+
+def head_input_bytes(m: ModelShape, t: Training, p: Plan) -> float:
+    """torchtitan: the output projection's input, saved for its weight gradient; under TP its ColwiseParallel plan
+    all-gathers the sequence-parallel norm's output first, so the whole micro-batch's (not 1/tp); and what the eager
+    final norm saves (its fp32 upcast and bf16 output, on its own tokens). Other stacks: 0 (not yet counted; Megatron's
+    output layer saves its input sharded)."""
+    if t.framework != "torchtitan":
+        return 0.0
+    tokens = p.micro_batch * (t.seq // p.cp)
+    norm_tokens = tokens / (p.tp if t.sequence_parallel and p.tp > 1 else 1)
+    gathered = _fact("torchtitan-output-gather", "gathered_input_bytes") * tokens * m.hidden
+    return gathered + _fact("torchtitan-output-gather", "final_norm_saved_bytes") * norm_tokens * m.hidden
+
+
+def pipeline_buffer_bytes(m: ModelShape, t: Training, p: Plan, stage: int, logit_bytes: float) -> float:
+    """torch.distributed.pipelining (torchtitan's pipeline) keeps, per micro-batch of the step, every stage's output
+    (output_chunks, until the next step; on the last stage the logits, `logit_bytes` each) and preallocates a
+    gradient receive buffer (all stages but the last) and an activation receive buffer (all but the first)."""
+    if t.framework != "torchtitan" or p.pp == 1:
+        return 0.0
+    per = _fact("pipelining-stage-buffers", "buffers_per_microbatch")
+    boundary = boundary_bytes(m, t, p)
+    first, last = stage == 0, stage == p.pp - 1
+    buffers = (logit_bytes if last else boundary) + (0.0 if last else boundary) + (0.0 if first else boundary)
+    return per * p.microbatches * buffers
+
+
 # ---------------------------------------------------------------- the phases
 def memory_per_gpu(m: ModelShape, c: Cluster, t: Training, p: Plan) -> MemoryBreakdown:
     """Bytes per GPU by category and phase on the most loaded stage (the largest allocator peak), and host bytes."""
@@ -590,7 +654,7 @@ def memory_per_gpu(m: ModelShape, c: Cluster, t: Training, p: Plan) -> MemoryBre
     )
     if t.peft == "qlora":  # the NF4 base is dequantized to bf16 one matrix at a time: the largest one
         working = max(working, 2 * m.hidden * m.ffn / p.tp)
-    fwd_logit, bwd_logit = loss_bytes_per_logit(t.framework, t.loss)
+    fwd_logit, bwd_logit = loss_bytes_per_logit(t.framework, t.loss, p.tp)
     logit_elements = t.seq // p.cp * p.micro_batch * m.vocab / p.tp
     gather = zero3_gather_bytes(m, t, p)
     root, kept_at_loss, layer_grads = fsdp2_buffers(m, t, p)
@@ -628,7 +692,11 @@ def memory_per_gpu(m: ModelShape, c: Cluster, t: Training, p: Plan) -> MemoryBre
         )
         if t.framework == "deepspeed" and p.zero == 3:  # the gradient bucket of reduce_bucket_size elements
             buckets += 2 * min(_fact("deepspeed-zero3", "reduce_bucket_size"), local_params(m, p))
+        head = head_input_bytes(m, t, p) if last else 0.0
+        chunks = pipeline_buffer_bytes(m, t, p, s, 2.0 * logit_elements)
         mb = MemoryBreakdown(
+            head_input=head,
+            pipeline_buffers=chunks,
             weights=weights,
             gradients=grads,
             optimizer=opt,

@@ -97,14 +97,16 @@ def predict(row: dict):
     m, c, t = shape(row), _cluster(row), training(row)
     recompute, _ = RECOMPUTE[row["recompute"]]
     pp, local = row["pp"], row["local_batch"]
+    # torchtitan's pipeline splits the local batch into pipeline_parallel_microbatches, by default the PP degree
+    microbatches = 1 if pp == 1 else int(value("memory_corpus.torchtitan-pp-defaults.microbatches_per_stage")) * pp
     plan = Plan(
         dp=row["fsdp"],
         tp=row["tp"],
         pp=pp,
         cp=row["cp"],
         zero=3 if row.get("framework", "torchtitan") == "torchtitan" else 0,  # torchtitan shards over FSDP x CP
-        micro_batch=local if pp == 1 else 1,  # torchtitan's pipeline micro-batch is one sequence by default
-        microbatches=1 if pp == 1 else local,
+        micro_batch=local // microbatches,
+        microbatches=microbatches,
         recompute=recompute,
         schedule="1f1b",
     )
