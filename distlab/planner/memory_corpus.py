@@ -131,6 +131,42 @@ def errors() -> dict[str, float]:
     return out
 
 
+def _claim_stack_buffers(r: Result) -> None:
+    """The buffers torchtitan's code allocates that the corpus's TP and PP rows exposed, each against a byte count
+    worked by hand from the row's printed layout (Llama 3 70B: hidden 8192, vocab 128256; 405B: hidden 16384)."""
+    rs = rows()
+    t4, _ = predict(rs["tt2412-t4-2d"])  # 16 sequences of 8192 per GPU, TP 8, loss_parallel
+    local_logits = 16 * 8192 * 128256 / 8
+    r.claim(
+        "torchtitan TP: loss_parallel's backward holds four fp32 copies of the local logits (saved log-probabilities, "
+        "zeros_like, exp, their sum), 16 B each",
+        t4.logits + t4.logits_backward,
+        4 * 4 * local_logits,
+        rel_tol=1e-9,
+        unit="B",
+        formula="torch/distributed/tensor/parallel/loss.py: (grad_input + torch.exp(x)) * grad_output",
+    )
+    r.claim(
+        "torchtitan TP: the output projection keeps its all-gathered input (whole) and the eager final norm its fp32 "
+        "upcast and bf16 output (sequence-sharded)",
+        t4.head_input,
+        2 * 16 * 8192 * 8192 + (4 + 2) * 16 * (8192 / 8) * 8192,
+        rel_tol=1e-9,
+        unit="B",
+        formula="ColwiseParallel(input_layouts=Shard(1)); RMSNorm: self._norm(x.float()).type_as(x) * self.weight",
+    )
+    t5, _ = predict(rs["tt2412-t5-1f1b"])  # stage 0: 8 micro-batches (the PP degree) of 4 sequences
+    r.claim(
+        "torchtitan PP, stage 0: every micro-batch's stage output and gradient receive buffer, 4 x 8192 / 8 tokens "
+        "x 16384 x 2 B each",
+        t5.pipeline_buffers,
+        8 * 2 * (4 * 8192 / 8) * 16384 * 2,
+        rel_tol=1e-9,
+        unit="B",
+        formula="stage.py: output_chunks.append(output); _prepare_backward_infra: a grad_recv_info per micro-batch",
+    )
+
+
 @experiment(
     "memory-corpus",
     "The planner's phase memory model against the peak memory published runs printed (torchtitan's Llama 3 "
@@ -196,6 +232,7 @@ def memory_corpus(device: str) -> Result:
         hbm_gb,
         unit="GB",
     )
+    _claim_stack_buffers(r)
     r.add("rows", len(rows()), "runs", "published runs in the memory corpus")
     r.add("priced", len(errs), "runs", "runs whose layout the model expresses")
     r.add("within", within, "runs", "priced runs within 10 % of the published peak")

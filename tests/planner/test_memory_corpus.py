@@ -79,3 +79,28 @@ def test_torchtune_single_gpu_rows_price_backward_moments_apart():
     for tag in ("compile", "chunked-ce", "ac", "opt-in-bwd", "offload", "adamw8bit"):
         key = f"ttune2411-3b-{tag}"
         assert abs(errs[key]) <= 0.10, (key, errs[key])
+
+
+def test_torchtitan_tp_and_pp_buffers_counted_from_the_code_that_ran():
+    """torchtitan's 2D rows price DTensor's loss_parallel (four fp32 copies of the local logits at its backward, not
+    plain cross_entropy's three) and the output projection's all-gathered input; its pipeline rows split the local
+    batch into PP-degree micro-batches (its default) and keep every micro-batch's stage output and receive buffer.
+    Hand counts from the printed layout. Would catch loss_parallel priced as the eager loss (the 70B rows 27 % under),
+    or one sequence per micro-batch (the 405B 1F1B row priced with a quarter of its activations)."""
+    m = catalog()["Llama-3-70B"]
+    c = cluster("H100-SXM", nodes=32)
+    plan = Plan(dp=32, tp=8, zero=3, micro_batch=16, microbatches=1, recompute="full")
+    tt = Training(global_batch_tokens=512 * 8192, seq=8192, framework="torchtitan")
+    mem = memory_per_gpu(m, c, tt, plan)
+    logits = 16 * 8192 * m.vocab / 8
+    assert mem.logits + mem.logits_backward == pytest.approx(16 * logits, rel=1e-12)
+    assert mem.head_input == pytest.approx(2 * 16 * 8192 * m.hidden + 6 * 16 * 1024 * m.hidden, rel=1e-12)
+    fsdp2 = Training(global_batch_tokens=512 * 8192, seq=8192, framework="fsdp2")
+    assert memory_per_gpu(m, c, fsdp2, plan).head_input == 0.0
+    errs = errors()
+    for key in ("tt2412-t4-2d-asynctp", "tt2412-t2-cp1", "tt2412-t2-cp2", "tt2412-t2-cp4", "tt2412-t6-cp1"):
+        assert abs(errs[key]) <= 0.10, (key, errs[key])
+    big = catalog()["Llama-3-405B"]
+    pp_plan = Plan(dp=8, tp=8, pp=8, zero=3, micro_batch=4, microbatches=8, recompute="full")
+    pp_mem = memory_per_gpu(big, cluster("H100-SXM", nodes=64), tt, pp_plan)
+    assert pp_mem.pipeline_buffers == pytest.approx(8 * 2 * 4 * 1024 * big.hidden * 2, rel=1e-12)
