@@ -13,9 +13,12 @@ expression written out independently here.
 
 from __future__ import annotations
 
+import re
+
 import torch
 
 from distlab.core.experiments import experiment
+from distlab.core.facts import source
 from distlab.core.results import Quantity, Result
 from distlab.memory.activations import (
     logits_bytes,
@@ -272,6 +275,9 @@ def _real_models(r: Result) -> None:
             claim_gpt3(r, m)
         else:
             claim_checkpoint_count(r, key)
+        if m.experts:  # top-k is not in the count: the paper's router, Softmax(TopK(x W_g)) with its K
+            k = re.search(r"K = ([0-9]+)", source("moe_models", "mixtral-paper").detail)
+            r.claim(f"{m.name}: top-k = the paper's K", m.top_k, float(k.group(1)) if k else 0.0)
         eager, flash, selective = (
             model_activation_bytes_per_layer(m, s, b, attention=att, recompute=rc)
             for att, rc in (("eager", "none"), ("flash", "none"), ("flash", "selective"))
