@@ -13,9 +13,12 @@ expression written out independently here.
 
 from __future__ import annotations
 
+import re
+
 import torch
 
 from distlab.core.experiments import experiment
+from distlab.core.facts import source
 from distlab.core.results import Quantity, Result
 from distlab.memory.activations import (
     logits_bytes,
@@ -25,6 +28,7 @@ from distlab.memory.activations import (
 from distlab.memory.layer_activations import formula, gpt_block, moe_slots, output_terms, saved_tensors
 from distlab.models.decoder import DecoderBlock
 from distlab.models.layers import norm as make_norm
+from distlab.models.published import claim_checkpoint_count, claim_gpt3
 from distlab.models.shapes import BlockShape, named
 from distlab.runtime.saved_tensors import Checkpoint, SavedTensors
 from distlab.runtime.threads import single_threaded
@@ -267,6 +271,13 @@ def _real_models(r: Result) -> None:
     s, b, rows = REAL_SEQ, 1, []
     for key in REAL:
         m = named(key)
+        if key == "175B":  # the shape the paper prints (its weights were never released)
+            claim_gpt3(r, m)
+        else:
+            claim_checkpoint_count(r, key)
+        if m.experts:  # top-k is not in the count: the paper's router, Softmax(TopK(x W_g)) with its K
+            k = re.search(r"K = ([0-9]+)", source("moe_models", "mixtral-paper").detail)
+            r.claim(f"{m.name}: top-k = the paper's K", m.top_k, float(k.group(1)) if k else 0.0)
         eager, flash, selective = (
             model_activation_bytes_per_layer(m, s, b, attention=att, recompute=rc)
             for att, rc in (("eager", "none"), ("flash", "none"), ("flash", "selective"))

@@ -289,10 +289,11 @@ def _real_models(r: Result) -> None:
     r.claim("sequences that fit x cache per sequence <= free HBM", fit * per_seq, free, relation="<=", unit="B")
     r.claim("one more sequence would not fit", (fit + 1) * per_seq, free, relation=">=", unit="B")
     checked = _llama3_inputs_checked(r)
+    counted = counted_on_meta(checked, seq)
     r.claim(
         "Llama 3 70B cache per rollout = K and V counted on a cached decoder of its checked shape (meta device)",
         per_seq,
-        counted_on_meta(checked, seq),
+        counted,
         unit="B",
     )
     r.add("node_gpus", gpus, "GPUs", "GPUs of the rollout node")
@@ -310,9 +311,14 @@ def _real_models(r: Result) -> None:
         "the same with an fp8 cache",
     )
     r.claim("twice the length: half the rollouts (to one, by rounding)", fit_2x, fit // 2, abs_tol=1)
+    fp8_fit = r.quantities["rollouts_fit_fp8"].value
+    r.claim("fp8 cache: rollouts = free // (counted / 2)", fp8_fit, free // (counted / 2))
     r.add(
         "rollouts_fit_mha",
         sequences_that_fit(free, ll70_mha, seq=seq, bytes_per_element=bf16),
         "sequences",
         "the same as if the model were MHA",
     )
+    mha = checked.heads / checked.kv  # every query head its own K and V
+    mha_fit = r.quantities["rollouts_fit_mha"].value
+    r.claim("as MHA: rollouts = free // (counted x a/g)", mha_fit, free // (counted * mha))

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 
 from distlab.core.results import Result
-from distlab.models.shapes import presets, published_params
+from distlab.models.shapes import ModelShape, catalog, presets, published_params
 
 # Brown et al. 2020, "Language Models are Few-Shot Learners" (https://arxiv.org/abs/2005.14165), Section 2.1 and
 # Table 2.1 (n_params, n_layers, d_model, n_heads, d_head, batch, learning rate), and Radford et al. 2019 (GPT-2),
@@ -46,16 +46,20 @@ def llama2_context() -> int:
     return int(k.group(1)) * 1024
 
 
-def claim_presets(r: Result) -> None:
-    """Every preset against its source: checkpoint counts, GPT-3's printed shape, Llama 2's printed context."""
-    models = presets()
-    for name, m in models.items():
-        published = published_params(name)
-        if published is not None:
-            r.claim(f"{m.name}: parameters from its shape = the released checkpoint's count", m.params(), published)
-        if m.name.startswith("Llama 2"):
-            r.claim(f"{m.name}: sequence length = Table 1's context length (4k)", m.seq, llama2_context())
-    gpt3 = models["175B"]
+def claim_checkpoint_count(r: Result, name: str) -> None:
+    """One model's parameter count from its shape against its released checkpoint's (presets and catalog alike)."""
+    m = catalog()[name]
+    published = published_params(name)
+    if published is not None:
+        r.claim(f"{m.name}: parameters from its shape = the released checkpoint's count", m.params(), published)
+
+
+def claim_llama2_context(r: Result, m: ModelShape) -> None:
+    r.claim(f"{m.name}: sequence length = Table 1's context length (4k)", m.seq, llama2_context())
+
+
+def claim_gpt3(r: Result, gpt3: ModelShape) -> None:
+    """GPT-3 175B's shape against the numbers the paper's sentences print."""
     row = gpt3_table_row()
     r.claim("GPT-3: layers = Table 2.1's n_layers", gpt3.layers, row["layers"])
     r.claim("GPT-3: width = Table 2.1's d_model", gpt3.hidden, row["hidden"])
@@ -73,3 +77,13 @@ def claim_presets(r: Result) -> None:
         unit="params",
         formula="Table 2.1 prints one decimal and no counting convention",
     )
+
+
+def claim_presets(r: Result) -> None:
+    """Every preset against its source: checkpoint counts, GPT-3's printed shape, Llama 2's printed context."""
+    models = presets()
+    for name, m in models.items():
+        claim_checkpoint_count(r, name)
+        if m.name.startswith("Llama 2"):
+            claim_llama2_context(r, m)
+    claim_gpt3(r, models["175B"])

@@ -58,7 +58,7 @@ def quoted(path: str, pattern: str = "") -> float:
     found = re.search(pattern or QUOTES[path], fact(path).source.detail)
     if found is None:
         raise ValueError(f"{path}: its source's detail no longer says {pattern or QUOTES[path]!r}")
-    return float(found.group(1))
+    return float(found.group(1).replace(",", ""))
 
 
 def by_hand(m: ModelShape) -> dict[str, dict[str, float]]:

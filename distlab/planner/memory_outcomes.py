@@ -8,14 +8,93 @@ out of memory must not. Nothing is fitted per row. Pure Python.
 
 from __future__ import annotations
 
+import re
+
 from distlab.core.experiments import experiment
-from distlab.core.facts import entries
-from distlab.core.results import Result
-from distlab.models.shapes import catalog, preset
-from distlab.planner.config import Plan, Training, cluster, device_capacity_bytes
+from distlab.core.facts import entries, fact
+from distlab.core.results import Quantity, Result
+from distlab.models.published import claim_checkpoint_count, claim_llama2_context
+from distlab.models.shapes import ModelShape, catalog, preset, published_params
+from distlab.planner.config import FRAGMENTATION_FRACTION, Plan, Training, cluster, device_capacity_bytes
+from distlab.planner.finetune_memory import quoted
 from distlab.planner.memory import activation_bytes, memory_per_gpu
 
 RECOMPUTE = {"none": ("none", ("core_attn",)), "full": ("full", ("core_attn",)), "selective-op": ("selective", ("op",))}
+# typed fields the table's need rests on, against the number their source's own sentence prints
+NCCL_QUOTES = {
+    "simple_buffsize_bytes": r"Default is ([0-9]+) \(4 MB\)",
+    "ll_buffsize_bytes": r"sizeof\(ncclLLFifoLine\) \(16\) = ([0-9,]+) B",
+    "ll128_buffsize_bytes": r"x 8 = ([0-9,]+) B",
+}
+A100_MIB = r"A100 80GB ([0-9,]+) MiB"  # NVML's total for the A100 80GB, in the capacity source's table
+EAGER_LOSS = (r"log_softmax saves its fp32 output \(([0-9]+) B\)", r"of the logits \([0-9]+ B\): ([0-9]+) B")
+
+
+AC = {"none": "no", "full": "full", "selective-op": "selective op"}  # the source's activation-checkpointing column
+
+
+def published_tokens(key: str) -> float:
+    """GPUs x sequence x micro-batch of a torchtitan row as its source's sentences print them (the row's table line,
+    or footnote 1 for the layout that ran out of memory), read from the source's detail apart from the typed row."""
+    run = entries("memory_runs")[key]
+    detail = fact(f"memory_runs.{key}.gpus").source.detail
+    gpus = float(re.search(r"on ([0-9]+) A100", detail).group(1))  # type: ignore[union-attr]
+    llama2_seq = float(re.search(r"Llama 2 is ([0-9]+) which is halved", detail).group(1))  # type: ignore[union-attr]
+    llama3 = run["model"].startswith("Llama-3")
+    size = run["model"].removeprefix("Llama-3-")
+    if run["outcome"] == "OOM":
+        batch = re.search(r"local batch size ([0-9]+) will cause an OOM", detail).group(1)  # type: ignore[union-attr]
+    else:
+        table = detail.split("Llama 2 '")[0 if llama3 else 1]
+        row = re.search(rf"\| {size} \| ([0-9]+)[^|]* \| {AC[run['recompute']]} \|", table)
+        batch = row.group(1)  # type: ignore[union-attr]
+    return gpus * llama2_seq * (2 if llama3 else 1) * float(batch)
+
+
+def by_hand(m: ModelShape, params: float, gpus: int, s: int, b: int, recompute: str) -> dict[str, float]:
+    """torchtitan's FSDP2 on `gpus` A100s, written out in float64 from the checkpoint's published parameter count,
+    the shape and the sources' sentences: an independent reference for the outcomes table (it calls nothing in
+    distlab.planner.memory or distlab.memory). Flash attention, SwiGLU, no dropout, one micro-batch per step."""
+    h, a, g, f, vocab, layers = m.hidden, m.heads, m.kv, m.ffn, m.vocab, m.layers
+    d, sb = h / a, s * b
+    # mixed precision sharded over every GPU: bf16 weight and gradient, fp32 master and two moments (K = 12), and
+    # foreach AdamW's fp32 sqrt of the second moment during the step
+    shard = params / gpus
+    weights, grads, opt, temps = 2 * shard, 2 * shard, 12 * shard, 4 * shard
+    root_params = 2 * vocab * h + h  # embedding, untied output head, final norm
+    layer = 2 * (params - root_params) / layers  # one layer's bf16 weights (or its unsharded bf16 gradient)
+    root = 2 * root_params  # the root module stays gathered from forward through backward
+    gathered = 2 * layer  # the layer computing and the one prefetched
+    at_loss = layer  # torchtitan keeps its last block gathered into backward
+    # one layer's saved bytes: no recompute (flash): the norms' and projections' inputs, Q, O (12sbh), K and V at
+    # g heads, SwiGLU's four (8sbf), the fp32 log-sum-exp (4abs), the two norms' fp32 1/rms (8sb)
+    flash = 12 * sb * h + 4 * sb * d * g + 8 * sb * f + 4 * a * b * s + 8 * sb
+    per_layer = {
+        "none": flash,
+        "full": 2 * sb * h,  # the block's input
+        # per-op: the input, the outputs of q, v, gate and down (every other matmul), O and the log-sum-exp
+        "selective-op": 2 * sb * h + 2 * sb * (h + d * g + f + h) + 2 * sb * h + 4 * a * b * s,
+    }[recompute]
+    working = flash - 4 * a * b * s if recompute == "full" else 0.0  # a layer rebuilt with its core checkpointed
+    acts = layers * per_layer
+    # torchtitan's eager loss: log_softmax's fp32 output after forward; with the gradients at its backward
+    fwd_logit = quoted("memory_buffers.loss-eager.forward_bytes_per_logit", EAGER_LOSS[0])
+    bwd_logit = quoted("memory_buffers.loss-eager.backward_bytes_per_logit", EAGER_LOSS[1])
+    logits = sb * vocab
+    held = weights + opt + root
+    phases = (
+        held + gathered + acts + fwd_logit * logits,  # forward's end
+        held + at_loss + acts + bwd_logit * logits,  # the loss's backward
+        held + gathered + acts + layer + working,  # the last layer's backward: its unsharded gradient
+        held + gathered + grads + per_layer + working,  # backward's end: the first layer's activations left
+        weights + opt + grads + temps,  # the optimizer step
+    )
+    # one communicator (data parallel): 32 channels (NCCL issue 1685's log), a ring's and a tree's connection each,
+    # one buffer per protocol (Simple, LL, LL128)
+    nccl = 32 * 2 * sum(quoted(f"memory_buffers.nccl-defaults.{k}", q) for k, q in NCCL_QUOTES.items())
+    capacity = quoted("planner.capacity-A100-SXM-80GB.reported_mib", A100_MIB) * 2**20
+    outside = FRAGMENTATION_FRACTION * capacity + quoted("planner.memory-reserve.cuda_context_mib") * 2**20 + nccl
+    return {"activations": acts, "need": max(phases) + outside, "capacity": capacity}
 
 
 @experiment(
@@ -28,6 +107,7 @@ def memory_outcomes(device: str) -> Result:
     r = Result("memory-outcomes", kind="computed")
     rows = []
     models = catalog()
+    counted: set[str] = set()
     for key, run in entries("memory_runs").items():
         if "tp" in run:  # a Megatron-Core layout: priced below
             continue
@@ -45,42 +125,54 @@ def memory_outcomes(device: str) -> Result:
         need = mem.reserved_bytes + mem.outside_allocator_bytes
         capacity = device_capacity_bytes(c.gpu)
         ran = run["outcome"] == "ran"
+        label = f"{run['model']} b={run['micro_batch']} {run['recompute']}"
         r.claim(
-            f"{run['model']} micro-batch {run['micro_batch']}, {run['recompute']} recompute: {run['outcome']} as "
-            "published",
+            f"{label}: {run['outcome']} as published",
             need,
             capacity,
             relation="<=" if ran else ">=",
             unit="B",
             formula="torchtitan docs/performance.md",
         )
-        rows.append(
-            [
-                m.name,
-                run["seq"],
-                run["micro_batch"],
-                run["recompute"],
-                f"{mem.activations / 1e9:.1f}",
-                f"{need / 1e9:.1f}",
-                f"{capacity / 1e9:.1f}",
-                run["outcome"],
-            ]
+        r.claim(
+            f"{label}: GPUs x seq x batch = the source's",
+            run["gpus"] * run["seq"] * run["micro_batch"],
+            published_tokens(key),
+            unit="tokens",
         )
+        if m.name not in counted:
+            counted.add(m.name)
+            claim_checkpoint_count(r, run["model"])
+        hand = by_hand(
+            m, published_params(run["model"]) or 0, run["gpus"], run["seq"], run["micro_batch"], run["recompute"]
+        )
+        row = [m.name, run["seq"], run["micro_batch"], run["recompute"]]
+        row += [Quantity(mem.activations, "B"), Quantity(need, "B"), Quantity(capacity, "B"), run["outcome"]]
+        for what, q in zip(("activations", "need"), row[4:6]):
+            r.claim(f"{label}: {what} = by hand", q.value, hand[what], rel_tol=1e-12, unit="B")
+        rows.append(row)
         r.add(f"{key}_need_bytes", need, "B", f"{m.name}, micro-batch {run['micro_batch']}, {run['recompute']}")
+    r.add("fragmentation", FRAGMENTATION_FRACTION, "fraction", "assumed: the allocator's fragmentation margin")
+    r.claim("A100 80GB capacity = by hand", rows[0][6].value, hand["capacity"], unit="B")
     r.table(
         "outcomes",
-        ["model", "seq", "micro-batch", "recompute", "activations GB", "planner: needs GB", "capacity GB", "published"],
+        ["model", "seq", "micro-batch", "recompute", "activations", "planner: needs", "capacity", "published"],
         rows,
         caption="FSDP2 on 64 A100 80GB (torchtitan, docs/performance.md), priced by distlab.planner.memory",
     )
     _nemotron(r)
     _llama3(r)
-    # Megatron-Core's --recompute-modules on Llama 2 7B, one sequence of 4096 tokens, no TP
-    m, s = preset("7B"), 4096
+    # Megatron-Core's --recompute-modules on Llama 2 7B, one sequence of its pre-training length, no TP
+    m = preset("7B")
+    s, h, f, a = m.seq, m.hidden, m.ffn, m.heads
+    claim_llama2_context(r, m)
+    claim_checkpoint_count(r, "7B")
     sel = Plan(dp=8, microbatches=8, recompute="selective")
     base = Training(global_batch_tokens=64 * s, seq=s)
     none = activation_bytes(m, base, Plan(dp=8, microbatches=8))
     r.add("none_layer_bytes", none, "B", "one layer's activations, no recompute")
+    # by hand (b = 1, as many K/V heads as query heads): 12sh + 4sh + 8sf + 4as + 8s
+    r.claim("7B layer, no recompute = 16sh + 8sf + 4as + 8s", none, 16 * s * h + 8 * s * f + 4 * a * s + 8 * s)
     freed = {
         "core_attn": (4 * m.heads * s, "the fp32 log-sum-exp (FlashAttention keeps Q, K, V, O anyway)"),
         "mlp": (4 * 2 * s * m.ffn, "gate, SiLU output, up and their product: 4 x 2sbf"),
@@ -92,10 +184,10 @@ def memory_outcomes(device: str) -> Result:
         got = none - activation_bytes(m, t, sel)
         r.add(f"freed_{name}_bytes", got, "B", f"what recomputing {name} frees per layer")
         r.claim(f"recomputing {name} frees {what}", got, expected, unit="B")
-        mods.append([name, f"{got / 1e6:.1f}", what])
+        mods.append([name, Quantity(got, "B"), what])
     r.table(
         "modules",
-        ["--recompute-modules", "freed per layer MB (Llama 2 7B, s = 4096, b = 1)", "what"],
+        ["--recompute-modules", "freed per layer (Llama 2 7B, s = 4096, b = 1)", "what"],
         mods,
         caption="Computed from distlab.memory.layer_activations' saved tensors",
     )
