@@ -104,3 +104,29 @@ def test_torchtitan_tp_and_pp_buffers_counted_from_the_code_that_ran():
     pp_plan = Plan(dp=8, tp=8, pp=8, zero=3, micro_batch=4, microbatches=8, recompute="full")
     pp_mem = memory_per_gpu(big, cluster("H100-SXM", nodes=64), tt, pp_plan)
     assert pp_mem.pipeline_buffers == pytest.approx(8 * 2 * 4 * 1024 * big.hidden * 2, rel=1e-12)
+
+
+def test_litgpt_lora_and_qlora_saved_tensors_counted_op_by_op():
+    """Lit-GPT 8641822's LoRA (q, v, dropout 0.05) and QLoRA, Llama 2 13B (hidden 5120, 40 heads, ffn 13824) at 1304
+    tokens: a hand count per token and layer from its code. Would catch QLoRA priced with LoRA's saved tensors (the
+    rows 23 % under: bitsandbytes keeps every linear's input), or the frozen base's inputs counted as saved."""
+    from distlab.planner.memory import dequantized_head_bytes, litgpt_lora_saved_bytes
+
+    m = catalog()["13B"]
+    h, f = 5120, 13824
+    plan = Plan(dp=1, micro_batch=1, recompute="none")
+    lora = Training(global_batch_tokens=1304, seq=1304, peft="lora", lora_rank=8, peft_code="litgpt")
+    # norms 4h, q 2h, k 2h, qkv 6h, O 2h, lse 4 x 40, mask h, dropout output 2h, zero_pad source 4h, MLP 6f
+    per_token = 4 * h + 2 * h + 2 * h + 6 * h + 2 * h + 160 + h + 2 * h + 4 * h + 6 * f
+    assert litgpt_lora_saved_bytes(m, lora, plan) == pytest.approx(per_token * 1304, rel=1e-12)
+    qlora = Training(global_batch_tokens=1304, seq=1304, peft="qlora", lora_rank=8, peft_code="litgpt")
+    extra = (2 * h + 2 * h + 2 * f) * 1304
+    assert litgpt_lora_saved_bytes(m, qlora, plan) - litgpt_lora_saved_bytes(m, lora, plan) == pytest.approx(extra)
+    assert dequantized_head_bytes(m, qlora) == 4 * 32000 * h
+    generic = Training(global_batch_tokens=1304, seq=1304, peft="qlora", lora_rank=8)
+    assert dequantized_head_bytes(m, generic) == 0.0
+    with pytest.raises(ValueError, match="peft_code"):
+        Training(global_batch_tokens=1304, seq=1304, peft="lora", peft_code="hf")
+    errs = errors()
+    for key in (k for k in errs if k.startswith("litgpt")):
+        assert abs(errs[key]) <= 0.10, (key, errs[key])
