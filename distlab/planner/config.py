@@ -286,6 +286,9 @@ class Training:
     """Parameter-efficient fine-tuning (PEFT): none, lora (frozen bf16 base) or qlora (frozen NF4 base)."""
     lora_rank: int = 16
     """The adapters' rank r (LoRA on every linear layer of attention and MLP)."""
+    rmsnorm_upcast: bool = False
+    """The RMSNorms cast to fp32 and run eagerly, outside torch.compile (torchtune's RMSNorm without compile=True):
+    autograd keeps the fp32 copy and the normalised bf16 tensor, not the bf16 input chapter 3 counts."""
     peft_code: str = "generic"
     """Whose adapter code runs (PEFT_CODES): what it saves for backward and which weights it quantizes."""
     activation_offload: bool = False

@@ -693,12 +693,27 @@ def dequantized_head_bytes(m: ModelShape, t: Training) -> float:
     return _fact("bnb-dequantize", "dequantized_copies_bytes") * m.vocab * m.hidden
 
 
+def rmsnorm_upcast_extra_bytes(m: ModelShape, t: Training, p: Plan) -> float:
+    """One layer's saved bytes beyond chapter 3's count when its RMSNorms run eagerly in fp32 (torchtune's
+    RMSNorm: `x_fp32 = x.float()`, pow and the product keep x_fp32, the scale's product keeps `x_normed` when the
+    scale trains), on the norms' tokens (1/tp under sequence parallelism): per token and norm 4 B (+ 2 B) - 2 B."""
+    if not t.rmsnorm_upcast:
+        return 0.0
+    e = "rmsnorm-eager-upcast"
+    normed = _fact(e, "normed_bytes") if t.peft == "none" else 0.0  # a frozen scale's product keeps only the scale
+    per_norm = _fact(e, "upcast_bytes") + normed - _fact(e, "counted_input_bytes")
+    tokens = (t.seq // p.cp) * p.micro_batch / (p.tp if t.sequence_parallel and p.tp > 1 else 1)
+    return _fact(e, "norms_per_layer") * per_norm * tokens * m.hidden
+
+
 # ---------------------------------------------------------------- the phases
 def memory_per_gpu(m: ModelShape, c: Cluster, t: Training, p: Plan) -> MemoryBreakdown:
     """Bytes per GPU by category and phase on the most loaded stage (the largest allocator peak), and host bytes."""
     layers = stage_layers(m, p.pp)
     litgpt = t.peft != "none" and t.peft_code == "litgpt"
     per_layer = litgpt_lora_saved_bytes(m, t, p) if litgpt else activation_bytes(m, t, p)
+    if p.recompute == "none":  # with recomputation the norms' tensors are rebuilt, not kept
+        per_layer += rmsnorm_upcast_extra_bytes(m, t, p)
     working = (
         activation_bytes(m, t, p, "selective" if t.attention == "flash" else "none") if p.recompute == "full" else 0.0
     )

@@ -87,6 +87,8 @@ def training(row: dict) -> Training:
         peft=row.get("peft", "none"),
         lora_rank=row.get("lora_rank", 16),
         peft_code="litgpt" if row.get("framework") == "litgpt" else "generic",  # lit-gpt's own LoRA and QLoRA code
+        # torchtune without compile=True runs its fp32-upcasting RMSNorm eagerly
+        rmsnorm_upcast=row.get("framework") == "torchtune" and "eager" in row["techniques"].split(", "),
         loss=row.get("loss", "stack"),
         activation_offload=row.get("activation_offload", False),
         recompute_modules=modules,
@@ -201,6 +203,17 @@ def _claim_litgpt(r: Result) -> None:
         rel_tol=1e-9,
         unit="B",
         formula="F.dequantize_4bit(B, state).to(grad_output.dtype); Lightning quantizes from torch.half",
+    )
+    eager, _ = predict(rs["ttune2411-3b-packed"])
+    compiled, _ = predict(rs["ttune2411-3b-compile"])
+    r.claim(
+        "torchtune without compile: each RMSNorm keeps its fp32 copy and x_normed (4 + 2 B), not its bf16 input (2 B): "
+        "2 norms x 4 B x 2 x 4096 tokens x 3072 x 28 layers more than the compiled row",
+        eager.activations - compiled.activations,
+        2 * (4 + 2 - 2) * 2 * 4096 * 3072 * 28,
+        rel_tol=1e-9,
+        unit="B",
+        formula="torchtune/modules/rms_norm.py: x_fp32 = x.float(); (x_fp32 * rsqrt(...)).type_as(x) * self.scale",
     )
 
 

@@ -9,7 +9,7 @@ import pytest
 from distlab.models.shapes import catalog
 from distlab.planner.config import Plan, Training, cluster
 from distlab.planner.memory import memory_per_gpu
-from distlab.planner.memory_corpus import errors, rows
+from distlab.planner.memory_corpus import errors, rows, shape, training
 from distlab.planner.stages import stage_params
 
 
@@ -130,3 +130,30 @@ def test_litgpt_lora_and_qlora_saved_tensors_counted_op_by_op():
     errs = errors()
     for key in (k for k in errs if k.startswith("litgpt")):
         assert abs(errs[key]) <= 0.10, (key, errs[key])
+
+
+def test_eager_rmsnorm_upcast_keeps_fp32_copy():
+    """torchtune's RMSNorm run eagerly keeps x.float() (4 B) and, with a trained scale, x_normed (2 B) per token and
+    hidden unit, instead of the bf16 input (2 B) chapter 3 counts; a frozen scale (LoRA) keeps only the fp32 copy.
+    Llama 3.2 3B (hidden 3072, 28 layers), 2 x 4096 tokens. Would catch the upcast counted when the layers are
+    compiled, or counted again under recomputation (where the norm is rebuilt in backward)."""
+    from dataclasses import replace
+
+    from distlab.planner.memory import activation_bytes, rmsnorm_upcast_extra_bytes
+
+    row = rows()["ttune2411-3b-packed"]
+    m, t = shape(row), training(row)
+    assert t.rmsnorm_upcast and not training(rows()["ttune2411-3b-compile"]).rmsnorm_upcast
+    plan = Plan(dp=1, micro_batch=2, recompute="none")
+    assert rmsnorm_upcast_extra_bytes(m, t, plan) == pytest.approx(2 * 4 * 2 * 4096 * 3072, rel=1e-12)
+    lora = replace(t, peft="lora")
+    assert rmsnorm_upcast_extra_bytes(m, lora, plan) == pytest.approx(2 * 2 * 2 * 4096 * 3072, rel=1e-12)
+    c = cluster("A100-SXM-80GB", nodes=1)
+    full = Plan(dp=1, micro_batch=2, recompute="full")
+    assert memory_per_gpu(m, c, t, full).activations == pytest.approx(
+        memory_per_gpu(m, c, replace(t, rmsnorm_upcast=False), full).activations
+    )
+    assert memory_per_gpu(m, c, t, plan).activations == pytest.approx(
+        28 * (activation_bytes(m, t, plan) + 2 * 4 * 2 * 4096 * 3072)
+    )
+    assert abs(errors()["ttune2411-3b-packed"]) <= 0.10
