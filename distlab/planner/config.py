@@ -36,6 +36,10 @@ the same bytes, spilling to the host under pressure); adamw-in-backward: each gr
 PEFT = ("none", "lora", "qlora")
 """none: every weight trains; lora: a frozen bf16 base with rank-r adapters; qlora: the base in NF4 with double
 quantization (Dettmers et al. 2023)."""
+PEFT_CODES = ("generic", "litgpt")
+"""Whose adapter code a PEFT run executes: generic (adapters on every linear layer, activations as full training
+saves them, the output head unquantized) or litgpt (Lit-GPT 8641822's LoRA on q and v with dropout 0.05 and
+bitsandbytes' Linear4bit for every nn.Linear, lm_head included: its saved tensors counted op by op)."""
 TASKS = ("pretrain", "finetune")
 ATTENTION = ("flash", "standard")  # standard: the s x s scores go through HBM (Megatron-LM 2021)
 RECOMPUTE = ("none", "selective", "full")
@@ -282,6 +286,11 @@ class Training:
     """Parameter-efficient fine-tuning (PEFT): none, lora (frozen bf16 base) or qlora (frozen NF4 base)."""
     lora_rank: int = 16
     """The adapters' rank r (LoRA on every linear layer of attention and MLP)."""
+    rmsnorm_upcast: bool = False
+    """The RMSNorms cast to fp32 and run eagerly, outside torch.compile (torchtune's RMSNorm without compile=True):
+    autograd keeps the fp32 copy and the normalised bf16 tensor, not the bf16 input chapter 3 counts."""
+    peft_code: str = "generic"
+    """Whose adapter code runs (PEFT_CODES): what it saves for backward and which weights it quantizes."""
     activation_offload: bool = False
     """Saved activations go to host memory after each layer's forward and come back for its backward (torchtune's
     enable_activation_offloading, Megatron-Core's CPU offloading): the GPU keeps two layers' worth, the host the rest,
@@ -304,6 +313,7 @@ class Training:
             ("attention", ATTENTION),
             ("framework", STACKS),
             ("peft", PEFT),
+            ("peft_code", PEFT_CODES),
             ("loss", LOSSES),
         ):
             if getattr(self, name) not in allowed:

@@ -160,6 +160,8 @@ class MemoryBreakdown:
     """The output projection's saved input on the last stage (torchtitan under TP: all-gathered, whole)."""
     pipeline_buffers: float = 0.0
     """torch.distributed.pipelining's per-micro-batch stage outputs and receive buffers, alive through the step."""
+    dequantized_head: float = 0.0
+    """QLoRA with a quantized output head (lit-gpt): its weight dequantized (fp16, then bf16) at the loss's backward."""
 
     @property
     def model_states(self) -> float:
@@ -181,6 +183,7 @@ class MemoryBreakdown:
             + self.head_input
             + self.logits
             + self.logits_backward
+            + self.dequantized_head
         )
 
     @property
@@ -241,6 +244,7 @@ class MemoryBreakdown:
                 "activations": self.activations,
                 "head input": self.head_input,
                 "logits and their gradients": self.logits + self.logits_backward,
+                "dequantized head": self.dequantized_head,
             },
             self.backward_layer: wo
             | {
@@ -315,6 +319,7 @@ class MemoryBreakdown:
             "step temporaries": self.step_temporaries,
             "head input": self.head_input,
             "pipeline buffers": self.pipeline_buffers,
+            "dequantized head": self.dequantized_head,
             "communication buffers": self.comm_buffers,
             "cuda context": self.context,
             "fragmentation": self.fragmentation,
@@ -451,6 +456,11 @@ def _peft_states(m: ModelShape, t: Training, p: Plan, stage: int, local: int, gr
     adapters = math.ceil(lora_params_per_layer(m, t.lora_rank) * stage_layers(m, p.pp)[stage] / p.tp)
     base_bytes = nf4_bytes_per_param() if t.peft == "qlora" else 2.0
     base = (shard_elements(local, group) if zero >= 3 else local) * base_bytes
+    if t.peft == "qlora" and t.peft_code == "litgpt" and stage == 0:
+        # Lightning's bitsandbytes plugin replaces torch.nn.Linear only: the embedding stays bf16
+        from distlab.planner.stages import embedding_params
+
+        base += math.ceil(embedding_params(m) / p.tp) * (2.0 - base_bytes)
     st = _states(adapters, group, zero, t.precision, False, False)
     per = state_bytes_per_param(t.precision, t.optimizer)
     ratio = per["optimizer"] / state_bytes_per_param(t.precision)["optimizer"]
@@ -644,11 +654,66 @@ def pipeline_buffer_bytes(m: ModelShape, t: Training, p: Plan, stage: int, logit
     return per * p.microbatches * buffers
 
 
+def litgpt_lora_saved_bytes(m: ModelShape, t: Training, p: Plan) -> float:
+    """Lit-GPT 8641822's LoRA and QLoRA fine-tune (finetune/lora.py: bf16-true, eager, LoRA on q and v with dropout
+    0.05), one layer's saved bytes per micro-batch, op by op from its code (memory_buffers.toml litgpt-lora-code):
+
+        norms        RMSNorm without upcast: x * x saves x, 2h each (the frozen weight's product saves the weight)
+        attention    SDPA saves q and k (new tensors from RoPE's cat) and v, a view of the fused qkv output, so the
+                     whole qkv, 2(h + 2kv) (grouped queries: k and v are expanded copies, 2h each), O 2h (the
+                     projection's input is a view of it), the log-sum-exp 4 x heads
+        LoRA (q, v)  the dropout's mask 1h and output 2h (lora_A's input); zero_pad's index_copy keeps its source,
+                     B's output for q and v, 2(h + kv)
+        MLP          SiLU's input and output and the up projection, 2f each
+        frozen base  nothing more with LoRA (autograd saves mm's input only for the weight's gradient); QLoRA's
+                     MatMul4Bit keeps every input: qkv's 2h, fc_1's and fc_2's 2h (one tensor), the down projection's 2f
+
+    Per token (h hidden, kv = kv_heads x head_dim, f ffn), with no recomputation, on one GPU."""
+    if t.peft == "none" or p.tp != 1 or p.recompute != "none":
+        raise ValueError("the lit-gpt count is for a LoRA or QLoRA run on one GPU without recomputation")
+    b = _fact("litgpt-lora-activations", "saved_bytes_per_element")
+    mask = _fact("litgpt-lora-activations", "dropout_mask_bytes")
+    h, kv, f = m.hidden, m.kv * m.head_dim, m.ffn
+    tokens = (t.seq // p.cp) * p.micro_batch
+    qkv = b * (h + kv + (h + 2 * kv)) if m.kv == m.heads else b * 3 * h  # q, k and the kept qkv; or q, k, v copies
+    attention = qkv + b * h + 4.0 * m.heads
+    lora = mask * h + b * h + b * (h + kv)
+    mlp = 3 * b * f
+    per_token = 2 * b * h + attention + lora + mlp
+    if t.peft == "qlora":
+        per_token += b * h + b * h + b * f
+    return per_token * tokens
+
+
+def dequantized_head_bytes(m: ModelShape, t: Training) -> float:
+    """QLoRA under lit-gpt: its lm_head is a bitsandbytes Linear4bit, dequantized to fp16 and cast to bf16 for each
+    chunk's forward and backward (4 B per weight), alive at the loss's backward beside every activation."""
+    if t.peft != "qlora" or t.peft_code != "litgpt":
+        return 0.0
+    return _fact("bnb-dequantize", "dequantized_copies_bytes") * m.vocab * m.hidden
+
+
+def rmsnorm_upcast_extra_bytes(m: ModelShape, t: Training, p: Plan) -> float:
+    """One layer's saved bytes beyond chapter 3's count when its RMSNorms run eagerly in fp32 (torchtune's
+    RMSNorm: `x_fp32 = x.float()`, pow and the product keep x_fp32, the scale's product keeps `x_normed` when the
+    scale trains), on the norms' tokens (1/tp under sequence parallelism): per token and norm 4 B (+ 2 B) - 2 B."""
+    if not t.rmsnorm_upcast:
+        return 0.0
+    e = "rmsnorm-eager-upcast"
+    normed = _fact(e, "normed_bytes") if t.peft == "none" else 0.0  # a frozen scale's product keeps only the scale
+    per_norm = _fact(e, "upcast_bytes") + normed - _fact(e, "counted_input_bytes")
+    tokens = (t.seq // p.cp) * p.micro_batch / (p.tp if t.sequence_parallel and p.tp > 1 else 1)
+    return _fact(e, "norms_per_layer") * per_norm * tokens * m.hidden
+
+
 # ---------------------------------------------------------------- the phases
 def memory_per_gpu(m: ModelShape, c: Cluster, t: Training, p: Plan) -> MemoryBreakdown:
     """Bytes per GPU by category and phase on the most loaded stage (the largest allocator peak), and host bytes."""
     layers = stage_layers(m, p.pp)
-    per_layer = activation_bytes(m, t, p)
+    litgpt = t.peft != "none" and t.peft_code == "litgpt"
+    per_layer = litgpt_lora_saved_bytes(m, t, p) if litgpt else activation_bytes(m, t, p)
+    if p.recompute == "none":  # with recomputation the norms' tensors are rebuilt, not kept
+        per_layer += rmsnorm_upcast_extra_bytes(m, t, p)
     working = (
         activation_bytes(m, t, p, "selective" if t.attention == "flash" else "none") if p.recompute == "full" else 0.0
     )
@@ -697,6 +762,7 @@ def memory_per_gpu(m: ModelShape, c: Cluster, t: Training, p: Plan) -> MemoryBre
         mb = MemoryBreakdown(
             head_input=head,
             pipeline_buffers=chunks,
+            dequantized_head=dequantized_head_bytes(m, t) if last else 0.0,
             weights=weights,
             gradients=grads,
             optimizer=opt,

@@ -86,6 +86,9 @@ def training(row: dict) -> Training:
         optimizer=row.get("optimizer", "adamw"),
         peft=row.get("peft", "none"),
         lora_rank=row.get("lora_rank", 16),
+        peft_code="litgpt" if row.get("framework") == "litgpt" else "generic",  # lit-gpt's own LoRA and QLoRA code
+        # torchtune without compile=True runs its fp32-upcasting RMSNorm eagerly
+        rmsnorm_upcast=row.get("framework") == "torchtune" and "eager" in row["techniques"].split(", "),
         loss=row.get("loss", "stack"),
         activation_offload=row.get("activation_offload", False),
         recompute_modules=modules,
@@ -167,6 +170,53 @@ def _claim_stack_buffers(r: Result) -> None:
     )
 
 
+def _claim_litgpt(r: Result) -> None:
+    """Lit-GPT 8641822's LoRA and QLoRA saved tensors, op by op, against a count worked by hand for Llama 2 7B
+    (hidden 4096, 32 heads, ffn 11008, 32 layers, vocab 32000) at the row's 1 x 1304 tokens."""
+    rs = rows()
+    lora, _ = predict(rs["litgpt2310-7b-lora-mb1"])
+    qlora, _ = predict(rs["litgpt2310-7b-qlora-mb1"])
+    # per token and layer: norms 2 x 2 x 4096; q, k 2 x 4096 each; the fused qkv kept by v's view 2 x 3 x 4096; O
+    # 2 x 4096; log-sum-exp 4 x 32; dropout mask 4096 and output 2 x 4096; zero_pad's source 2 x 2 x 4096; MLP 3 x 2 x
+    # 11008 = 160,384 B. QLoRA's MatMul4Bit adds the inputs of qkv, fc_1/fc_2 (2 x 4096 each) and proj (2 x 11008)
+    lora_hand = 16384 + 8192 + 8192 + 24576 + 8192 + 128 + 4096 + 8192 + 16384 + 66048
+    r.claim(
+        "lit-gpt LoRA, 7B: saved bytes of 32 layers at 1304 tokens, op by op (frozen base linears keep no input)",
+        lora.activations,
+        lora_hand * 1304 * 32,
+        rel_tol=1e-9,
+        unit="B",
+        formula="lit_gpt/lora.py, model.py at 8641822; mm saves its input only for the weight's gradient",
+    )
+    r.claim(
+        "lit-gpt QLoRA, 7B: bitsandbytes' MatMul4Bit keeps every linear's input (ctx.tensors = (A, B))",
+        qlora.activations - lora.activations,
+        (8192 + 8192 + 22016) * 1304 * 32,
+        rel_tol=1e-9,
+        unit="B",
+        formula="bitsandbytes 0.41.1 MatMul4Bit.forward",
+    )
+    r.claim(
+        "lit-gpt QLoRA, 7B: the quantized lm_head dequantized to fp16 and cast to bf16 at the loss's backward",
+        qlora.dequantized_head,
+        (2 + 2) * 32000 * 4096,
+        rel_tol=1e-9,
+        unit="B",
+        formula="F.dequantize_4bit(B, state).to(grad_output.dtype); Lightning quantizes from torch.half",
+    )
+    eager, _ = predict(rs["ttune2411-3b-packed"])
+    compiled, _ = predict(rs["ttune2411-3b-compile"])
+    r.claim(
+        "torchtune without compile: each RMSNorm keeps its fp32 copy and x_normed (4 + 2 B), not its bf16 input (2 B): "
+        "2 norms x 4 B x 2 x 4096 tokens x 3072 x 28 layers more than the compiled row",
+        eager.activations - compiled.activations,
+        2 * (4 + 2 - 2) * 2 * 4096 * 3072 * 28,
+        rel_tol=1e-9,
+        unit="B",
+        formula="torchtune/modules/rms_norm.py: x_fp32 = x.float(); (x_fp32 * rsqrt(...)).type_as(x) * self.scale",
+    )
+
+
 @experiment(
     "memory-corpus",
     "The planner's phase memory model against the peak memory published runs printed (torchtitan's Llama 3 "
@@ -233,6 +283,7 @@ def memory_corpus(device: str) -> Result:
         unit="GB",
     )
     _claim_stack_buffers(r)
+    _claim_litgpt(r)
     r.add("rows", len(rows()), "runs", "published runs in the memory corpus")
     r.add("priced", len(errs), "runs", "runs whose layout the model expresses")
     r.add("within", within, "runs", "priced runs within 10 % of the published peak")

@@ -9,7 +9,7 @@ import pytest
 from distlab.models.shapes import catalog
 from distlab.planner.config import Plan, Training, cluster
 from distlab.planner.memory import memory_per_gpu
-from distlab.planner.memory_corpus import errors, rows
+from distlab.planner.memory_corpus import errors, rows, shape, training
 from distlab.planner.stages import stage_params
 
 
@@ -104,3 +104,56 @@ def test_torchtitan_tp_and_pp_buffers_counted_from_the_code_that_ran():
     pp_plan = Plan(dp=8, tp=8, pp=8, zero=3, micro_batch=4, microbatches=8, recompute="full")
     pp_mem = memory_per_gpu(big, cluster("H100-SXM", nodes=64), tt, pp_plan)
     assert pp_mem.pipeline_buffers == pytest.approx(8 * 2 * 4 * 1024 * big.hidden * 2, rel=1e-12)
+
+
+def test_litgpt_lora_and_qlora_saved_tensors_counted_op_by_op():
+    """Lit-GPT 8641822's LoRA (q, v, dropout 0.05) and QLoRA, Llama 2 13B (hidden 5120, 40 heads, ffn 13824) at 1304
+    tokens: a hand count per token and layer from its code. Would catch QLoRA priced with LoRA's saved tensors (the
+    rows 23 % under: bitsandbytes keeps every linear's input), or the frozen base's inputs counted as saved."""
+    from distlab.planner.memory import dequantized_head_bytes, litgpt_lora_saved_bytes
+
+    m = catalog()["13B"]
+    h, f = 5120, 13824
+    plan = Plan(dp=1, micro_batch=1, recompute="none")
+    lora = Training(global_batch_tokens=1304, seq=1304, peft="lora", lora_rank=8, peft_code="litgpt")
+    # norms 4h, q 2h, k 2h, qkv 6h, O 2h, lse 4 x 40, mask h, dropout output 2h, zero_pad source 4h, MLP 6f
+    per_token = 4 * h + 2 * h + 2 * h + 6 * h + 2 * h + 160 + h + 2 * h + 4 * h + 6 * f
+    assert litgpt_lora_saved_bytes(m, lora, plan) == pytest.approx(per_token * 1304, rel=1e-12)
+    qlora = Training(global_batch_tokens=1304, seq=1304, peft="qlora", lora_rank=8, peft_code="litgpt")
+    extra = (2 * h + 2 * h + 2 * f) * 1304
+    assert litgpt_lora_saved_bytes(m, qlora, plan) - litgpt_lora_saved_bytes(m, lora, plan) == pytest.approx(extra)
+    assert dequantized_head_bytes(m, qlora) == 4 * 32000 * h
+    generic = Training(global_batch_tokens=1304, seq=1304, peft="qlora", lora_rank=8)
+    assert dequantized_head_bytes(m, generic) == 0.0
+    with pytest.raises(ValueError, match="peft_code"):
+        Training(global_batch_tokens=1304, seq=1304, peft="lora", peft_code="hf")
+    errs = errors()
+    for key in (k for k in errs if k.startswith("litgpt")):
+        assert abs(errs[key]) <= 0.10, (key, errs[key])
+
+
+def test_eager_rmsnorm_upcast_keeps_fp32_copy():
+    """torchtune's RMSNorm run eagerly keeps x.float() (4 B) and, with a trained scale, x_normed (2 B) per token and
+    hidden unit, instead of the bf16 input (2 B) chapter 3 counts; a frozen scale (LoRA) keeps only the fp32 copy.
+    Llama 3.2 3B (hidden 3072, 28 layers), 2 x 4096 tokens. Would catch the upcast counted when the layers are
+    compiled, or counted again under recomputation (where the norm is rebuilt in backward)."""
+    from dataclasses import replace
+
+    from distlab.planner.memory import activation_bytes, rmsnorm_upcast_extra_bytes
+
+    row = rows()["ttune2411-3b-packed"]
+    m, t = shape(row), training(row)
+    assert t.rmsnorm_upcast and not training(rows()["ttune2411-3b-compile"]).rmsnorm_upcast
+    plan = Plan(dp=1, micro_batch=2, recompute="none")
+    assert rmsnorm_upcast_extra_bytes(m, t, plan) == pytest.approx(2 * 4 * 2 * 4096 * 3072, rel=1e-12)
+    lora = replace(t, peft="lora")
+    assert rmsnorm_upcast_extra_bytes(m, lora, plan) == pytest.approx(2 * 2 * 2 * 4096 * 3072, rel=1e-12)
+    c = cluster("A100-SXM-80GB", nodes=1)
+    full = Plan(dp=1, micro_batch=2, recompute="full")
+    assert memory_per_gpu(m, c, t, full).activations == pytest.approx(
+        memory_per_gpu(m, c, replace(t, rmsnorm_upcast=False), full).activations
+    )
+    assert memory_per_gpu(m, c, t, plan).activations == pytest.approx(
+        28 * (activation_bytes(m, t, plan) + 2 * 4 * 2 * 4096 * 3072)
+    )
+    assert abs(errors()["ttune2411-3b-packed"]) <= 0.10
