@@ -5,7 +5,7 @@ from __future__ import annotations
 from distlab.core.experiments import experiment
 from distlab.core.facts import entries
 from distlab.core.results import Quantity, Result
-from distlab.hardware.gpus import BYTES_PER_ELEMENT, GPU, KIB, MIB, data_claims, gpu, gpu_names
+from distlab.hardware.gpus import BYTES_PER_ELEMENT, GPU, PEAK_FIELDS, data_claims, gpu, gpu_names
 
 LLAMA2_7B_PARAMS = 6_738_415_616  # the released checkpoint's tensors, counted (hand-worked case for the preset)
 
@@ -15,20 +15,22 @@ LLAMA2_7B_PARAMS = 6_738_415_616  # the released checkpoint's tensors, counted (
 def gpu_specs(device: str) -> Result:
     r = Result("gpu-specs", kind="computed")
     chips = [gpu(n) for n in gpu_names()]
+    raw = entries("gpus")
     rows = []
     for g in chips:
+        printed = raw[g.name]  # SRAM sizes and peaks as the sources print them (KiB, MiB, TFLOP/s)
         rows.append(
             [
                 g.name,
                 g.sms,
                 Quantity(g.hbm_bytes, "B"),
                 Quantity(g.hbm_bytes_per_s, "B/s"),
-                _tf(g, "bf16"),
-                _tf(g, "fp8"),
-                _tf(g, "tf32"),
-                _tf(g, "fp32"),
-                f"{g.smem_per_sm_bytes // KIB} KiB",
-                f"{g.l2_bytes / MIB:g} MiB",
+                _tf(printed, "bf16"),
+                _tf(printed, "fp8"),
+                _tf(printed, "tf32"),
+                _tf(printed, "fp32"),
+                f"{printed['smem_per_sm_kib']:g} KiB",
+                f"{printed['l2_mib']:g} MiB",
                 Quantity(g.link_bytes_per_s, "B/s"),
             ]
         )
@@ -63,18 +65,21 @@ def gpu_specs(device: str) -> Result:
         caption="Ridge point, FLOP per HBM byte = dense peak FLOP/s / HBM bytes/s: below it a kernel is "
         "memory-bound, above it compute-bound.",
     )
+    ratios = {g.name: _ratios(g) for g in chips}
     ratio_rows = []
     for g in chips:
+        q = ratios[g.name]
         ratio_rows.append(
             [
                 g.name,
                 Quantity(g.smem_total_bytes, "B"),
-                f"{g.hbm_bytes / g.smem_total_bytes:,.0f}x",
-                f"{g.hbm_bytes / g.l2_bytes:,.0f}x",
-                f"{g.hbm_bytes_per_s / g.link_bytes_per_s:.1f}x",
-                f"{g.peak_flops('bf16') / g.peak_flops('fp32'):.1f}x",
+                f"{q['hbm_over_smem']:,.0f}x",
+                f"{q['hbm_over_l2']:,.0f}x",
+                f"{q['hbm_over_link']:.1f}x",
+                f"{q['bf16_over_fp32']:.1f}x",
             ]
         )
+    _ratio_claims(r, chips, ratios)
     r.table(
         "ratios",
         [
@@ -92,40 +97,40 @@ def gpu_specs(device: str) -> Result:
     for g in chips:
         # Data-entry checks: the printed with-sparsity figure is twice the dense one we use, fp16 = bf16.
         r.claim(
-            f"{g.name}: datasheet sparse bf16 = 2 x the dense peak used here",
+            f"{g.name}: printed sparse bf16 = 2 x dense",
             g.bf16_sparse_flops,
             2 * g.peak_flops("bf16"),
             rel_tol=1e-3,
             unit="FLOP/s",
-            formula="2:4 sparsity doubles the rate",
         )
-        r.claim(
-            f"{g.name}: fp16 dense peak = bf16 dense peak", g.peak_flops("fp16"), g.peak_flops("bf16"), unit="FLOP/s"
-        )
+        r.claim(f"{g.name}: fp16 = bf16", g.peak_flops("fp16"), g.peak_flops("bf16"), unit="FLOP/s")
         slug = g.name.split("-")[0].lower()
         r.add(f"{slug}_ridge_bf16", g.ridge("bf16"), "FLOP/B", f"{g.name} bf16 ridge point")
         r.add(f"{slug}_ridge_fp32", g.ridge("fp32"), "FLOP/B", f"{g.name} fp32 (vector) ridge point")
         r.add(f"{slug}_smem_total", g.smem_total_bytes, "B", f"{g.name} shared memory, all SMs")
-        r.add(f"{slug}_hbm_over_smem", g.hbm_bytes / g.smem_total_bytes, "", f"{g.name} HBM / all shared memory")
+        q = ratios[g.name]
+        r.add(f"{slug}_hbm_over_smem", q["hbm_over_smem"], "", f"{g.name} HBM / all shared memory")
         r.add(
             f"{slug}_hbm_over_link",
-            g.hbm_bytes_per_s / g.link_bytes_per_s,
+            q["hbm_over_link"],
             "",
             f"{g.name} HBM bandwidth / one-direction link bandwidth",
         )
         r.add(f"{slug}_link", g.link_bytes_per_s, "B/s", f"{g.name} link bandwidth, one direction")
         r.add(
             f"{slug}_bf16_over_fp32",
-            g.peak_flops("bf16") / g.peak_flops("fp32"),
+            q["bf16_over_fp32"],
             "",
             f"{g.name} bf16 tensor-core peak / fp32 vector peak",
         )
-        r.add(f"{slug}_bytes_per_flop_bf16", 1 / g.ridge("bf16"), "B/FLOP", f"{g.name} HBM bytes per bf16 FLOP")
+        r.add(f"{slug}_bytes_per_flop_bf16", q["bytes_per_flop"], "B/FLOP", f"{g.name} HBM bytes per bf16 FLOP")
+    for g in (gpu("H100-SXM"), gpu("H200")):  # the two the page shows
         # a square bf16 GEMM has intensity 2n / (3 x 2 B): it reaches the ridge at n = 3 x ridge
         n_ridge = 3 * g.ridge("bf16")
+        slug = g.name.split("-")[0].lower()
         r.add(f"{slug}_square_gemm_n_at_ridge", n_ridge, "", f"{g.name}: bf16 n x n GEMM at the ridge")
         r.claim(
-            f"{g.name}: a bf16 GEMM of n = n* has intensity 2n^3 / (3 n^2 x 2 B) = the ridge",
+            f"{g.name}: bf16 GEMM at n* has intensity 2n^3 / (3n^2 x 2 B) = ridge",
             2 * n_ridge**3 / (3 * n_ridge**2 * 2),
             g.ridge("bf16"),
             rel_tol=1e-12,
@@ -156,19 +161,6 @@ def _derived_checks(r: Result, h100: GPU, h200: GPU) -> None:
             unit="FLOP/B",
             formula="the 1e12 of TFLOP/s and of TB/s cancel",
         )
-    printed = raw["H100-SXM"]
-    r.claim(
-        "H100: all shared memory = SMs x KiB per SM x 1024",
-        h100.smem_total_bytes,
-        printed["sms"] * printed["smem_per_sm_kib"] * 1024,
-        unit="B",
-    )
-    r.claim(
-        "H100: bf16 tensor / fp32 vector = printed TFLOP/s ratio",
-        h100.peak_flops("bf16") / h100.peak_flops("fp32"),
-        printed["bf16_dense_tflops"] / printed["fp32_tflops"],
-        rel_tol=1e-12,
-    )
 
 
 REPORTED_MFU = 0.60  # worked problem: an MFU a team reports with a peak hard-coded for the A100
@@ -180,32 +172,37 @@ def _worked_problems(r: Result, h100: GPU) -> None:
     n = preset("7B").params()
     r.claim("Llama 2 7B parameters = the released checkpoint's count", n, LLAMA2_7B_PARAMS)
     weights = BYTES_PER_ELEMENT["bf16"] * n
+    decode_s = weights / h100.hbm_bytes_per_s
+    tokens_per_s = h100.hbm_bytes_per_s / weights
+    decode_mfu = 2 * n * tokens_per_s / h100.peak_flops("bf16")
     r.add("wp_7b_weights", weights, "B", "Llama 2 7B bf16 weights")
-    r.add("wp_7b_decode_s", weights / h100.hbm_bytes_per_s, "s", "batch-1 decode step: weights / HBM bandwidth")
-    r.add("wp_7b_decode_tokens_per_s", h100.hbm_bytes_per_s / weights, "tokens/s", "batch-1 decode ceiling")
-    r.add(
-        "wp_7b_decode_mfu",
-        2 * n * h100.hbm_bytes_per_s / weights / h100.peak_flops("bf16"),
-        "fraction",
-        "batch-1 decode at the memory roof: share of the bf16 peak",
-    )
+    r.add("wp_7b_decode_s", decode_s, "s", "batch-1 decode step: weights / HBM bandwidth")
+    r.add("wp_7b_decode_tokens_per_s", tokens_per_s, "tokens/s", "batch-1 decode ceiling")
+    r.add("wp_7b_decode_mfu", decode_mfu, "fraction", "batch-1 decode at the memory roof: share of the bf16 peak")
     r.add("wp_reported_mfu", REPORTED_MFU, "fraction", "reported MFU with the A100 peak")
     true_mfu = REPORTED_MFU * gpu("A100-SXM-80GB").peak_flops("bf16") / h100.peak_flops("bf16")
     r.add("wp_true_mfu", true_mfu, "fraction", "the same run against the H100 peak")
     raw = entries("gpus")
+    printed_bw = raw["H100-SXM"]["hbm_tbps"] * 1e12
     r.claim(
         "batch-1 decode: a matvec does 1 FLOP per bf16 byte, so its MFU at the memory roof = 1 / ridge",
-        2 * n * h100.hbm_bytes_per_s / weights / h100.peak_flops("bf16"),
+        decode_mfu,
         raw["H100-SXM"]["hbm_tbps"] / raw["H100-SXM"]["bf16_dense_tflops"],
         rel_tol=1e-12,
         formula="(2 FLOP / 2 B) x B / P",
     )
     r.claim(
         "decode step x HBM bandwidth = bf16 weight bytes (2 per parameter)",
-        weights / h100.hbm_bytes_per_s * raw["H100-SXM"]["hbm_tbps"] * 1e12,
+        decode_s * printed_bw,
         2 * LLAMA2_7B_PARAMS,
         rel_tol=1e-12,
         unit="B",
+    )
+    r.claim(
+        "decode tokens/s x weight bytes / HBM bandwidth = 1",
+        tokens_per_s * 2 * LLAMA2_7B_PARAMS / printed_bw,
+        1.0,
+        rel_tol=1e-12,
     )
     r.claim(
         "true MFU = reported x A100 peak / H100 peak (printed TFLOP/s)",
@@ -216,5 +213,41 @@ def _worked_problems(r: Result, h100: GPU) -> None:
     )
 
 
-def _tf(g: GPU, dtype: str) -> str:
-    return f"{g.peak_flops(dtype) / 1e12:g}" if dtype in g.peaks else "—"
+def _tf(printed: dict, dtype: str) -> str:
+    field = PEAK_FIELDS[dtype]
+    return f"{printed[field]:g}" if field in printed else "—"
+
+
+def _ratios(g: GPU) -> dict[str, float]:
+    """The ratios table's cells for one chip, from gpus.py's conversions (claimed against the printed figures)."""
+    return {
+        "hbm_over_smem": g.hbm_bytes / g.smem_total_bytes,
+        "hbm_over_l2": g.hbm_bytes / g.l2_bytes,
+        "hbm_over_link": g.hbm_bytes_per_s / g.link_bytes_per_s,
+        "bf16_over_fp32": g.peak_flops("bf16") / g.peak_flops("fp32"),
+        "bytes_per_flop": 1 / g.ridge("bf16"),
+    }
+
+
+def _ratio_claims(r: Result, chips: list[GPU], ratios: dict[str, dict[str, float]]) -> None:
+    """Each ratio of every chip recomputed in float64 from the data file's printed figures and units (GB, TB/s,
+    KiB, MiB, TFLOP/s; links from links x per-link rate where the source prints it), none of gpus.py's
+    conversions: one claim per ratio, the largest relative gap over the chips."""
+    raw = entries("gpus")
+
+    def link_gbps(name: str) -> float:  # one direction, GB/s
+        row = entries("interconnect")[name]
+        if "gbytes_per_s_per_link_per_direction" in row:
+            return row["links"] * row["gbytes_per_s_per_link_per_direction"]
+        return row["links"] * row["bidirectional_gbytes_per_s_per_link"] / 2
+
+    reference = {
+        "hbm_over_smem": lambda p: p["hbm_gb"] * 1e9 / (p["sms"] * p["smem_per_sm_kib"] * 1024),
+        "hbm_over_l2": lambda p: p["hbm_gb"] * 1e9 / (p["l2_mib"] * 1_048_576),
+        "hbm_over_link": lambda p: p["hbm_tbps"] * 1000 / link_gbps(p["link"]),
+        "bf16_over_fp32": lambda p: p["bf16_dense_tflops"] / p["fp32_tflops"],
+        "bytes_per_flop": lambda p: p["hbm_tbps"] / p["bf16_dense_tflops"],
+    }
+    for key, ref in reference.items():
+        gap = max(abs(ratios[g.name][key] / ref(raw[g.name]) - 1) for g in chips)
+        r.claim(f"ratios, {key}: largest gap from printed figures", gap, 0.0, abs_tol=1e-12)

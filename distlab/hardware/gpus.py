@@ -125,99 +125,170 @@ def gpu(name: str) -> GPU:
 # ---------------------------------------------------------------- relations that guard the data file
 # Sizes of one HBM stack as JEDEC's HBM2e, HBM3 and HBM3e generations make them (GB): capacity / stacks is one.
 HBM_STACK_GB = (8, 16, 24, 32, 36)
+MEBIBYTE = 1_048_576  # 2^20 written out: the references below do not share MIB with the conversions they check
+
+
+def printed_half_unit(x: float) -> float:
+    """Half a unit of the last digit a source prints for `x`, as the data file types it: 3.35 -> 0.005,
+    2614.9 -> 0.05, 312 -> 0.5, 1100 -> 50 (an integer's trailing zeros are not significant: "1.1 PFLOP/s"). A datum
+    must equal its independent re-derivation to within this, so a typo of one in its last digit breaks the relation."""
+    if float(x).is_integer():
+        digits = str(int(x))
+        zeros = len(digits) - len(digits.rstrip("0")) if int(x) else 0
+        return 0.5 * 10.0**zeros
+    return 0.5 * 10.0 ** -len(repr(float(x)).split(".")[1])
 
 
 def data_claims(r, names: list[str]) -> None:
     """Relations the datasheet figures must satisfy, so that a typo in gpus.toml breaks chapter 2's build: each
     compares the data file's value with one computed from OTHER sourced values (a second source, aggregate =
-    per-unit x count, ratios the datasheets print), never with itself. Every experiment whose page shows numbers
-    made from a chip's data calls it for that chip (`r` is its Result), so the typo fails that page's build."""
+    per-unit x count, ratios the datasheets print), never with itself, within half a unit of the digit printed
+    (`printed_half_unit`). Every experiment whose page shows numbers made from a chip's data calls it for that chip
+    (`r` is its Result), so the typo fails that page's build."""
     rows = entries("gpus")
     for g in (gpu(name) for name in names):
         row = rows[g.name]
         if "fp8" in g.peaks:
             r.claim(
-                f"{g.name}: fp8 dense peak = 2 x bf16 dense peak",
+                f"{g.name}: fp8 = 2 x bf16",
                 g.peak_flops("fp8"),
                 2 * g.peak_flops("bf16"),
                 rel_tol=1e-3,
                 unit="FLOP/s",
-                formula="each halving of the operand width doubles the tensor-core rate",
             )
         r.claim(
-            f"{g.name}: tf32 dense peak = bf16 dense peak / 2",
+            f"{g.name}: tf32 = bf16 / 2",
             g.peak_flops("tf32"),
             g.peak_flops("bf16") / 2,
-            rel_tol=0.025,  # B200: 1.1 PFLOP/s printed against 2.25 / 2
+            abs_tol=(printed_half_unit(row["tf32_dense_tflops"]) + printed_half_unit(row["bf16_dense_tflops"]) / 2)
+            * 1e12,  # B200: 1.1 PFLOP/s printed against 2.25 / 2
             unit="FLOP/s",
-            formula="tf32 operands are twice as wide as bf16",
         )
-        if "fp32_lanes" in row:
+        if "mlperf_memory_gb" in row:
+            r.claim(
+                f"{g.name}: HBM = MLPerf's capacity",
+                g.hbm_bytes,
+                row["mlperf_memory_gb"] * 1e9,
+                abs_tol=printed_half_unit(row["mlperf_memory_gb"]) * 1e9,
+                unit="B",
+            )
+        if "fp32_lanes_per_sm" in row:
+            r.claim(f"{g.name}: FP32 lanes = SMs x lanes per SM", row["fp32_lanes"], g.sms * row["fp32_lanes_per_sm"])
+        elif "fp32_lanes" in row:
             per_sm = row["fp32_lanes"] / g.sms
             r.claim(
-                f"{g.name}: FP32 lanes / SMs (CUs) = {per_sm:g}, one of 64 and 128",
+                f"{g.name}: FP32 lanes / CUs = {per_sm:g}, one of 64 and 128",
                 per_sm if per_sm in (64, 128) else -1,
                 per_sm,
-                formula="FP32 cores (stream processors) / SMs (CUs), both printed",
             )
         if "boost_clock_mhz" in row and g.vendor == "NVIDIA":
             r.claim(
-                f"{g.name}: fp32 peak = FP32 lanes x 2 FLOP x boost clock",
+                f"{g.name}: fp32 = lanes x 2 x boost clock",
                 g.peak_flops("fp32"),
                 row["fp32_lanes"] * 2 * row["boost_clock_mhz"] * 1e6,
-                rel_tol=0.005,  # the datasheets round the TFLOP/s (H100: 66.9 printed as 67)
+                abs_tol=printed_half_unit(row["fp32_tflops"]) * 1e12,  # printed rounded (H100: 66.9 as 67)
                 unit="FLOP/s",
-                formula="one fused multiply-add per lane per clock",
             )
+        if "peak_engine_clock_mhz" in row:  # AMD: CUs x FLOP per clock per CU x peak engine clock
+            for dt in ("fp32", "bf16", "fp8"):
+                per_cu = row[f"{dt}_flops_per_clock_per_cu"]
+                r.claim(
+                    f"{g.name}: {dt} = CUs x {per_cu} x clock",
+                    g.peak_flops(dt),
+                    g.sms * per_cu * row["peak_engine_clock_mhz"] * 1e6,
+                    abs_tol=printed_half_unit(row[PEAK_FIELDS[dt]]) * 1e12,
+                    unit="FLOP/s",
+                )
         if "hbm_stacks" in row:
             per_stack = g.hbm_bytes / 1e9 / row["hbm_stacks"]
             r.claim(
-                f"{g.name}: HBM capacity / stacks = {per_stack:g} GB, a standard stack size",
+                f"{g.name}: HBM / stacks = {per_stack:g} GB, a JEDEC size",
                 per_stack if per_stack in HBM_STACK_GB else -1,
                 per_stack,
                 unit="GB",
-                formula="JEDEC stack sizes " + ", ".join(map(str, HBM_STACK_GB)) + " GB",
             )
-        if "hbm_bus_bits" in row:
+        if "hbm_bus_bits" in row:  # bytes per transfer x transfers per second (a memory clock moves two)
+            if "hbm_gtransfers_per_s" in row:  # AMD prints the transfer rate per pin
+                per_s = row["hbm_gtransfers_per_s"] * 1e9
+            else:
+                per_s = 2 * row["hbm_clock_mhz"] * 1e6
             r.claim(
-                f"{g.name}: HBM bandwidth = bus width x 2 transfers per memory clock",
+                f"{g.name}: HBM bandwidth = bus x transfer rate",
                 g.hbm_bytes_per_s,
-                row["hbm_bus_bits"] / 8 * 2 * row["hbm_clock_mhz"] * 1e6,
-                rel_tol=0.005,  # printed as 3.35 TB/s; the clocks give 3.352
+                row["hbm_bus_bits"] / 8 * per_s,
+                abs_tol=printed_half_unit(row["hbm_tbps"]) * 1e12,  # printed 3.35 TB/s; the clocks give 3.352
                 unit="B/s",
-                formula="bus bits / 8 x 2 x memory clock (nvidia-smi)",
             )
         if "xcds" in row:
-            r.claim(f"{g.name}: compute units = XCDs x CUs per XCD", g.sms, row["xcds"] * row["cus_per_xcd"])
-            r.claim(
-                f"{g.name}: L2 = XCDs x L2 per XCD",
-                g.l2_bytes,
-                row["xcds"] * row["l2_mib_per_xcd"] * MIB,
-                unit="B",
-            )
+            r.claim(f"{g.name}: CUs = XCDs x CUs per XCD", g.sms, row["xcds"] * row["cus_per_xcd"])
+            per_xcd = row["l2_mib_per_xcd"] * MEBIBYTE
+            r.claim(f"{g.name}: L2 = XCDs x L2 per XCD", g.l2_bytes, row["xcds"] * per_xcd, unit="B")
+        if "lds_per_cu_kib_isa" in row:
+            r.claim(f"{g.name}: LDS = the ISA guide's", g.smem_per_sm_bytes, row["lds_per_cu_kib_isa"] * 1024, unit="B")
         if "smem_per_block_optin_kib" in row:
             r.claim(
-                f"{g.name}: shared memory per SM = one block's opt-in maximum + the reserved 1 KiB",
+                f"{g.name}: smem per SM = opt-in + reserved",
                 g.smem_per_sm_bytes,
-                (row["smem_per_block_optin_kib"] + row["smem_reserved_per_block_kib"]) * KIB,
+                (row["smem_per_block_optin_kib"] + row["smem_reserved_per_block_kib"]) * 1024,
                 unit="B",
-                formula="CUDA programming guide vs CCCL's per-architecture traits",
             )
-    if "H200" not in names:
-        return
+        if "rack_gpus" in row:  # one GPU of a rack: the rack's printed totals / its GPUs
+            n = row["rack_gpus"]
+            for what, field, datum, total, scale, unit in (
+                ("HBM", "hbm_gb", g.hbm_bytes, row["rack_hbm_tb"] * 1e12, 1e9, "B"),
+                ("HBM bandwidth", "hbm_tbps", g.hbm_bytes_per_s, row["rack_hbm_tbps"] * 1e12, 1e12, "B/s"),
+                ("fp32", "fp32_tflops", g.peak_flops("fp32"), row["rack_fp32_tflops"] * 1e12, 1e12, "FLOP/s"),
+                (
+                    "tf32",
+                    "tf32_dense_tflops",
+                    g.peak_flops("tf32"),
+                    row["rack_tf32_sparse_pflops"] * 1e15 / 2,
+                    1e12,
+                    "FLOP/s",
+                ),
+            ):
+                r.claim(
+                    f"{g.name}: {what} = rack / {n}",
+                    datum,
+                    total / n,
+                    abs_tol=printed_half_unit(row[field]) * scale,  # the per-GPU figure's printed precision
+                    unit=unit,
+                )
+    if "H200" in names:
+        _hopper_claims(r, rows)
+    if "H100-SXM" in names and "A100-SXM-80GB" in names:
+        ratio = rows["H100-SXM"]["l2_over_a100"]
+        r.claim(
+            f"H100 L2 / A100 L2 = the printed {ratio:g}x",
+            gpu("H100-SXM").l2_bytes / gpu("A100-SXM-80GB").l2_bytes,
+            ratio,
+            abs_tol=printed_half_unit(ratio),
+        )
+    if "GB200" in names and "B200" in names:
+        gb200, b200 = gpu("GB200"), gpu("B200")
+        same = (("SMs", "sms", ""), ("L2", "l2_bytes", "B"), ("smem per SM", "smem_per_sm_bytes", "B"))
+        for what, attr, unit in same:  # the stated assumption gb200-as-b200
+            r.claim(f"GB200 {what} = B200's (assumed)", getattr(gb200, attr), getattr(b200, attr), unit=unit)
+
+
+def _hopper_claims(r, rows: dict) -> None:
+    """H200 against H100: the same GH100 processor with more memory; L2 against the whitepaper's printed figures."""
     h100, h200 = gpu("H100-SXM"), gpu("H200")
     r.claim(
-        "H200 / H100 HBM bandwidth = the 1.4x the H200's datasheet prints",
+        "H200 / H100 HBM bandwidth = the printed 1.4x",
         h200.hbm_bytes_per_s / h100.hbm_bytes_per_s,
         rows["H200"]["hbm_tbps_over_h100"],
         abs_tol=0.05,  # printed to one decimal
-        formula="4.8 TB/s / 3.35 TB/s",
     )
     for dt in h100.peaks:  # the same GH100 processor: the H200 changes only the memory
-        r.claim(f"H200 {dt} peak = H100 {dt} peak (same processor)", h200.peak_flops(dt), h100.peak_flops(dt))
+        r.claim(f"H200 {dt} = H100 {dt} (same die)", h200.peak_flops(dt), h100.peak_flops(dt), unit="FLOP/s")
     r.claim("H200 SMs (device query) = H100 SMs (whitepaper)", h200.sms, h100.sms)
+    r.claim("H200 smem per SM = H100's", h200.smem_per_sm_bytes, h100.smem_per_sm_bytes, unit="B")
     r.claim(
-        "H200 shared memory per SM = H100's (same processor)", h200.smem_per_sm_bytes, h100.smem_per_sm_bytes, unit="B"
+        "H200 L2 (device query) = the full GH100's (whitepaper)",
+        h200.l2_bytes,
+        rows["H200"]["gh100_full_l2_mib"] * MEBIBYTE,
+        unit="B",
     )
 
 

@@ -214,18 +214,33 @@ def test_fp8_variant_scales_and_layout():
 @pytest.mark.parametrize(
     ("chip", "field", "typo", "guard"),
     [
-        ("H100-SXM", "hbm_tbps", 3.53, "H100-SXM: HBM bandwidth = bus width"),
-        ("H100-SXM", "sms", 123, "H100-SXM: FP32 lanes / SMs"),
-        ("H100-SXM", "fp32_tflops", 76, "H100-SXM: fp32 peak = FP32 lanes"),
-        ("A100-SXM-80GB", "hbm_gb", 88, "A100-SXM-80GB: HBM capacity / stacks"),
+        ("H100-SXM", "hbm_tbps", 3.53, "H100-SXM: HBM bandwidth = bus"),
+        ("H100-SXM", "hbm_tbps", 3.36, "H100-SXM: HBM bandwidth = bus"),  # inside 0.5 %: half a printed unit
+        ("H100-SXM", "sms", 123, "H100-SXM: FP32 lanes = SMs x lanes per SM"),
+        ("A100-SXM-80GB", "sms", 54, "A100-SXM-80GB: FP32 lanes = SMs x lanes per SM"),  # 128 per SM is plausible
+        ("H100-SXM", "fp32_tflops", 76, "H100-SXM: fp32 = lanes x 2"),
+        ("A100-SXM-80GB", "hbm_gb", 88, "A100-SXM-80GB: HBM / stacks"),
+        ("A100-SXM-80GB", "hbm_gb", 160, "A100-SXM-80GB: HBM = MLPerf"),  # 32 GB stacks exist
+        ("H200", "hbm_gb", 142, "H200: HBM = MLPerf"),
+        ("A100-SXM-80GB", "l2_mib", 50, "H100 L2 / A100 L2"),
+        ("H200", "l2_mib", 70, "H200 L2 (device query) = the full GH100"),
         ("H200", "hbm_tbps", 4.0, "H200 / H100 HBM bandwidth"),
-        ("A100-SXM-80GB", "hbm_tbps", 2.39, "A100-SXM-80GB: HBM bandwidth = bus width"),
-        ("H200", "smem_per_sm_kib", 256, "H200 shared memory per SM"),
-        ("H200", "bf16_dense_tflops", 898, "H200 bf16 peak = H100 bf16 peak"),
-        ("B200", "fp8_dense_tflops", 4050, "B200: fp8 dense peak = 2 x bf16"),
-        ("B200", "tf32_dense_tflops", 1010, "B200: tf32 dense peak"),
+        ("A100-SXM-80GB", "hbm_tbps", 2.39, "A100-SXM-80GB: HBM bandwidth = bus"),
+        ("A100-SXM-80GB", "tf32_dense_tflops", 157, "A100-SXM-80GB: tf32 = bf16 / 2"),
+        ("H200", "smem_per_sm_kib", 256, "H200 smem per SM"),
+        ("H200", "bf16_dense_tflops", 898, "H200 bf16 = H100 bf16"),
+        ("B200", "fp8_dense_tflops", 4050, "B200: fp8 = 2 x bf16"),
+        ("B200", "tf32_dense_tflops", 1010, "B200: tf32 = bf16 / 2"),
+        ("B200", "sms", 149, "GB200 SMs = B200's"),
+        ("GB200", "tf32_dense_tflops", 1260, "GB200: tf32 = rack / 72"),
+        ("GB200", "hbm_gb", 187, "GB200: HBM = rack / 72"),
+        ("GB200", "hbm_tbps", 9, "GB200: HBM bandwidth = rack / 72"),
         ("MI300X", "l2_mib", 23, "MI300X: L2 = XCDs x L2 per XCD"),
-        ("MI300X", "sms", 340, "MI300X: compute units = XCDs"),
+        ("MI300X", "sms", 340, "MI300X: CUs = XCDs"),
+        ("MI300X", "fp8_dense_tflops", 2614.8, "MI300X: fp8 = CUs x 4096"),
+        ("MI300X", "fp32_tflops", 163.5, "MI300X: fp32 = CUs x 256"),
+        ("MI300X", "hbm_tbps", 5.4, "MI300X: HBM bandwidth = bus"),
+        ("MI300X", "smem_per_sm_kib", 65, "MI300X: LDS = the ISA guide's"),
     ],
 )
 def test_a_typo_in_gpus_toml_breaks_a_page_claim(chip, field, typo, guard, monkeypatch):
@@ -250,3 +265,16 @@ def test_a_typo_in_gpus_toml_breaks_a_page_claim(chip, field, typo, guard, monke
     clean = Result("check")
     data_claims(clean, gpu_names())
     assert not clean.failed_claims and len(clean.claims) >= 30
+
+
+@pytest.mark.parametrize(
+    ("printed", "half_unit"),
+    [(3.35, 0.005), (2614.9, 0.05), (312, 0.5), (1100, 50), (80, 5), (2.039, 0.0005), (1.25, 0.005)],
+)
+def test_printed_half_unit_reads_the_last_printed_digit(printed, half_unit):
+    """The tolerance of every datasheet relation: half a unit of the digit the source prints. Would catch a helper
+    that counted an integer's trailing zeros as printed digits (B200's "1.1 PFLOP/s" tf32, typed 1100, would then
+    fail its own relation) or that read a float's repr noise as precision."""
+    from distlab.hardware.gpus import printed_half_unit
+
+    assert printed_half_unit(printed) == pytest.approx(half_unit)
