@@ -44,7 +44,7 @@ PLANTS = [
         "hbm_tbps = 3.35",
         "hbm_tbps = 3.53",
         "02-gpu-mental-model.md",
-        "H100-SXM: HBM bandwidth = bus width",
+        "H100-SXM: HBM bandwidth = bus",
     ),
     Plant(
         "the H100's SM count typed wrong",
@@ -52,7 +52,7 @@ PLANTS = [
         "bf16_sparse_tflops = 1979\nsms = 132\nl2_mib = 50",
         "bf16_sparse_tflops = 1979\nsms = 123\nl2_mib = 50",
         "02-gpu-mental-model.md",
-        "H100-SXM: FP32 lanes / SMs",
+        "H100-SXM: FP32 lanes = SMs",
     ),
     Plant(
         "the roofline's square-GEMM intensity written 2n/2b instead of 2n/3b",
