@@ -237,9 +237,10 @@ def _ratio_claims(r: Result, chips: list[GPU], ratios: dict[str, dict[str, float
 
     def link_gbps(name: str) -> float:  # one direction, GB/s
         row = entries("interconnect")[name]
-        if "gbytes_per_s_per_link_per_direction" in row:
+        if "gbytes_per_s_per_link_per_direction" in row:  # NVLink: links x the printed per-link rate
             return row["links"] * row["gbytes_per_s_per_link_per_direction"]
-        return row["links"] * row["bidirectional_gbytes_per_s_per_link"] / 2
+        # xGMI: a full mesh, one link to each other GPU of the platform, lanes x Gb/s each way
+        return (row["platform_gpus"] - 1) * row["lanes_per_link"] * row["gbits_per_s_per_lane"] / 8
 
     reference = {
         "hbm_over_smem": lambda p: p["hbm_gb"] * 1e9 / (p["sms"] * p["smem_per_sm_kib"] * 1024),
