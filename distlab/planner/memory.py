@@ -162,6 +162,8 @@ class MemoryBreakdown:
     """torch.distributed.pipelining's per-micro-batch stage outputs and receive buffers, alive through the step."""
     dequantized_head: float = 0.0
     """QLoRA with a quantized output head (lit-gpt): its weight dequantized (fp16, then bf16) at the loss's backward."""
+    ring_attention: float = 0.0
+    """torch's context-parallel ring attention in one layer's backward: the all-gathered K and V, fp32 accumulators."""
 
     @property
     def model_states(self) -> float:
@@ -196,6 +198,7 @@ class MemoryBreakdown:
             + self.activations
             + self.layer_grads
             + self.recompute_working
+            + self.ring_attention
         )
 
     @property
@@ -252,6 +255,7 @@ class MemoryBreakdown:
                 "activations": self.activations,
                 "layer gradient": self.layer_grads,
                 "recompute working set": self.recompute_working,
+                "ring attention": self.ring_attention,
             },
             self.backward_end: wo
             | {
@@ -320,6 +324,7 @@ class MemoryBreakdown:
             "head input": self.head_input,
             "pipeline buffers": self.pipeline_buffers,
             "dequantized head": self.dequantized_head,
+            "ring attention": self.ring_attention,
             "communication buffers": self.comm_buffers,
             "cuda context": self.context,
             "fragmentation": self.fragmentation,
@@ -654,6 +659,23 @@ def pipeline_buffer_bytes(m: ModelShape, t: Training, p: Plan, stage: int, logit
     return per * p.microbatches * buffers
 
 
+def ring_attention_bytes(m: ModelShape, t: Training, p: Plan) -> float:
+    """torch's context_parallel (torchtitan's CP), one layer's attention backward: the ring runs inside one SDPA
+    dispatch, so autograd saves what it saves without CP; while it runs it holds the whole sequence's K and V
+    (all-gathered once, the rotate method torchtitan defaults to), the local copy it sent, fp32 accumulators of dq,
+    dk, dv, one ring step's gradients and the fp32 dk, dv it sends and receives (memory_buffers.toml ring-attention).
+    Other stacks, or CP 1: 0."""
+    if t.framework != "torchtitan" or p.cp == 1:
+        return 0.0
+    e = "ring-attention"
+    kv_b, acc_b = _fact(e, "kv_bytes"), _fact(e, "accumulator_bytes")
+    tokens = p.micro_batch * (t.seq // p.cp)
+    q = tokens * (m.heads // p.tp) * m.head_dim
+    kv = tokens * max(m.kv // p.tp, 1) * m.head_dim
+    gathered = kv_b * p.cp * 2 * kv + kv_b * 2 * kv
+    return gathered + acc_b * (q + 2 * kv) + kv_b * (q + 2 * kv) + 2 * acc_b * 2 * kv
+
+
 def litgpt_lora_saved_bytes(m: ModelShape, t: Training, p: Plan) -> float:
     """Lit-GPT 8641822's LoRA and QLoRA fine-tune (finetune/lora.py: bf16-true, eager, LoRA on q and v with dropout
     0.05), one layer's saved bytes per micro-batch, op by op from its code (memory_buffers.toml litgpt-lora-code):
@@ -763,6 +785,7 @@ def memory_per_gpu(m: ModelShape, c: Cluster, t: Training, p: Plan) -> MemoryBre
             head_input=head,
             pipeline_buffers=chunks,
             dequantized_head=dequantized_head_bytes(m, t) if last else 0.0,
+            ring_attention=ring_attention_bytes(m, t, p),
             weights=weights,
             gradients=grads,
             optimizer=opt,

@@ -81,10 +81,13 @@ def by_hand(m: ModelShape, params: float, gpus: int, s: int, b: int, recompute: 
     fwd_logit = quoted("memory_buffers.loss-eager.forward_bytes_per_logit", EAGER_LOSS[0])
     bwd_logit = quoted("memory_buffers.loss-eager.backward_bytes_per_logit", EAGER_LOSS[1])
     logits = sb * vocab
+    # the output projection's saved input (bf16) and the eager final norm's fp32 upcast and bf16 output, outside the
+    # checkpointed blocks (torchtitan's model.py and norms.py)
+    head_input = (2 + 4 + 2) * sb * h
     held = weights + opt + root
     phases = (
-        held + gathered + acts + fwd_logit * logits,  # forward's end
-        held + at_loss + acts + bwd_logit * logits,  # the loss's backward
+        held + gathered + acts + head_input + fwd_logit * logits,  # forward's end
+        held + at_loss + acts + head_input + bwd_logit * logits,  # the loss's backward
         held + gathered + acts + layer + working,  # the last layer's backward: its unsharded gradient
         held + gathered + grads + per_layer + working,  # backward's end: the first layer's activations left
         weights + opt + grads + temps,  # the optimizer step

@@ -3,13 +3,14 @@ corpus exposed: FSDP2 under a pipeline accumulates unsharded gradients in fp32. 
 distlab/data/memory_corpus.toml, and 4 bytes per local parameter counted by hand."""
 
 import math
+from dataclasses import replace
 
 import pytest
 
 from distlab.models.shapes import catalog
 from distlab.planner.config import Plan, Training, cluster
 from distlab.planner.memory import memory_per_gpu
-from distlab.planner.memory_corpus import errors, rows, shape, training
+from distlab.planner.memory_corpus import errors, float8_gather_switch_bytes, rows, shape, training
 from distlab.planner.stages import stage_params
 
 
@@ -157,3 +158,34 @@ def test_eager_rmsnorm_upcast_keeps_fp32_copy():
         28 * (activation_bytes(m, t, plan) + 2 * 4 * 2 * 4096 * 3072)
     )
     assert abs(errors()["ttune2411-3b-packed"]) <= 0.10
+
+
+def test_ring_attention_holds_the_whole_kv_and_fp32_accumulators_in_one_layer_backward():
+    """torch's context_parallel under torchtitan, counted by hand at awkward sizes (Llama 3 8B: 32 heads, 8 KV heads,
+    head dim 128; TP 2, CP 4, 2 sequences of 12,000 tokens): the all-gathered K and V of all 4 ranks plus the local
+    copy sent, fp32 dq, dk, dv, one ring step's bf16 gradients and the fp32 dk, dv sent and received; nothing without
+    CP or outside torchtitan; counted in the layer's backward only. Would catch K and V gathered per rank instead of
+    whole, the accumulators priced in bf16 (convert_to_f32 is on), or the working set added to the loss's backward."""
+    m = catalog()["Llama-3-8B"]
+    c = cluster("H100-SXM", nodes=1)
+    plan = Plan(dp=1, tp=2, cp=4, zero=3, micro_batch=2, microbatches=1, recompute="full")
+    tt = Training(global_batch_tokens=2 * 12000, seq=12000, framework="torchtitan")
+    mem = memory_per_gpu(m, c, tt, plan)
+    tokens = 2 * 3000
+    q, kv = tokens * 16 * 128, tokens * 4 * 128
+    hand = 2 * (4 * 2 * kv) + 2 * (2 * kv) + 4 * (q + 2 * kv) + 2 * (q + 2 * kv) + 4 * (2 * 2 * kv)
+    assert mem.ring_attention == pytest.approx(hand, rel=1e-12)
+    without = replace(mem, ring_attention=0.0)
+    assert mem.backward_start == without.backward_start and mem.backward_end == without.backward_end
+    assert mem.backward_layer == pytest.approx(without.backward_layer + hand, rel=1e-12)
+    assert memory_per_gpu(m, c, replace(tt, framework="megatron-core"), plan).ring_attention == 0.0
+    assert memory_per_gpu(m, c, tt, replace(plan, cp=1)).ring_attention == 0.0
+
+
+def test_float8_gather_switch_is_one_byte_per_linear_weight_of_the_stage():
+    """What FSDP 1 switches off in torchtitan (float8 all-gather) for the 405B CP 8 row: 1 B per local weight of the
+    first stage's 16 layers' q, k, v, o and three SwiGLU matrices over TP 8, counted by hand. Would catch the
+    switch priced over the whole model instead of the stage, or the embedding counted (it is not a float8 linear)."""
+    row = rows()["tt2412-t6-cp8"]
+    per_layer = 16384 * 16384 + 2 * 16384 * 1024 + 16384 * 16384 + 3 * 16384 * 53248
+    assert float8_gather_switch_bytes(row) == pytest.approx(16 * per_layer / 8, rel=1e-12)
