@@ -14,6 +14,7 @@ expression written out independently here.
 from __future__ import annotations
 
 import re
+from fractions import Fraction
 
 import torch
 
@@ -85,6 +86,31 @@ def _dims(shape: BlockShape) -> str:
     return f"h = {shape.hidden}, a = {shape.heads}, g = {shape.kv_heads}, f = {shape.ffn}"
 
 
+NOTATION_TOKEN = re.compile(r"\s+|\d+|r_q|r_kv|d_n|d_r|d_v|[sbhagdftkNV]|²|·|/|\(|\)|\+")
+
+
+def evaluate_notation(text: str, sizes: dict[str, int]) -> Fraction:
+    """The value of a closed form as the page prints it ("12sbh + 4sbh·g/a/t + 5as²b"), read independently of the
+    code that wrote it: coefficients and symbols multiply, "/" divides by the next factor, "²" squares the one
+    before, parentheses group, "+" adds; exact (Fractions)."""
+    if "".join(NOTATION_TOKEN.findall(text)) != text:
+        raise ValueError(f"unreadable closed form: {text!r}")
+    expr, prev = [], ""
+    for tok in NOTATION_TOKEN.findall(text):
+        if tok.isspace():
+            continue
+        starts = tok != "²" and (tok[0].isalnum() or tok == "(")  # "²" counts as a digit to str.isalnum
+        if starts and prev and (prev[0].isalnum() or prev in (")", "²")):
+            expr.append("*")
+        expr.append(
+            {"²": "**2", "·": "*"}.get(
+                tok, f"F({sizes[tok]})" if tok in sizes else f"F({tok})" if tok.isdigit() else tok
+            )
+        )
+        prev = tok
+    return eval("".join(expr), {"__builtins__": {}, "F": Fraction})  # only the tokens above
+
+
 def group(module: str) -> str:
     """Every expert's buffers under one name (which expert saves the shared slot rows first is an accident)."""
     return "mlp.experts" if module.startswith("mlp.experts") else module
@@ -125,7 +151,7 @@ def compare(counted: dict, terms: list) -> int:
 @single_threaded
 def activation_memory_models(device: str) -> Result:
     r = Result("activation-memory-models")
-    rows, counted_runs, left = [], {}, 0
+    rows, counted_runs, left, misread = [], {}, 0, []
     for label, shape, att, rc, tp, cf in CONFIGS:
         run = count(shape, att, rc, tp=tp, capacity_factor=cf)
         terms = saved_tensors(shape, S, B, attention=att, recompute=rc, tp=tp, capacity_factor=cf, loads=run["loads"])
@@ -144,6 +170,13 @@ def activation_memory_models(device: str) -> Result:
         left = max(left, run["left"])
         counted_runs[(label, att, rc, tp)] = (run, terms)
         summed = saved_tensors(shape, S, B, attention=att, recompute=rc, tp=tp, capacity_factor=cf)  # experts summed
+        slots = sum(run["loads"]) if run["loads"] is not None else S * B * shape.top_k
+        sizes = {"s": S, "b": B, "h": shape.hidden, "a": shape.heads, "g": shape.kv_heads, "d": shape.head_dim,
+                 "f": shape.ffn, "t": tp, "k": shape.top_k, "N": slots, "r_q": shape.q_lora_rank,
+                 "r_kv": shape.kv_lora_rank, "d_n": shape.qk_nope_head_dim, "d_r": shape.qk_rope_head_dim,
+                 "d_v": shape.v_head_dim}  # fmt: skip
+        if evaluate_notation(formula(summed), sizes) != run["bytes"]:
+            misread.append(name)
         rows.append(
             [
                 label,
@@ -157,6 +190,12 @@ def activation_memory_models(device: str) -> Result:
             ]
         )
     r.claim("every saved buffer released by the end of backward", left, 0, unit="B")
+    r.claim(
+        "counted table: rows whose closed form, read as printed and evaluated at the row's sizes, misses its counted "
+        f"bytes{': ' + '; '.join(misread) if misread else ''}",
+        len(misread),
+        0,
+    )
     r.table(
         "counted",
         ["block", "attention", "recompute", "t", "buffers", "counted (B)", "closed form (B)", "closed form"],
