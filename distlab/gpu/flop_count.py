@@ -337,7 +337,7 @@ def _flop_count(device: str) -> Result:
     cells = [(row[1], ref.get(row[0], -1) / (batch * wide.seq)) for row in rows]
     cells += [(row[2], 1000 * ref.get(row[0], -1) / flops) for row in rows]
     r.claim(
-        "non-matmul elements: table, sum and share = op by op by hand (numbers off)",
+        "non-matmul elements = op-by-op closed form (numbers off)",
         _misprinted(cells) + (elements != Counter(ref)) + (abs(share / (1000 * sum(ref.values()) / flops) - 1) > 1e-12),
         0,
     )
@@ -423,7 +423,7 @@ def _worked_mfu(r: Result, device: str) -> None:
     r.add("train_vocab", cfg.vocab, "", "vocabulary")
     numel = sum(p.numel() for p in _model(cfg, False, "cpu").parameters())  # the tied table counted once
     r.claim(
-        "timed model: N and 6N + 12Lhs = its torch module's parameters, float64 by hand (numbers off)",
+        "timed model: N, 6N + 12Lhs = its torch module's count, by hand (off)",
         (n != numel) + (abs(model_flops / (6.0 * numel + 12.0 * cfg.layers * cfg.hidden * cfg.seq) - 1) > 1e-12),
         0,
     )
@@ -556,7 +556,7 @@ def _mistakes(r: Result) -> None:
     by_hand = [ref[0], 6.0 * n + 12.0 * m.layers * m.hidden * m.seq, total]
     by_hand.append(12.0 * m.layers * m.hidden * m.seq / by_hand[1])
     r.claim(
-        "7B scenario: MFU, FLOPs/token, attention share, mistakes table = float64 by hand (numbers off)",
+        "7B scenario, mistakes table = float64 by hand (numbers off)",
         _misprinted(cells)
         + sum(("impossible" in row[1]) != (v > 1) for row, v in zip(rows, ref))
         + sum(abs(a / b - 1) > 1e-12 for a, b in zip(q.values(), by_hand))

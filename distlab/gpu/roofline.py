@@ -439,7 +439,7 @@ def _roofline(device: str) -> Result:
     llc, element = last_level_cache_bytes(device), torch.finfo(dtype).bits // 8
     # the page's sizes and factor against the rules it states, worked out apart from the code that applies them
     r.claim(
-        "stated STREAM array (max(configured, 2 x LLC)), LLC parser, write-allocate factor: numbers off",
+        "STREAM array, cache parser, write-allocate = stated rules by hand (off)",
         (r.quantities["stream_array_bytes"].value != max(CONFIG[device]["stream_n"] * element, 2 * llc))
         + sum(cache_size_bytes(text) != size for text, size in CACHE_SIZE_CASES)
         + (
