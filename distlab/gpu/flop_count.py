@@ -499,7 +499,7 @@ def _mistakes_by_hand(n, layers, hidden, seq, tokens_per_s, gpus, pad, peaks) ->
 
 
 def _mistakes(r: Result) -> None:
-    from distlab.models.published import llama2_context
+    from distlab.models.published import claim_llama2_context
     from distlab.models.shapes import preset
 
     s = SCENARIO
@@ -542,7 +542,7 @@ def _mistakes(r: Result) -> None:
         ("seq", m.seq),
     ):
         r.add(f"cli_{key}", value, "", f"scenario as a CLI argument: {key}")
-    r.claim(f"{m.name}: s = Table 1's context length (4k)", m.seq, llama2_context())
+    claim_llama2_context(r, m)  # the scenario's s is the model's published context
     peaks = [chip.peak_flops("bf16"), chip.bf16_sparse_flops, chip.peak_flops("fp8"), chip.peak_flops("fp32")]
     total = s["tokens_per_s_per_gpu"] * s["gpus"]
     ref = _mistakes_by_hand(
