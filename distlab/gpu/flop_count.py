@@ -17,6 +17,7 @@ is >= MFU and is not comparable across recompute settings. Report MFU.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 
 from distlab.core.experiments import experiment
@@ -130,11 +131,55 @@ def _ElementCounter():
     return ElementCounter()
 
 
+def non_matmul_closed_form(cfg, batch: int) -> dict[str, int]:
+    """The elements _ElementCounter must see in one forward + backward of GPT(cfg) on `batch` sequences, worked
+    out by hand from the model's code, op by op (T = batch x s tokens, S = batch x heads x s x s scores)."""
+    s, h, f, v, L = cfg.seq, cfg.hidden, cfg.ffn_width, cfg.vocab, cfg.layers
+    T, S = batch * s, batch * cfg.heads * s * s
+    return {
+        "GELU": 2 * L * T * f,  # gelu and its backward, (T, f) each
+        "attention softmax": 2 * L * S,  # softmax and its backward
+        # 2L + 1 norms: forward writes y (T, h) plus a mean and an rstd per token; backward dx (T, h), dw and db (h)
+        "layer norm": (2 * L + 1) * (T * h + 2 * T + T * h + 2 * h),
+        # token (T, h) and position (s, h) lookups; backward: the position table's and the token table's gradients
+        "embedding lookup": T * h + s * h + s * h + v * h,
+        # log-softmax, its backward and NLL's backward (T, V) each; NLL forward: the loss and its total weight
+        "loss (log-softmax, NLL)": 3 * T * v + 2,
+        "elementwise (residual adds, scaling, masking, bias sums)": (
+            (4 * L + 1) * T * h  # embedding sum and 2 residual adds per block, and their 2L gradient sums
+            + (v * h if cfg.tie_embeddings else 0)  # the tied table's two gradients added
+            + 4 * L * S  # the 1/sqrt(d) scaling and the mask, forward and backward
+            + L * (3 * h + h + f + h)  # bias gradients: qkv, attention out, MLP up, MLP down
+            + s * h  # the position gradient summed over the batch
+        ),
+    }
+
+
+def flops_by_hand(vocab: int, seq: int, layers: int, hidden: int, recompute: bool = False) -> float:
+    """Matmul FLOPs per token, float64, f = 4h: 6 x (12Lh² + Vh) + 12Lsh; a full block recompute adds the forward
+    again less each block's MLP down projection, 2L(4h² + 4h²) + 4Lsh."""
+    h, L, s = float(hidden), float(layers), float(seq)
+    plain = 6 * (L * 12 * h * h + vocab * h) + 12 * L * s * h
+    return plain + recompute * L * (16 * h * h + 4 * s * h)
+
+
+def _misprinted(pairs) -> int:
+    """How many printed numbers differ from their reference by more than half a unit of their last digit."""
+    bad = 0
+    for text, ref in pairs:
+        found = re.search(r"-?[\d,]*\.?\d+", str(text))
+        digits = found.group().replace(",", "") if found else "nan"
+        decimals = len(digits.partition(".")[2])
+        bad += not abs(float(digits) - ref) <= 0.5 * 10.0**-decimals * (1 + 1e-9)
+    return bad
+
+
 SHAPES = {  # small GPTs with awkward sizes: an untied head, a sequence of 257, width 96 with 3 heads
     "tied, s=128": dict(vocab=512, seq=128, layers=2, hidden=128, heads=4),
     "untied, s=257": dict(vocab=1000, seq=257, layers=3, hidden=96, heads=3, tie_embeddings=False),
     "tied, s=512": dict(vocab=2048, seq=512, layers=4, hidden=256, heads=8),
 }
+COUNT_BATCH = 2  # sequences in each counted forward + backward: an input the tables' captions state
 ESTIMATE_REL_TOL = 0.25  # tiny models: embeddings and biases are a large share of N (see the table)
 PRESET_REL_TOL = 0.03  # published shapes: they are not
 TRAIN = {  # the model whose training step the worked MFU times
@@ -180,7 +225,7 @@ def _flop_count(device: str) -> Result:
     from distlab.models.gpt import GPTConfig, param_count
 
     r = Result("flop-count")
-    batch, rows, counts = 2, [], {}
+    batch, rows, counts = COUNT_BATCH, [], {}
     for label, kw in SHAPES.items():
         cfg = GPTConfig(**kw)
         tokens = batch * cfg.seq
@@ -213,7 +258,7 @@ def _flop_count(device: str) -> Result:
         rows.append(
             [
                 label,
-                f"L={cfg.layers}, h={cfg.hidden}, V={cfg.vocab}",
+                f"L={cfg.layers}, h={cfg.hidden}, heads={cfg.heads}, V={cfg.vocab}",
                 n,
                 n - n_mm,
                 Quantity(per_token, "FLOP"),
@@ -235,7 +280,8 @@ def _flop_count(device: str) -> Result:
             "6N alone / count",
         ],
         rows,
-        caption="Forward + backward of a real GPT (distlab.models.gpt), counted by torch.utils.flop_counter.",
+        caption=f"Forward + backward of a real GPT (distlab.models.gpt) on {batch} sequences, counted by "
+        "torch.utils.flop_counter.",
     )
 
     cfg = GPTConfig(**SHAPES["tied, s=128"])
@@ -247,38 +293,53 @@ def _flop_count(device: str) -> Result:
         recomputed,
         counted_flops_closed_form(cfg, tokens, recompute=True),
     )
-    r.add("recompute_ratio", recomputed / plain, "", "hardware / model FLOPs with full recompute (counted)")
+    ratio = r.add("recompute_ratio", recomputed / plain, "", "hardware / model FLOPs with full recompute (counted)")
+    shape = (cfg.vocab, cfg.seq, cfg.layers, cfg.hidden)
+    r.claim(
+        "... over the plain step = float64 by hand",
+        ratio,
+        flops_by_hand(*shape, True) / flops_by_hand(*shape),
+        rel_tol=1e-12,
+    )
     r.add("recompute_ratio_textbook", 4 / 3, "", "(8N + 16Lhs) / (6N + 12Lhs)")
     # The same count at a 7B GPT's shape (h 4096, 32 layers, f = 4h, vocabulary 32000, s 4096): the output head is
     # a small share of N there, so the ratio comes close to the textbook third, less each block's down projection.
     big = GPTConfig(vocab=32000, seq=4096, layers=32, hidden=4096, heads=32)
     ratio_7b = counted_flops_closed_form(big, big.seq, recompute=True) / counted_flops_closed_form(big, big.seq)
     r.add("recompute_ratio_7b", ratio_7b, "", "the same count at a 7B GPT's shape (closed form)")
-    h, L, s, v = 4096, 32, 4096, 32000  # float64 reference: 6N + 12Lsh, plus a forward less the h x 4h matmul
-    n_matmul = L * (4.0 * h * h + 8.0 * h * h) + v * h
-    again = L * (2.0 * (4 * h * h + 4 * h * h) + 4.0 * s * h)
     r.claim(
         "at a 7B GPT's shape full recompute adds a forward less each block's down projection and the head",
         ratio_7b,
-        1 + again / (6 * n_matmul + 12.0 * L * s * h),
+        flops_by_hand(32000, 4096, 32, 4096, True) / flops_by_hand(32000, 4096, 32, 4096),
         rel_tol=1e-12,
         formula="1 + L(2(4h² + hf) + 4sh) / (6N + 12Lsh), f = 4h",
     )
     r.claim("... which stays below the textbook 4/3", ratio_7b, 4 / 3, relation="<=")
 
     counted, elements, tokens = counts["tied, s=512"]
+    rows = [[g, f"{e / tokens:,.0f}", f"{1000 * e / counted:.2f}"] for g, e in elements.most_common()]
     r.table(
         "non_matmul",
         ["operation family", "elements written per token", "per 1,000 matmul FLOPs"],
-        [[g, f"{e / tokens:,.0f}", f"{1000 * e / counted:.2f}"] for g, e in elements.most_common()],
-        caption="Non-matmul work in the same forward + backward ('tied, s=512' model): elements "
+        rows,
+        caption=f"Non-matmul work in the same forward + backward ('tied, s=512' model, {batch} sequences): elements "
         "written, each at least one FLOP and one trip to memory, none of them in the matmul count.",
     )
-    r.add(
+    share = r.add(
         "non_matmul_per_1000",
         1000 * sum(elements.values()) / counted,
         "",
         "non-matmul elements written per 1,000 matmul FLOPs",
+    )
+    wide = GPTConfig(**SHAPES["tied, s=512"])
+    ref, flops = non_matmul_closed_form(wide, batch), flops_by_hand(wide.vocab, wide.seq, wide.layers, wide.hidden)
+    flops *= batch * wide.seq
+    cells = [(row[1], ref.get(row[0], -1) / (batch * wide.seq)) for row in rows]
+    cells += [(row[2], 1000 * ref.get(row[0], -1) / flops) for row in rows]
+    r.claim(
+        "non-matmul elements = op-by-op closed form (numbers off)",
+        _misprinted(cells) + (elements != Counter(ref)) + (abs(share / (1000 * sum(ref.values()) / flops) - 1) > 1e-12),
+        0,
     )
 
     _presets(r)
@@ -359,6 +420,13 @@ def _worked_mfu(r: Result, device: str) -> None:
     m_plain, m_rc = mfu(tps, model_flops, 1, peak), mfu(tps_rc, model_flops, 1, peak)
     h_plain, h_rc = mfu(tps, hw_plain, 1, peak), mfu(tps_rc, hw_rc, 1, peak)
     r.add("train_params", n, "params", "parameters of the timed model")
+    r.add("train_vocab", cfg.vocab, "", "vocabulary")
+    numel = sum(p.numel() for p in _model(cfg, False, "cpu").parameters())  # the tied table counted once
+    r.claim(
+        "timed model: N, 6N + 12Lhs = its torch module's count, by hand (off)",
+        (n != numel) + (abs(model_flops / (6.0 * numel + 12.0 * cfg.layers * cfg.hidden * cfg.seq) - 1) > 1e-12),
+        0,
+    )
     r.add("train_layers", cfg.layers, "", "layers")
     r.add("train_hidden", cfg.hidden, "", "width")
     r.add("train_seq", cfg.seq, "tokens", "sequence length")
@@ -413,7 +481,25 @@ def _worked_mfu(r: Result, device: str) -> None:
     )
 
 
+def _mistakes_by_hand(n, layers, hidden, seq, tokens_per_s, gpus, pad, peaks) -> list[float]:
+    """The mistakes table's MFUs in float64, each written out: tokens/s x FLOPs per token / (GPUs x peak); `peaks`:
+    dense bf16, sparse bf16, fp8, fp32, the hard-coded chip's bf16."""
+    model = 6.0 * n + 12.0 * layers * hidden * seq
+    dense, sparse, fp8, fp32, hard = peaks
+    return [
+        tokens_per_s * model / (gpus * dense),
+        tokens_per_s * model / (gpus * sparse),
+        tokens_per_s * model / (gpus * fp8),
+        tokens_per_s * model / (gpus * fp32),
+        tokens_per_s * model / (gpus * hard),
+        tokens_per_s / (1 - pad) * model / (gpus * dense),  # padded positions counted as tokens
+        tokens_per_s * (8.0 * n + 16.0 * layers * hidden * seq) / (gpus * dense),  # forwards counted twice
+        tokens_per_s * 6.0 * n / (gpus * dense),
+    ]
+
+
 def _mistakes(r: Result) -> None:
+    from distlab.models.published import claim_llama2_context
     from distlab.models.shapes import preset
 
     s = SCENARIO
@@ -440,14 +526,11 @@ def _mistakes(r: Result) -> None:
         ),
         ("6N without the attention term", mfu(tps, 6 * n, s["gpus"], peak)),
     ]
-    r.table(
-        "mistakes",
-        ["mistake", "reported MFU", "x the right value"],
-        [[name, f"{100 * v:.1f} %" + (" (impossible)" if v > 1 else ""), f"{v / correct:.2f}"] for name, v in cases],
-        kind="computed",
-    )
+    rows = [[name, f"{100 * v:.1f} %" + (" (impossible)" if v > 1 else ""), f"{v / correct:.2f}"] for name, v in cases]
+    r.table("mistakes", ["mistake", "reported MFU", "x the right value"], rows, kind="computed")
     r.add("scenario_tokens_per_s_per_gpu", s["tokens_per_s_per_gpu"], "tokens/s", "scenario throughput per GPU")
     r.add("scenario_gpus", s["gpus"], "GPUs", "scenario GPUs")
+    r.add("seq_7b", m.seq, "tokens", "7B's context: the scenario's s")
     r.add("scenario_flops_per_token", right, "FLOP", "7B at s=4096: 6N + 12Lhs")
     r.add("scenario_mfu", correct, "fraction", "scenario MFU")
     r.add("scenario_pad_fraction", s["pad_fraction"], "fraction", "padding share")
@@ -460,3 +543,24 @@ def _mistakes(r: Result) -> None:
         ("seq", m.seq),
     ):
         r.add(f"cli_{key}", value, "", f"scenario as a CLI argument: {key}")
+    claim_llama2_context(r, m)  # the scenario's s is the model's published context
+    peaks = [chip.peak_flops("bf16"), chip.bf16_sparse_flops, chip.peak_flops("fp8"), chip.peak_flops("fp32")]
+    total = s["tokens_per_s_per_gpu"] * s["gpus"]
+    ref = _mistakes_by_hand(
+        n, m.layers, m.hidden, m.seq, total, s["gpus"], s["pad_fraction"], [*peaks, hard.peak_flops("bf16")]
+    )
+    cells = [(row[1], 100 * v) for row, v in zip(rows, ref)] + [(row[2], v / ref[0]) for row, v in zip(rows, ref)]
+    q = {
+        k: r.quantities[k].value
+        for k in ("scenario_mfu", "scenario_flops_per_token", "cli_tokens_total", "7b_attention_share")
+    }
+    by_hand = [ref[0], 6.0 * n + 12.0 * m.layers * m.hidden * m.seq, total]
+    by_hand.append(12.0 * m.layers * m.hidden * m.seq / by_hand[1])
+    r.claim(
+        "7B scenario, mistakes table = float64 by hand (numbers off)",
+        _misprinted(cells)
+        + sum(("impossible" in row[1]) != (v > 1) for row, v in zip(rows, ref))
+        + sum(abs(a / b - 1) > 1e-12 for a, b in zip(q.values(), by_hand))
+        + (len(rows) != len(ref)),
+        0,
+    )

@@ -163,6 +163,17 @@ def stream_kernels(n: int, dtype, device: str) -> list[Kernel]:
     ]
 
 
+def cache_size_bytes(text: str) -> int:
+    """A cache size as Linux sysfs prints it ('48K', '32768K', '2M'; bare digits are bytes), in bytes."""
+    text = text.strip()
+    scale = {"K": 2**10, "M": 2**20, "G": 2**30}.get(text[-1:], 1)
+    return int(text.rstrip("KMG")) * scale
+
+
+# Sysfs strings and their sizes, worked by hand (1K = 1024 B): the parser's check.
+CACHE_SIZE_CASES = (("48K", 49_152), ("32768K", 33_554_432), ("2M", 2_097_152), ("1G", 1_073_741_824), ("512", 512))
+
+
 def last_level_cache_bytes(device: str) -> int:
     """The CPU's last-level cache (Linux sysfs), or the GPU's L2: arrays must be well beyond it, or the
     'memory' roof measures the cache (the CI machines' shared L3 is 300 MiB)."""
@@ -171,11 +182,9 @@ def last_level_cache_bytes(device: str) -> int:
     sizes = []
     for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
         try:
-            text = (index / "size").read_text().strip()
+            sizes.append(cache_size_bytes((index / "size").read_text()))
         except OSError:
             continue
-        scale = {"K": 2**10, "M": 2**20, "G": 2**30}.get(text[-1:], 1)
-        sizes.append(int(text.rstrip("KMG")) * scale)
     return max(sizes, default=32 * 2**20)
 
 
@@ -426,6 +435,18 @@ def _roofline(device: str) -> Result:
         1.5 if device == "cpu" else 1.0,
         rel_tol=1e-12,
         formula="(read + line read + write) / (read + write)",
+    )
+    llc, element = last_level_cache_bytes(device), torch.finfo(dtype).bits // 8
+    # the page's sizes and factor against the rules it states, worked out apart from the code that applies them
+    r.claim(
+        "STREAM array, cache parser, write-allocate = stated rules by hand (off)",
+        (r.quantities["stream_array_bytes"].value != max(CONFIG[device]["stream_n"] * element, 2 * llc))
+        + sum(cache_size_bytes(text) != size for text, size in CACHE_SIZE_CASES)
+        + (
+            r.quantities["write_allocate_bytes_per_store"].value
+            != (copy.traffic(device) - copy.bytes) / copy.store_bytes + 1
+        ),
+        0,
     )
     r.claim(
         "every STREAM array and the matvec's matrix hold at least twice the last-level cache",

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from distlab.gpu.flop_count import _ElementCounter, count_flops, matmul_params
+from distlab.gpu.flop_count import _ElementCounter, count_flops, matmul_params, non_matmul_closed_form
 from distlab.gpu.flops import flops_per_token, hardware_flops_per_token, mfu, mfu_report, preset_matmul_params
 from distlab.models.gpt import GPT, GPTConfig, param_count, random_batch
 from distlab.models.shapes import preset
@@ -172,3 +172,10 @@ def test_gpus_command(capsys):
     assert "fp8" not in listed[0]["peak_flops"]
     text = run_cli(capsys, "gpus")[1]
     assert "MI300X" in text and "ridge" in text
+
+
+def test_non_matmul_elements_by_hand():
+    """The counter's elements by family against the op-by-op closed form, on an untied head with ffn not 4h and a
+    batch of 3. Would catch an op counted twice or into the wrong family, or a term of the closed form dropped."""
+    _, elements = count_flops(AWKWARD, 3)
+    assert dict(elements) == non_matmul_closed_form(AWKWARD, 3)

@@ -69,6 +69,14 @@ def test_arrays_grow_beyond_the_last_level_cache():
     assert cfg["stream_n"] * 4 >= 2 * llc and cfg["mv"][0] * cfg["mv"][1] * 4 >= 2 * llc and cfg["mv"][0] % 2 == 1
 
 
+def test_sysfs_cache_sizes_by_hand():
+    """Would catch a unit taken as 1000 instead of 1024 or a bare byte count scaled: '1536K' is 1.5 MiB."""
+    from distlab.gpu.roofline import cache_size_bytes
+
+    assert cache_size_bytes("1536K\n") == 1_572_864 and cache_size_bytes("3M") == 3_145_728
+    assert cache_size_bytes("2G") == 2_147_483_648 and cache_size_bytes("4096") == 4096
+
+
 def test_datasheet_ceilings():
     """Would catch attainable() using max instead of min, or the ridge inverted."""
     c = ceilings("H100-SXM", "bf16")
