@@ -535,6 +535,42 @@ def _algorithms(r: Result) -> None:
     r.claim("N=64: tree faster at half the crossover size and slower at twice it", int(below and above), 1)
 
 
+def _growth_misreads(fig, buffer: int) -> int:
+    """The growth figure read back, against closed forms written out here: panel 1 the busiest rank's bytes / buffer
+    (ring 2L - c[r+1] - c[r+2] at its worst rank, tree ceil(log2 N), naive N - 1), panel 2 the steps (2(N-1),
+    2 ceil(log2 N), 2(N-1)), panel 3 the alpha-beta time at the N its axis label names (every step carries the largest
+    chunk ceil(L/N) for the ring, the whole buffer otherwise); the guide line at the ring's limit 2; every tick
+    labelled with its own position."""
+    ax1, ax2, ax3 = fig.axes
+    a, b = EXAMPLE_LATENCY_S, EXAMPLE_BANDWIDTH
+    n3 = int(ax3.get_xlabel().rsplit("N = ", 1)[1])
+    bad = 0
+    for alg in SCHEDULES:
+        (l1,) = [x for x in ax1.get_lines() if x.get_label() == alg]
+        (l2,) = [x for x in ax2.get_lines() if x.get_label() == alg]
+        (l3,) = [x for x in ax3.get_lines() if x.get_label() == alg]
+        for n, y1, y2 in zip(l1.get_xdata(), l1.get_ydata(), l2.get_ydata()):
+            n = int(n)
+            logn = math.ceil(math.log2(n))
+            want1 = {"ring": max(_ring_sent_by_hand(buffer, n)) / buffer, "tree": logn, "naive": n - 1}[alg]
+            want2 = {"ring": 2 * (n - 1), "tree": 2 * logn, "naive": 2 * (n - 1)}[alg]
+            bad += not math.isclose(y1, want1, rel_tol=1e-12) or y2 != want2
+        logn = math.ceil(math.log2(n3))
+        for size, y in zip(l3.get_xdata(), l3.get_ydata()):
+            size = int(size)
+            steps, chunk = {
+                "ring": (2 * (n3 - 1), -(-size // n3)),
+                "tree": (2 * logn, size),
+                "naive": (2 * (n3 - 1), size),
+            }[alg]
+            bad += not math.isclose(y, steps * (a + chunk / b), rel_tol=1e-12)
+    guides = [x for x in ax1.get_lines() if x.get_label() not in SCHEDULES]
+    bad += [list(g.get_ydata()) for g in guides] != [[2, 2]]
+    for ax in (ax1, ax2):
+        bad += sum(t.get_text() != f"{p:g}" for p, t in zip(ax.get_xticks(), ax.get_xticklabels()))
+    return bad
+
+
 def _growth_figure(r: Result) -> None:
     import matplotlib
 
@@ -562,12 +598,54 @@ def _growth_figure(r: Result) -> None:
         ax.legend(fontsize=7)
         ax.grid(alpha=0.3, which="both", lw=0.3)
     fig.tight_layout()
+    r.claim("growth figure read back: points off their closed forms", _growth_misreads(fig, buffer), 0)
     r.figure(
         "growth",
         fig,
         "Simulated all-reduce: the busiest rank's bytes (the ring's approach 2 x buffer), "
         "steps, and alpha-beta time at N = 64 with the illustrative alpha and beta",
     )
+
+
+def _drawing_misreads(fig, counts: np.ndarray, received: np.ndarray) -> int:
+    """The ring drawing read back, against the hand-derived ring (not the draw code's own helpers): one cell per
+    (row, GPU, chunk); its fill the blend (k - 1)/(N - 1) of the way from the lightest shade to the site's blue, k the
+    GPUs its chunk sums; an orange outline exactly on the chunk received that step; cells left to right GPU by GPU
+    then chunk by chunk, rows top to bottom in step order, none overlapping; row labels start, RS 1.., AG 1..; the
+    legend's squares the same N shades; a text or cell outside the figure or overlapping a text counts too."""
+    from matplotlib.colors import to_rgb
+
+    from distlab.core.drawing import BLUE, ORANGE, legibility_problems
+
+    ax = fig.axes[0]
+    rows, n, _ = counts.shape
+    light, dark = np.array((0.87, 0.93, 0.97)), np.array(to_rgb(BLUE))
+    blend = [light + (dark - light) * k / (n - 1) for k in range(n)]
+    cells = {}
+    for p in ax.patches:
+        gid = p.get_gid() or ""
+        if gid.startswith("cell:"):
+            cells[tuple(int(v) for v in gid.split(":")[1:])] = p
+    bad = abs(len(cells) - rows * n * n)
+    for (row, g, c), p in cells.items():
+        bad += not np.allclose(to_rgb(p.get_facecolor()), blend[counts[row, g, c] - 1], atol=1e-9)
+        outlined = to_rgb(p.get_edgecolor()) == to_rgb(ORANGE)
+        bad += outlined != (row > 0 and received[row - 1, g] == c)
+    for row in range(rows):  # left to right: GPU 0's chunks 0..N-1, then GPU 1's, ...; no two cells overlap
+        xs = [(cells[row, g, c].get_x(), cells[row, g, c].get_width()) for g in range(n) for c in range(n)]
+        bad += sum(not x0 + w0 <= x1 for (x0, w0), (x1, _) in zip(xs, xs[1:]))
+    ys = [(cells[row, 0, 0].get_y(), cells[row, 0, 0].get_height()) for row in range(rows)]
+    bad += sum(not y0 + h0 <= y1 for (y0, h0), (y1, _) in zip(ys, ys[1:]))
+    ticks = list(ax.get_yticks())
+    bad += sum(not y <= t <= y + h for (y, h), t in zip(ys, ticks))  # each label on its row
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    bad += labels != ["start"] + [f"RS {s}" for s in range(1, n)] + [f"AG {s}" for s in range(1, n)]
+    legend = [p for p in ax.patches if not (p.get_gid() or "")]
+    bad += sorted(tuple(np.round(to_rgb(p.get_facecolor()), 9)) for p in legend) != sorted(
+        tuple(np.round(b, 9)) for b in blend
+    )
+    fig.canvas.draw()
+    return bad + len(legibility_problems(fig))
 
 
 PICTURE_RANKS = 4  # the drawing's ring: 2 x 3 steps, 16 chunks, legible on a phone
@@ -598,11 +676,15 @@ def _ring_picture(r: Result) -> None:
         int((counts != hand_counts).sum() + (received != hand_received).sum()),
         0,
     )
+    fig = draw_ring(counts, received)
+    r.claim(
+        "ring drawing read back: cells off the hand-derived ring", _drawing_misreads(fig, hand_counts, hand_received), 0
+    )
     r.figure(
         "ring_steps",
-        draw_ring(counts, received),
+        fig,
         f"A ring all-reduce on {n} GPUs, from the simulator's buffers: each GPU's buffer is cut into {n} chunks; "
-        f"in each of the {n - 1} reduce-scatter (RS) steps every GPU sends one chunk to its right-hand neighbour, "
+        f"in each of the {rs_steps} reduce-scatter (RS) steps every GPU sends one chunk to its right-hand neighbour, "
         "which adds it in, so one chunk per GPU ends summed over all GPUs; the all-gather (AG) steps then pass those "
         "finished chunks round the ring",
     )
