@@ -14,6 +14,7 @@ expression written out independently here.
 from __future__ import annotations
 
 import re
+from fractions import Fraction
 
 import torch
 
@@ -38,27 +39,36 @@ S, B = 97, 2  # an odd sequence length on purpose
 LLAMA = BlockShape(hidden=96, heads=6, kv_heads=2, ffn=168)  # head dim 16, 3 query heads per KV head, f = 1.75h
 LLAMA_DROPOUT = BlockShape(hidden=96, heads=6, kv_heads=3, ffn=168, dropout=True)
 GPT = gpt_block(96, 4)  # head dim 24, f = 4h, LayerNorm, dropout
+GPT_NO_DROPOUT = gpt_block(96, 4, dropout=False)
 MOE = BlockShape(hidden=64, heads=4, kv_heads=2, ffn=40, experts=8, top_k=2)  # Mixtral's E and k, small widths
 MLA = BlockShape(  # DeepSeek-V3's proportions, small: rotary width half the other head widths
     hidden=96, heads=4, kv_heads=4, ffn=168, q_lora_rank=32, kv_lora_rank=16, qk_nope_head_dim=16,
     qk_rope_head_dim=8, v_head_dim=16,
 )  # fmt: skip
-CONFIGS = [  # (label, shape, attention, recompute, tp, capacity factor)
-    *[("Llama", LLAMA, att, rc, 1, None) for att in ("sdpa", "eager") for rc in ("none", "selective", "full")],
-    ("Llama, dropout on", LLAMA_DROPOUT, "eager", "none", 1, None),
-    ("Llama, dropout on", LLAMA_DROPOUT, "eager", "selective", 1, None),
-    *[("GPT", GPT, "eager", rc, 1, None) for rc in ("none", "selective", "full")],
-    ("GPT, dropout off", gpt_block(96, 4, dropout=False), "sdpa", "none", 1, None),
-    *[("MoE, dropless", MOE, att, rc, 1, None) for att in ("sdpa", "eager") for rc in ("none", "selective")],
-    ("MoE, dropless", MOE, "sdpa", "full", 1, None),
-    ("MoE, capacity 1.25", MOE, "sdpa", "none", 1, 1.25),
-    ("MoE, capacity 0.5", MOE, "eager", "none", 1, 0.5),
-    *[("Llama, TP rank", LLAMA, "sdpa", "none", t, None) for t in (2, 6)],  # t = 6 > g: KV heads replicated
-    ("Llama, dropout on, TP rank", LLAMA_DROPOUT, "eager", "selective", 3, None),
-    ("GPT, TP rank", GPT, "eager", "none", 2, None),
-    ("MoE, TP rank", MOE, "sdpa", "none", 2, None),
-    *[("MLA (DeepSeek-style)", MLA, "eager", rc, 1, None) for rc in ("none", "selective", "full")],
-    ("MLA, TP rank", MLA, "eager", "none", 2, None),
+
+
+def config(label: str, shape: BlockShape, att: str, rc: str, tp: int = 1, capacity: float | None = None) -> tuple:
+    """One configuration the table counts: (label, shape, attention, recompute, tp, capacity factor); every one of
+    them is an input its row prints (t, and a capacity factor in the label)."""
+    return (f"{label}, capacity {capacity}" if capacity else label), shape, att, rc, tp, capacity
+
+
+CONFIGS = [
+    *[config("Llama", LLAMA, att, rc) for att in ("sdpa", "eager") for rc in ("none", "selective", "full")],
+    config("Llama, dropout on", LLAMA_DROPOUT, "eager", "none"),
+    config("Llama, dropout on", LLAMA_DROPOUT, "eager", "selective"),
+    *[config("GPT", GPT, "eager", rc) for rc in ("none", "selective", "full")],
+    config("GPT, dropout off", GPT_NO_DROPOUT, "sdpa", "none"),
+    *[config("MoE, dropless", MOE, att, rc) for att in ("sdpa", "eager") for rc in ("none", "selective")],
+    config("MoE, dropless", MOE, "sdpa", "full"),
+    config("MoE", MOE, "sdpa", "none", capacity=1.25),
+    config("MoE", MOE, "eager", "none", capacity=0.5),
+    *[config("Llama, TP rank", LLAMA, "sdpa", "none", t) for t in (2, 6)],  # t = 6 > g: KV heads replicated
+    config("Llama, dropout on, TP rank", LLAMA_DROPOUT, "eager", "selective", 3),
+    config("GPT, TP rank", GPT, "eager", "none", 2),
+    config("MoE, TP rank", MOE, "sdpa", "none", 2),
+    *[config("MLA (DeepSeek-style)", MLA, "eager", rc) for rc in ("none", "selective", "full")],
+    config("MLA, TP rank", MLA, "eager", "none", 2),
 ]
 TERM_TABLES = {  # the configurations whose buffers the page lists one by one
     "llama_flash": ("Llama", "sdpa", "none"),
@@ -67,7 +77,39 @@ TERM_TABLES = {  # the configurations whose buffers the page lists one by one
     "mla": ("MLA (DeepSeek-style)", "eager", "none"),
 }
 REAL = ["175B", "7B", "70B", "Llama-3-8B", "Llama-3-405B", "Mixtral-8x7B"]  # shapes for the comparison
-REAL_SEQ = 4096
+REAL_SEQ, REAL_BATCH = 4096, 1
+FIGURE_SEQS = (1024, 2048, 4096, 8192, 16384, 32768)  # the per-token figure's sequence lengths
+KORTHIKANTI = (11, 19, 4)  # Korthikanti et al., Section 4.1: attention 11sbh (+ 5as²b), MLP 19sbh, two LayerNorms 4sbh
+KORTHIKANTI_SCORES = 5  # and attention's s x s terms, 5as²b (scores, softmax output and its dropout mask)
+
+
+def _dims(shape: BlockShape) -> str:
+    return f"h = {shape.hidden}, a = {shape.heads}, g = {shape.kv_heads}, f = {shape.ffn}"
+
+
+NOTATION_TOKEN = re.compile(r"\s+|\d+|r_q|r_kv|d_n|d_r|d_v|[sbhagdftkNV]|²|·|/|\(|\)|\+")
+
+
+def evaluate_notation(text: str, sizes: dict[str, int]) -> Fraction:
+    """The value of a closed form as the page prints it ("12sbh + 4sbh·g/a/t + 5as²b"), read independently of the
+    code that wrote it: coefficients and symbols multiply, "/" divides by the next factor, "²" squares the one
+    before, parentheses group, "+" adds; exact (Fractions)."""
+    if "".join(NOTATION_TOKEN.findall(text)) != text:
+        raise ValueError(f"unreadable closed form: {text!r}")
+    expr, prev = [], ""
+    for tok in NOTATION_TOKEN.findall(text):
+        if tok.isspace():
+            continue
+        starts = tok != "²" and (tok[0].isalnum() or tok == "(")  # "²" counts as a digit to str.isalnum
+        if starts and prev and (prev[0].isalnum() or prev in (")", "²")):
+            expr.append("*")
+        expr.append(
+            {"²": "**2", "·": "*"}.get(
+                tok, f"F({sizes[tok]})" if tok in sizes else f"F({tok})" if tok.isdigit() else tok
+            )
+        )
+        prev = tok
+    return eval("".join(expr), {"__builtins__": {}, "F": Fraction})  # only the tokens above
 
 
 def group(module: str) -> str:
@@ -110,7 +152,7 @@ def compare(counted: dict, terms: list) -> int:
 @single_threaded
 def activation_memory_models(device: str) -> Result:
     r = Result("activation-memory-models")
-    rows, counted_runs, left = [], {}, 0
+    rows, counted_runs, left, misread, idle = [], {}, 0, [], 0
     for label, shape, att, rc, tp, cf in CONFIGS:
         run = count(shape, att, rc, tp=tp, capacity_factor=cf)
         terms = saved_tensors(shape, S, B, attention=att, recompute=rc, tp=tp, capacity_factor=cf, loads=run["loads"])
@@ -126,9 +168,17 @@ def activation_memory_models(device: str) -> Result:
                 moe_slots(S * B, shape.experts, shape.top_k, cf),
                 formula="sbk dropless; E·⌈cf·sbk/E⌉ with a capacity",
             )
+            idle += sum(load == 0 for load in run["loads"])
         left = max(left, run["left"])
         counted_runs[(label, att, rc, tp)] = (run, terms)
         summed = saved_tensors(shape, S, B, attention=att, recompute=rc, tp=tp, capacity_factor=cf)  # experts summed
+        slots = sum(run["loads"]) if run["loads"] is not None else S * B * shape.top_k
+        sizes = {"s": S, "b": B, "h": shape.hidden, "a": shape.heads, "g": shape.kv_heads, "d": shape.head_dim,
+                 "f": shape.ffn, "t": tp, "k": shape.top_k, "N": slots, "r_q": shape.q_lora_rank,
+                 "r_kv": shape.kv_lora_rank, "d_n": shape.qk_nope_head_dim, "d_r": shape.qk_rope_head_dim,
+                 "d_v": shape.v_head_dim}  # fmt: skip
+        if evaluate_notation(formula(summed), sizes) != run["bytes"]:
+            misread.append(name)
         rows.append(
             [
                 label,
@@ -142,14 +192,26 @@ def activation_memory_models(device: str) -> Result:
             ]
         )
     r.claim("every saved buffer released by the end of backward", left, 0, unit="B")
+    r.claim(
+        "MoE runs: experts the router left without a slot (none: each keeps its 4 buffers, as the table counts)",
+        idle,
+        0,
+    )
+    r.claim(
+        "counted table: rows whose closed form, read as printed and evaluated at the row's sizes, misses its counted "
+        f"bytes{': ' + '; '.join(misread) if misread else ''}",
+        len(misread),
+        0,
+    )
     r.table(
         "counted",
         ["block", "attention", "recompute", "t", "buffers", "counted (B)", "closed form (B)", "closed form"],
         rows,
         caption=f"One bf16 block at s = {S}, b = {B}, counted with saved-tensor hooks ({device}); t > 1 is one rank "
-        "of a tensor-parallel layer. Llama: h = 96, a = 6, g = 2, f = 168; GPT: h = 96, a = 4, f = 4h; MoE: "
-        "h = 64, a = 4, g = 2, 8 experts of width 40, top-2; MLA: h = 96, a = 4, r_q = 32, r_kv = 16, d_n = d_v = 16, "
-        "d_r = 8",
+        f"of a tensor-parallel layer. Llama: {_dims(LLAMA)} (dropout on: g = {LLAMA_DROPOUT.kv_heads}); GPT: "
+        f"h = {GPT.hidden}, a = {GPT.heads}, f = {GPT.ffn}; MoE: {_dims(MOE)} per expert, {MOE.experts} experts, "
+        f"top-{MOE.top_k}; MLA: h = {MLA.hidden}, a = {MLA.heads}, r_q = {MLA.q_lora_rank}, r_kv = {MLA.kv_lora_rank}, "
+        f"d_n = {MLA.qk_nope_head_dim}, d_v = {MLA.v_head_dim}, d_r = {MLA.qk_rope_head_dim}",
     )
     r.add("configs", len(CONFIGS), "", "block configurations counted")
     r.add("buffers", sum(len(run["records"]) for run, _ in counted_runs.values()), "", "buffers counted in all")
@@ -162,7 +224,14 @@ def activation_memory_models(device: str) -> Result:
             row[3] += term.bytes
             row[4] += rec.bytes
             row[5].add(rec.dtype)
-        experts = " (each expert's buffers summed over the 8 experts)" if key == "moe" else ""
+        closed_col, counted_col = (sum(row[i] for row in table.values()) for i in (3, 4))
+        r.claim(
+            f"terms_{key}: the counted and the closed-form columns each sum to the hooks' live bytes (largest miss)",
+            max(abs(counted_col - run["bytes"]), abs(closed_col - run["bytes"])),
+            0,
+            unit="B",
+        )
+        experts = f" (each expert's buffers summed over the {MOE.experts} experts)" if key == "moe" else ""
         r.table(
             f"terms_{key}",
             ["module", "tensor kept for backward", "notation", "closed form (B)", "counted (B)", "dtype"],
@@ -241,6 +310,13 @@ def _output_head(r: Result) -> None:
     r.add("llama3_8b_logits", logit, "B", f"{m.name}: what the head and the loss keep at s = {seq}, b = 1")
     r.add("llama3_8b_layer", layer, "B", f"{m.name}: one layer with FlashAttention at s = {seq}, b = 1")
     r.add("llama3_8b_logits_layers", logit / layer, "", "the head and loss, in layers' worth")
+    by_hand = (4 * seq * m.vocab + 4 * seq * m.hidden + 12 * seq + 4) / expected(m, seq, 1, "flash")
+    r.claim(
+        f"{m.name}: head and loss in layers' worth = the two expressions' ratio, float64",
+        r.quantities["llama3_8b_logits_layers"].value,
+        by_hand,
+        rel_tol=1e-12,
+    )
 
 
 def expected(m, s: int, b: int, attention: str, recompute: str = "none") -> int:
@@ -268,7 +344,7 @@ def expected(m, s: int, b: int, attention: str, recompute: str = "none") -> int:
 
 def _real_models(r: Result) -> None:
     """GPT vs Llama vs MoE per layer, eager vs flash, beside the formula planners use for every model."""
-    s, b, rows = REAL_SEQ, 1, []
+    s, b, rows, misses = REAL_SEQ, REAL_BATCH, [], []
     for key in REAL:
         m = named(key)
         if key == "175B":  # the shape the paper prints (its weights were never released)
@@ -307,11 +383,24 @@ def _real_models(r: Result) -> None:
                 Quantity(flash / paper_selective - 1, "fraction"),
             ]
         )
+        korthikanti = sum(KORTHIKANTI) * s * b * m.hidden  # the paper's components, attention's s² term recomputed
+        over = expected(m, s, b, "flash") / korthikanti - 1
+        scores = KORTHIKANTI_SCORES * m.heads * s * s * b
+        misses += [abs(rows[-1][5].value / (korthikanti + scores) - 1), abs(rows[-1][6].value / korthikanti - 1)]
         slug = key.lower().replace("-", "_").replace(".", "")
-        r.add(f"{slug}_eager", eager, "B", f"{m.name}: one layer, eager attention, s = {s}, b = 1")
-        r.add(f"{slug}_flash", flash, "B", f"{m.name}: one layer, FlashAttention, s = {s}, b = 1")
+        r.add(f"{slug}_eager", eager, "B", f"{m.name}: one layer, eager attention, s = {s}, b = {b}")
+        r.add(f"{slug}_flash", flash, "B", f"{m.name}: one layer, FlashAttention, s = {s}, b = {b}")
         r.add(f"{slug}_paper_selective", paper_selective, "B", f"{m.name}: 34sbh")
         r.add(f"{slug}_flash_vs_34", flash / paper_selective - 1, "fraction", f"{m.name}: flash / 34sbh − 1")
+        misses += [abs(rows[-1][7].value / over - 1), abs(r.quantities[f"{slug}_flash_vs_34"].value / over - 1)]
+    r.claim(
+        "real table: sbh(34 + 5as/h), 34sbh, and FlashAttention / 34sbh − 1 (table and prose), from Korthikanti et "
+        "al.'s components 11sbh + 5as²b + 19sbh + 4sbh and the architecture's expression, every model (largest "
+        "relative miss)",
+        max(misses),
+        0.0,
+        abs_tol=1e-12,
+    )
     r.table(
         "real",
         [
@@ -325,7 +414,7 @@ def _real_models(r: Result) -> None:
             "FlashAttention / 34sbh − 1",
         ],
         rows,
-        caption=f"Bytes one layer keeps for backward at s = {s}, b = 1, t = 1, no recompute (computed from the "
+        caption=f"Bytes one layer keeps for backward at s = {s}, b = {b}, t = 1, no recompute (computed from the "
         "closed forms counted above), against Korthikanti et al.'s GPT formula and its selective-recompute "
         "row, which planners apply to every model with FlashAttention",
     )
@@ -334,7 +423,7 @@ def _real_models(r: Result) -> None:
 
 def _tensor_parallel(r: Result) -> None:
     """TP and SP from the same per-tensor terms, for Llama 2 70B at t = 8 (g = 8: every head splits)."""
-    m, s, b, t = named("70B"), REAL_SEQ, 1, 8
+    m, s, b, t = named("70B"), REAL_SEQ, REAL_BATCH, 8
     rows = []
     one = {rc: model_activation_bytes_per_layer(m, s, b, recompute=rc) for rc in ("none", "selective", "full")}
     residual = 8 * s * b * m.hidden + 8 * s * b  # norm inputs, projection inputs, fp32 statistics: whole on a rank
@@ -356,9 +445,9 @@ def _tensor_parallel(r: Result) -> None:
         r.add(f"sp70_{rc}", sp, "B", f"70B, t = 8 with sequence parallelism, {rc}")
     r.table(
         "tensor_parallel",
-        ["recompute", "t = 1", "t = 8", "t = 8, sequence parallel"],
+        ["recompute", "t = 1", f"t = {t}", f"t = {t}, sequence parallel"],
         rows,
-        caption=f"{m.name}, FlashAttention, s = {s}, b = 1: bytes one layer keeps per GPU (computed)",
+        caption=f"{m.name}, FlashAttention, s = {s}, b = {b}: bytes one layer keeps per GPU (computed)",
     )
 
 
@@ -368,18 +457,34 @@ def _per_token_figure(r: Result) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    seqs = [1024, 2048, 4096, 8192, 16384, 32768]
+    seqs, b = list(FIGURE_SEQS), REAL_BATCH
     fig, ax = plt.subplots(figsize=(6.8, 3.6))
-    for key, att, style in (
+    lines = (
         ("175B", "eager", "-"),
         ("Llama-3-8B", "eager", "--"),
         ("Llama-3-8B", "flash", "-"),
         ("Mixtral-8x7B", "flash", "-."),
-    ):
+    )
+    for key, att, style in lines:
         m = named(key)
-        ys = [model_activation_bytes_per_layer(m, s, 1, attention=att) / (s * m.hidden) for s in seqs]
+        ys = [model_activation_bytes_per_layer(m, s, b, attention=att) / (s * b * m.hidden) for s in seqs]
         ax.plot(seqs, ys, style, marker="o", ms=3, label=f"{m.name}, {att}")
     ax.axhline(34, color="gray", lw=0.8, ls=":", label="34: Korthikanti et al., selective")
+    # the drawing read back: every point against the architecture's expression, the rule against the paper's parts
+    worst, placed = 0.0, 0.0
+    for line, (key, att, _) in zip(ax.lines, lines):
+        m = named(key)
+        want = [expected(m, s, b, att) / (s * b * m.hidden) for s in FIGURE_SEQS]
+        worst = max(worst, *(abs(y / w - 1) for y, w in zip(line.get_ydata(), want)))
+        placed = max(placed, *(abs(float(x) - w) for x, w in zip(line.get_xdata(), FIGURE_SEQS)))
+    r.claim(
+        "per-token figure: every point at its stated s = the architecture's expression / sbh (largest relative miss)",
+        max(worst, placed),
+        0.0,
+        abs_tol=1e-12,
+    )
+    rule = ax.lines[len(lines)].get_ydata()
+    r.claim("per-token figure: the dotted rule at Korthikanti et al.'s 11 + 19 + 4", float(rule[0]), sum(KORTHIKANTI))
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("sequence length s")
@@ -388,6 +493,7 @@ def _per_token_figure(r: Result) -> None:
     r.figure(
         "per_token",
         fig,
-        "Bytes one layer keeps per token per unit of width (b = 1, no recompute, computed from the counted closed "
-        "forms): eager attention grows with s, FlashAttention stays flat; an MoE layer keeps k experts' worth",
+        f"Bytes one layer keeps per token per unit of width (s = {seqs[0]} to {seqs[-1]}, b = {b}, no recompute, "
+        "computed from the counted closed forms): eager attention grows with s, FlashAttention stays flat; an MoE "
+        "layer keeps k experts' worth",
     )

@@ -10,6 +10,8 @@ float64: a cache that held the wrong thing would change them.
 
 from __future__ import annotations
 
+import re
+
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -18,6 +20,8 @@ from distlab.core.experiments import experiment
 from distlab.core.facts import entries, source, value
 from distlab.core.results import Quantity, Result
 from distlab.memory.kv_cache import BYTES_PER_ELEMENT, CacheShape, kv_cache_bytes, sequences_that_fit
+from distlab.models.decoder import DecoderBlock
+from distlab.models.layers import norm
 from distlab.models.shapes import NOT_SHAPE, ModelShape, published_params
 from distlab.runtime.threads import single_threaded
 
@@ -125,6 +129,7 @@ def decode(model: CachedDecoder, tokens: torch.Tensor, prompt: int) -> tuple[tor
 LAYERS, HIDDEN, HEADS, HEAD_DIM, VOCAB = 3, 96, 6, 16, 101
 SEQ, PROMPT, BATCH = 97, 90, 3  # 90-token prompt, 7 decoded tokens, 3 sequences
 MLA = {"kv_lora_rank": 24, "rope_dim": 8, "nope_dim": 16, "v_dim": 16}
+GQA_KV_HEADS = 2
 
 
 def build(attention: str, dtype: torch.dtype, seed: int = 0) -> tuple[CachedDecoder, CacheShape]:
@@ -133,7 +138,7 @@ def build(attention: str, dtype: torch.dtype, seed: int = 0) -> tuple[CachedDeco
         layers = [CachedMLA(HIDDEN, HEADS, **MLA) for _ in range(LAYERS)]
         shape = CacheShape(layers=LAYERS, attention="mla", kv_lora_rank=MLA["kv_lora_rank"], rope_dim=MLA["rope_dim"])
     else:
-        g = HEADS if attention == "mha" else 2
+        g = HEADS if attention == "mha" else GQA_KV_HEADS
         layers = [CachedGQA(HIDDEN, HEADS, g, HEAD_DIM) for _ in range(LAYERS)]
         shape = CacheShape(layers=LAYERS, attention=attention, kv_heads=g, head_dim=HEAD_DIM)
     return CachedDecoder(layers, HIDDEN, VOCAB).to(dtype), shape
@@ -183,7 +188,14 @@ def kv_cache(device: str) -> Result:
             per_dtype["bf16"],
             unit="B",
         )
-        rows.append([attention.upper(), shape.elements_per_token() // LAYERS, Quantity(per_dtype["bf16"], "B"), err])
+        per_layer = shape.elements_per_token() // LAYERS
+        r.claim(
+            f"{attention}: cached elements per token and layer = the counted fp64 cache / (L·s·b·8 B)",
+            per_layer,
+            per_dtype["fp64"] / (LAYERS * SEQ * BATCH * 8),
+            unit="elements",
+        )
+        rows.append([attention.upper(), per_layer, Quantity(per_dtype["bf16"], "B")])
         r.add(f"{attention}_bytes", per_dtype["bf16"], "B", f"{attention}: bf16 cache, counted")
     r.table(
         "counted",
@@ -191,12 +203,12 @@ def kv_cache(device: str) -> Result:
             "attention",
             "cached elements per token and layer",
             "bf16 cache (counted)",
-            "max abs(cached − uncached), fp64",
         ],
         rows,
-        caption=f"A {LAYERS}-layer decoder, {HEADS} query heads of width {HEAD_DIM} (GQA: 2 KV heads; MLA: latent "
-        f"{MLA['kv_lora_rank']}, rotary key {MLA['rope_dim']}), {BATCH} sequences of {SEQ} tokens "
-        f"({PROMPT} prefilled, the rest decoded one by one)",
+        caption=f"A {LAYERS}-layer decoder, {HEADS} query heads of width {HEAD_DIM} (GQA: {GQA_KV_HEADS} KV heads; "
+        f"MLA: latent {MLA['kv_lora_rank']}, rotary key {MLA['rope_dim']}), {BATCH} sequences of {SEQ} tokens "
+        f"({PROMPT} prefilled, the rest decoded one by one); in float64 each cached decode equals the uncached "
+        "forward to rounding (its residue is in the claims below)",
     )
     for k, v in {"layers": LAYERS, "seq": SEQ, "batch": BATCH, "prompt": PROMPT}.items():
         r.add(k, v, "", k)
@@ -223,12 +235,31 @@ def counted_on_meta(shape: ModelShape, seq: int, dtype: torch.dtype = torch.bflo
     return sum(t.nbytes for cache in caches for t in cache.values())
 
 
+def weights_on_meta(shape: ModelShape, dtype: torch.dtype = torch.bfloat16) -> int:
+    """Bytes of a model's weights counted on torch modules built at its shape on the meta device (the library's
+    DecoderBlock, an embedding, the final norm, an untied output head): every parameter has its shape and dtype, none
+    its memory."""
+    with torch.device("meta"):
+        embed, final_norm = nn.Embedding(shape.vocab, shape.hidden), norm(shape.norm_kind, shape.hidden)
+        head = nn.Linear(shape.hidden, shape.vocab, bias=False)
+        block = DecoderBlock(shape.block(), max_seq=8)  # every layer alike: one built, counted L times
+
+    def nbytes(m: nn.Module) -> int:
+        return sum(p.to(dtype).nbytes for p in m.parameters())
+
+    return nbytes(embed) + nbytes(final_norm) + nbytes(head) + shape.layers * nbytes(block)
+
+
+# NVIDIA's H100 datasheet, the SXM column's memory row, quoted in kv_cache.toml's source `h100-datasheet-memory`:
+# the node's capacity is re-derived from the figure it prints, apart from gpus.toml's typed field
+HBM_QUOTE = r"GPU Memory \| ([0-9]+)GB \|"
+NODE_GPUS = 8  # the rollout node's GPUs, an input the page states ({{ kv-cache.node_gpus }})
+
+
 def _llama3_inputs_checked(r: Result) -> ModelShape:
     """Llama 3 70B's typed fields against references that do not read them: the released checkpoint's parameter
     count (layers, hidden, heads, kv_heads, ffn and vocab all enter the count; heads through the k/v projections'
     width g·h/a) and the number the release repository's sentence prints (seq)."""
-    import re
-
     row = entries("llama3_models")["Llama-3-70B"]  # this model alone: a typo in another stays that model's failure
     shape = ModelShape(**{k: v for k, v in row.items() if k not in NOT_SHAPE})
     r.claim(
@@ -281,7 +312,7 @@ def _real_models(r: Result) -> None:
     )
     # A rollout node: 8 GPUs, bf16 weights of Llama 3 70B, the rest for the cache (no activations counted)
     seq = value("llama3_models.Llama-3-70B.seq")
-    gpus, hbm = 8, value("gpus.H100-SXM.hbm_gb") * 1e9
+    gpus, hbm = NODE_GPUS, value("gpus.H100-SXM.hbm_gb") * 1e9
     weights = 2 * value("llama3_models.Llama-3-70B.params_published")
     free = gpus * hbm - weights
     fit = sequences_that_fit(free, ll70, seq=seq, bytes_per_element=bf16)
@@ -294,6 +325,20 @@ def _real_models(r: Result) -> None:
         "Llama 3 70B cache per rollout = K and V counted on a cached decoder of its checked shape (meta device)",
         per_seq,
         counted,
+        unit="B",
+    )
+    on_meta = weights_on_meta(checked)
+    r.claim(
+        "Llama 3 70B bf16 weights = its parameters' bytes counted on a meta-device model of its checked shape",
+        weights,
+        on_meta,
+        unit="B",
+    )
+    printed = int(re.search(HBM_QUOTE, source("kv_cache", "h100-datasheet-memory").detail).group(1))
+    r.claim(
+        f"HBM left on the node = {gpus} x the datasheet's printed {printed} GB (10^9 B) - the weights counted on meta",
+        free,
+        gpus * printed * 10**9 - on_meta,
         unit="B",
     )
     r.add("node_gpus", gpus, "GPUs", "GPUs of the rollout node")

@@ -123,8 +123,8 @@ def saved_tensors(
             Saved("attn.q_proj", "input of q, k, v projections (the norm's output)", f"2sbh{seq}", ACT * rows * h)
         )
         kvn = ("2sbh·g/a" if block.kv_heads != block.heads else "2sbh") + ht
-        if t > 1 and t >= block.kv_heads:
-            kvn = "2sbd"  # one key/value head per rank (replicated when t > g)
+        if t > block.kv_heads:
+            kvn = "2sbd"  # one key/value head per rank, replicated (t = g splits them: 2sbh·g/a/t, the same bytes)
         if recompute == "selective":  # the checkpointed core keeps its inputs
             q_what = "q after RoPE" if block.rope else "q"
             k_what = "k after RoPE" if block.rope else "k"

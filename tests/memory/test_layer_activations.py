@@ -2,6 +2,8 @@
 Korthikanti et al.'s Table 2 rows for the GPT block, hand-collected expressions for Llama and MoE layers, the
 splits tensor and sequence parallelism must make, and the counted blocks themselves (the experiment)."""
 
+from fractions import Fraction
+
 import pytest
 
 from distlab.memory.activation_memory_models import activation_memory_models
@@ -158,3 +160,17 @@ def test_latent_attention_by_hand_at_deepseek_v3_widths():
     assert layer_bytes(block, s, 1, attention="eager") == by_hand
     with pytest.raises(ValueError, match="eager"):
         layer_bytes(block, s, 1, attention="flash")
+
+
+def test_a_printed_closed_form_reads_back_by_hand():
+    """The reader of the counted table's closed forms (the claim that guards the printed text): a square taken of the
+    whole term instead of s, a "/t" dividing the whole sum, or a parenthesis dropped would each miss these by hand."""
+    from distlab.memory.activation_memory_models import evaluate_notation
+
+    z = {"s": 7, "b": 3, "h": 10, "a": 5, "t": 2, "g": 1, "d_n": 4, "d_r": 6}
+    assert evaluate_notation("5as²b", z) == 5 * 5 * 49 * 3
+    assert evaluate_notation("4sbh·g/a/t + 2", z) == Fraction(4 * 7 * 3 * 10 * 1, 5 * 2) + 2
+    assert evaluate_notation("4sba(d_n + d_r)/t", z) == 4 * 7 * 3 * 5 * (4 + 6) // 2
+    assert evaluate_notation("sbh", z) == 7 * 3 * 10
+    with pytest.raises(ValueError, match="unreadable"):
+        evaluate_notation("4sbx", z)
