@@ -97,6 +97,7 @@ def ddp_bucket_view(device: str) -> Result:
         "order, the same bytes); storages counted by address, so a view is not counted twice.",
     )
     psi = 4 * n
+    r.add("world", WORLD, "processes", "gloo processes")
     r.add("params", n, "params", "parameters Ψ")
     r.add("off_bytes", off["grad_storage_bytes"], "B", "gradient storage without the view")
     r.add("on_bytes", on["grad_storage_bytes"], "B", "gradient storage with the view")
@@ -104,6 +105,7 @@ def ddp_bucket_view(device: str) -> Result:
     r.claim("buckets hold every gradient once: bucket bytes = 4Ψ", on["bucket_bytes"], psi, unit="B", formula="4 B x Ψ")
     r.claim("without the view: .grad and buckets = 2 x 4Ψ", off["grad_storage_bytes"], 2 * psi, unit="B")
     r.claim("with the view: one copy, 4Ψ", on["grad_storage_bytes"], psi, unit="B")
+    r.claim("the view saves one copy, 4Ψ", r.quantities["saved_bytes"].value, psi, unit="B")
     r.claim("with the view every .grad lies in a bucket's storage", on["grads_in_buckets"], True)
     r.claim("without it no .grad does", off["grads_in_buckets"], False)
     diff = max(float((y[True]["grads"] - y[False]["grads"]).abs().max()) for y in ranks)

@@ -20,6 +20,7 @@ previous bucket is done.
 
 from __future__ import annotations
 
+import math
 import time
 
 import torch
@@ -163,9 +164,20 @@ def buckets_rank(rank: int, world: int, device: str, caps_mb: tuple[float, ...],
             "first_order": first_order,
             "sizes": sizes,
             "cap_bytes": int(cap * MIB),
+            "batch": BATCH,
             "first_cap_bytes": int(first_cap),
         }
     return out
+
+
+def queue_finish_by_hand(compute_s: list[float], bucket_bytes: list[float], bandwidth: float, overlap: bool) -> float:
+    """The step end in closed form, not by stepping the queue: one channel, buckets in order, so the last finishes at
+    max over i of (bucket i ready + the bytes of buckets i..k / bandwidth), and never before backward ends. Without
+    overlap every bucket is ready at the end of backward."""
+    end = math.fsum(compute_s)
+    ready = [math.fsum(compute_s[: i + 1]) if overlap else end for i in range(len(compute_s))]
+    tails = [math.fsum(bucket_bytes[i:]) / bandwidth for i in range(len(bucket_bytes))]
+    return max([end] + [t0 + tail for t0, tail in zip(ready, tails)])
 
 
 def _overlap_s(span: tuple[float, float], window: tuple[float, float]) -> float:
@@ -238,9 +250,27 @@ def ddp_buckets(device: str) -> Result:
             ],
         }
     r.data["timeline"] = timelines
-    params = sum(rec0[CAPS_MB[0]]["sizes"].values())
+    sizes = rec0[CAPS_MB[0]]["sizes"]
+    params = sum(sizes.values())
     r.add("param_bytes", params, "B", "gradient bytes per step")
     r.add("layer_bytes", WIDTH * WIDTH * 4, "B", "one layer's weight")
+    weights = [b for n, b in sizes.items() if n.endswith(".weight")]
+    r.claim("one layer's weight = the ranks' fp32 tensor", r.quantities["layer_bytes"].value, max(weights), unit="B")
+    r.claim(
+        "caption's shape = the ranks' model and batch",
+        int((DEPTH, WIDTH, BATCH) != (len(weights), round((min(weights) / 4) ** 0.5), rec0[CAPS_MB[0]]["batch"])),
+        0,
+    )
+    shown = [float(x) for row in rows for x in row[2].split(", ")]
+    bucket_bytes = [b["bytes"] for cap in CAPS_MB for b in rec0[cap]["buckets"]]
+    r.claim(
+        "bucket sizes column x 2^20 = the buckets' bytes",
+        max(abs(a * 1_048_576 - b) for a, b in zip(shown, bucket_bytes)),
+        0.0005 * 1_048_576,
+        relation="<=",
+        unit="B",
+        formula="printed to 0.001 MiB",
+    )
     r.table(
         "buckets",
         [
@@ -254,7 +284,7 @@ def ddp_buckets(device: str) -> Result:
         ],
         rows,
         caption=f"{DEPTH} x Linear({WIDTH}, {WIDTH}), batch {BATCH} per rank, 2 processes, rank 0, "
-        "the fastest of 3 iterations after the bucket rebuild",
+        f"the fastest of {ITERS - 1} iterations after the bucket rebuild",
     )
     _simulate(r, timelines["1"])
     _timeline_figure(r, timelines)
@@ -299,11 +329,13 @@ def _simulate(r: Result, tl: dict) -> None:
         unit="s",
     )
     balanced = sum(nbytes) / total  # bandwidth at which all-reduce time equals backward time
-    rows = []
+    rows, gap = [], 0.0
     for f in (0.25, 0.5, 1, 2, 4, 16):
         bw = balanced * f
         with_o, without = step_time(compute, nbytes, bw), step_time(compute, nbytes, bw, overlap=False)
         rows.append([f"{f:g}", with_o * 1e3, without * 1e3, 1 - with_o / without])
+        a, b = (queue_finish_by_hand(compute, nbytes, bw, overlap) for overlap in (True, False))
+        gap = max(gap, abs(rows[-1][1] / 1e3 / a - 1), abs(rows[-1][2] / 1e3 / b - 1), abs(rows[-1][3] - (1 - a / b)))
     r.table(
         "simulated",
         [
@@ -317,6 +349,9 @@ def _simulate(r: Result, tl: dict) -> None:
         kind="simulated",
     )
     r.add("balanced_saving", rows[2][3], "fraction", "overlap's saving when all-reduce time = backward time")
+    r.claim(
+        "simulated table = the queue's closed form", gap, 0.0, abs_tol=1e-12, formula="max_i (ready_i + bytes_i.. / bw)"
+    )
     r.add("sim_backward_s", total, "s", "measured backward compute (bucket_cap_mb=1)")
 
 
@@ -363,6 +398,13 @@ def _simulated_timeline_figure(r: Result, timelines: dict) -> None:
     )
     many, one = "1", max(timelines, key=float)  # the cap the text discusses, against one bucket
     r.add("sim_many_over_one", steps[many] / steps[one], "", f"simulated step, cap {many} MiB / cap {one} MiB")
+    by_hand = {cap: queue_finish_by_hand(*_segments(timelines[cap]), bandwidth, True) for cap in (many, one)}
+    r.claim(
+        f"simulated cap {many} / cap {one} = the queue's closed form",
+        r.quantities["sim_many_over_one"].value,
+        by_hand[many] / by_hand[one],
+        rel_tol=1e-12,
+    )
     r.claim(
         f"simulated: {len(timelines[many]['buckets'])} buckets of {many} MiB end the step before one bucket of {one}",
         steps[many] / steps[one],

@@ -89,6 +89,20 @@ def consistency_rank(rank: int, world: int, device: str, steps: int) -> dict:
     return out
 
 
+def one_process_spreads(w: int, dtype) -> tuple[float, float]:
+    """Re-derived in this process, without DDP or a second process: the largest weight difference of ranks 1..W-1's
+    seeds from rank 0's before DDP, and the spread of the ranks' first losses (rank 0's weights, which DDP's
+    broadcast gives every rank, on each rank's slice of batch 0)."""
+    first = float64_vector(mlp(LAYERS, seed=100, dtype=dtype).parameters())
+    seeds = [float64_vector(mlp(LAYERS, seed=100 + k, dtype=dtype).parameters()) for k in range(1, w)]
+    init = max(float((v - first).abs().max()) for v in seeds)
+    model = mlp(LAYERS, seed=100, dtype=dtype)
+    x, y = regression_batch(0, w * LOCAL_BATCH, LAYERS[0], LAYERS[-1], dtype)
+    with torch.no_grad():
+        losses = [float(F.mse_loss(model(xk), yk)) for xk, yk in zip(x.split(LOCAL_BATCH), y.split(LOCAL_BATCH))]
+    return init, max(losses) - min(losses)
+
+
 def _spread(recs: list[dict], key: str) -> float:
     """Largest element-wise difference of recs[k][key] from rank 0's."""
     return max(float((rec[key] - recs[0][key]).abs().max()) for rec in recs)
@@ -106,7 +120,7 @@ def ddp_consistency(device: str) -> Result:
     r.add("params", len(per_rank[0][(2, "float32")]["init"]), "params", "parameters of the MLP")
     backend = per_rank[0][(2, "float32")]["backend"]
     r.data["backend"] = backend
-    rows = []
+    rows, init_gap, loss_gap = [], 0.0, 0.0
     for w in SIZES:
         for name in DTYPES:
             recs = [per_rank[k][(w, name)] for k in range(w)]
@@ -133,9 +147,14 @@ def ddp_consistency(device: str) -> Result:
                 relation="<=",
             )
             rows.append([w, name, init_spread, ddp_spread, vs_ref, vs_naive, loss_spread])
+            init_ref, loss_ref = one_process_spreads(w, DTYPES[name])
+            init_gap = max(init_gap, abs(init_spread - init_ref))
+            loss_gap = max(loss_gap, abs(loss_spread - loss_ref) / loss_ref)
             r.add(f"w{w}_{name}_vs_reference", vs_ref, "", f"W={w} {name}: max |DDP - single process|")
             r.add(f"w{w}_{name}_init_spread", init_spread, "", f"W={w} {name}: max weight difference before DDP")
             r.add(f"w{w}_{name}_loss_spread", loss_spread, "", f"W={w} {name}: spread of the ranks' first losses")
+    r.claim("spread before DDP = one process's re-derivation", init_gap, 0.0)
+    r.claim("first-loss spread = one process's (relative)", loss_gap, 1e-5, relation="<=")
     r.table(
         "consistency",
         [

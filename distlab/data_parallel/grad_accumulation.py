@@ -61,18 +61,21 @@ def _accumulate(rank: int, dev, device: str, *, big_batch: bool, use_no_sync: bo
     wrapped = ddp(model, device)
     state = {"calls": 0, "group": None}
     wrapped.register_comm_hook(state, _counting_hook)
+    rows = 0  # samples this rank trained on, counted from the tensors
     if big_batch:
         xs, ys = zip(*(_micro(rank, i, dev) for i in range(K)))
+        rows = sum(len(x) for x in xs)
         F.mse_loss(wrapped(torch.cat(xs)), torch.cat(ys)).backward()
     else:
         for i in range(K):
             x, y = _micro(rank, i, dev)
+            rows += len(x)
             ctx = wrapped.no_sync() if use_no_sync and i < K - 1 else contextlib.nullcontext()
             with ctx:
                 (F.mse_loss(wrapped(x), y) / K).backward()  # mean over k*b samples, not k means summed
     grads = float64_vector(p.grad for p in model.parameters())
     torch.optim.SGD(model.parameters(), lr=LR).step()
-    return {"grad": grads, "params": float64_vector(model.parameters()), "calls": state["calls"]}
+    return {"grad": grads, "params": float64_vector(model.parameters()), "calls": state["calls"], "rows": rows}
 
 
 def _fixed_reference(dev) -> dict:
@@ -110,23 +113,25 @@ def _token_loss_sum(model, x, y) -> tuple[torch.Tensor, int]:
     return loss, int((y != IGNORE).sum())
 
 
-def _variable_length(rank: int, world: int, dev, device: str, normalise: str) -> torch.Tensor:
+def _variable_length(rank: int, world: int, dev, device: str, normalise: str) -> tuple[torch.Tensor, list[int]]:
     torch.manual_seed(3)
     model = GPT(CFG).to(dev)
     wrapped = ddp(model, device)
     count = torch.tensor([float(sum(sum(lengths(rank, i)) for i in range(K)))], device=dev)
     all_reduce_(count)  # global tokens, known before the first backward
+    counted = []  # tokens per micro-batch, counted from the targets (y != IGNORE)
     for i in range(K):
         x, y = token_batch(rank, i, dev)
         ctx = wrapped.no_sync() if i < K - 1 else contextlib.nullcontext()
         with ctx:
             loss_sum, tokens = _token_loss_sum(wrapped, x, y)
+            counted.append(tokens)
             if normalise == "per micro-batch":  # the pitfall: each micro-batch's token mean, averaged
                 loss = loss_sum / tokens / K
             else:  # sum over tokens / global tokens, times W because DDP averages over ranks
                 loss = loss_sum * world / count
             loss.backward()
-    return float64_vector(p.grad for p in model.parameters())
+    return float64_vector(p.grad for p in model.parameters()), counted
 
 
 def _variable_reference(world: int, dev) -> dict:
@@ -150,10 +155,10 @@ def accumulation_rank(rank: int, world: int, device: str) -> dict:
         "no_sync": _accumulate(rank, dev, device, big_batch=False, use_no_sync=True),
         "every micro-batch synced": _accumulate(rank, dev, device, big_batch=False, use_no_sync=False),
         "big batch": _accumulate(rank, dev, device, big_batch=True, use_no_sync=False),
-        "per micro-batch": _variable_length(rank, world, dev, device, "per micro-batch"),
-        "global tokens": _variable_length(rank, world, dev, device, "global tokens"),
-        "backend": dist.get_backend(),
+        "per micro-batch": _variable_length(rank, world, dev, device, "per micro-batch")[0],
     }
+    out["global tokens"], out["tokens counted"] = _variable_length(rank, world, dev, device, "global tokens")
+    out["backend"] = dist.get_backend()
     if rank == 0:
         out["fixed reference"] = _fixed_reference(dev)
         out["variable reference"] = _variable_reference(world, dev)
@@ -173,6 +178,12 @@ def grad_accumulation(device: str) -> Result:
     r.add("k", K, "micro-batches", "micro-batches per step")
     r.add("micro", MICRO, "samples", "samples per micro-batch")
     r.add("global_batch", WORLD * K * MICRO, "samples", "global batch")
+    r.claim(
+        "global batch = samples the ranks trained on (counted)",
+        WORLD * K * MICRO,
+        sum(rk["no_sync"]["rows"] for rk in ranks),
+        unit="samples",
+    )
     ref = zero["fixed reference"]
     rows = []
     for name in ("no_sync", "every micro-batch synced", "big batch"):
@@ -233,6 +244,8 @@ def grad_accumulation(device: str) -> Result:
     r.add("right_rel", right, "", "global-token normalisation: gradient error")
     toks = [[sum(lengths(rk, i)) for i in range(K)] for rk in range(WORLD)]
     flat_toks = [t for row in toks for t in row]
+    counted = [rk["tokens counted"] for rk in ranks]  # (W, k) tokens the ranks counted in their targets
+    r.claim("tokens per micro-batch = the ranks' counts", int(toks != counted), 0)
     r.add("tokens_min", min(flat_toks), "tokens", "fewest tokens in a micro-batch")
     r.add("tokens_max", max(flat_toks), "tokens", "most tokens in a micro-batch")
     r.add(
@@ -241,6 +254,8 @@ def grad_accumulation(device: str) -> Result:
         "",
         "how much more a token of the shortest micro-batch weighs than one of the longest, when averaging means",
     )
+    fewest, most = min(min(row) for row in counted), max(max(row) for row in counted)
+    r.claim("token weight ratio = most / fewest counted", r.quantities["weight_ratio"].value, most / fewest)
     r.table(
         "variable",
         ["normalisation", "gradient vs global token mean (relative)"],

@@ -207,6 +207,34 @@ EXAMPLE_BUFFER = 960_000_000  # bytes; divisible by 2, 3, 8 and 64, so every rin
 GROWTH_RANKS = [2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64]
 
 
+def _ring_sent_by_hand(elements: int, n: int) -> list[int]:
+    """Hand-derived, not read off the schedule: chunk i holds L // N elements plus one if i < L mod N; rank r's
+    reduce-scatter sends every chunk but (r + 1) mod N (the one it finishes), its all-gather every chunk but
+    (r + 2) mod N (the one it receives last). Rank r receives what rank r - 1 sends."""
+    size = [elements // n + (1 if i < elements % n else 0) for i in range(n)]
+    return [2 * elements - size[(r + 1) % n] - size[(r + 2) % n] for r in range(n)]
+
+
+def _ring_counts_by_hand(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Hand-derived ring of N GPUs, one element per chunk: after k reduce-scatter steps GPU r's chunk c sums 1 + d
+    GPUs when d = (r - c) mod N is between 1 and k, else 1; all-gather step j hands GPU r the finished chunk
+    (r - j + 1) mod N. Received: reduce-scatter step s (from 0) brings GPU r chunk (r - 1 - s) mod N, all-gather
+    step s chunk (r - s) mod N."""
+    counts = np.ones((2 * n - 1, n, n), dtype=np.int64)
+    for k in range(n):
+        for g in range(n):
+            for c in range(n):
+                d = (g - c) % n
+                counts[k, g, c] = 1 + d if 1 <= d <= k else 1
+    for j in range(1, n):
+        counts[n - 1 + j] = counts[n - 2 + j]
+        for g in range(n):
+            counts[n - 1 + j, g, (g - j + 1) % n] = n
+    received = [[(g - 1 - s) % n for g in range(n)] for s in range(n - 1)]
+    received += [[(g - s) % n for g in range(n)] for s in range(n - 1)]
+    return counts, np.array(received)
+
+
 @experiment(
     "ring-allreduce",
     "ring all-reduce simulated step by step: exact sums, 2(N-1)/N bytes per rank, vs tree and naive",
@@ -217,7 +245,8 @@ def ring_allreduce(device: str) -> Result:
     rng = np.random.default_rng(0)
     rows = []
     exact_err = spread = total_err = 0
-    dev_max = 0.0
+    dev_max = by_hand_dev = 0.0
+    misses = 0  # per-rank bytes or steps that differ from the hand-derived ring
     for n, elements in CASES:
         ints = [rng.integers(-1000, 1000, elements) for _ in range(n)]
         direct = np.sum(ints, axis=0)
@@ -226,6 +255,9 @@ def ring_allreduce(device: str) -> Result:
             exact_err = max(exact_err, max(int(np.abs(x - direct).max()) for x in res))
             spread = max(spread, max(int(np.abs(x - res[0]).max()) for x in res))
         t = traffic(8 * elements, n, "ring", element_bytes=8)
+        sent = _ring_sent_by_hand(elements, n)
+        misses += sum(a != 8 * b for a, b in zip(t.sent, sent)) + (t.steps != 2 * (n - 1))
+        misses += sum(a != 8 * b for a, b in zip(t.received, sent[-1:] + sent[:-1]))
         formula = ring_bytes_per_rank(t.buffer_bytes, n)
         dev = max(abs(b - formula) for b in t.sent + t.received)
         total_err = max(
@@ -243,6 +275,7 @@ def ring_allreduce(device: str) -> Result:
             )
         else:
             dev_max = max(dev_max, dev / 8)
+            by_hand_dev = max(by_hand_dev, *(abs(b - 2 * (n - 1) * elements / n) for b in sent))
         rows.append(
             [
                 n,
@@ -282,6 +315,8 @@ def ring_allreduce(device: str) -> Result:
         formula="|2L/N - c[r+1] - c[r+2]| < 2",
     )
     r.add("uneven_max_deviation_elements", dev_max, "elements", "largest per-rank deviation from 2(N-1)/N, uneven L")
+    r.claim("every case: per-rank bytes and steps = by hand", misses, 0, formula="2L - c[r+1] - c[r+2]; 2(N-1)")
+    r.claim("uneven: largest deviation = by hand", dev_max, by_hand_dev, rel_tol=1e-12, unit="elements")
 
     # Float32: the ring adds in a different order than a direct sum; bounded by (N-1) u sum|x|.
     n, elements = 8, 4099
@@ -290,6 +325,20 @@ def ring_allreduce(device: str) -> Result:
     ring = simulate(xs, "ring")[0].astype(np.float64)
     bound = (n - 1) * np.finfo(np.float32).eps / 2 * np.sum(np.abs(np.asarray(xs, np.float64)), axis=0)
     ratio = float(np.max(np.abs(ring - exact) / bound))
+    # by hand: chunk c starts on rank c and adds ranks c + 1, ..., c + N - 1 in turn, in float32
+    ordered = np.empty(elements, dtype=np.float32)
+    for c, idx in enumerate(np.array_split(np.arange(elements), n)):
+        acc = xs[c][idx]
+        for j in range(1, n):
+            acc = acc + xs[(c + j) % n][idx]
+        ordered[idx] = acc
+    r.claim("float32 ring = ring order summed by hand (bitwise)", float(np.abs(ring - ordered).max()), 0.0)
+    u = 2.0**-24  # float32's unit roundoff, as the page writes it
+    by_hand = max(
+        abs(float(ordered[i]) - math.fsum(float(x[i]) for x in xs))
+        / ((n - 1) * u * math.fsum(abs(float(x[i])) for x in xs))
+        for i in range(elements)
+    )
     r.claim(
         "float32 ring sum: error / ((N-1) u sum|x|) (the recursive-summation bound)",
         ratio,
@@ -298,6 +347,9 @@ def ring_allreduce(device: str) -> Result:
         formula="N=8, L=4099, u = 2^-24",
     )
     r.add("float32_error_over_bound", ratio, "", "worst float32 error as a fraction of its bound")
+    r.add("float32_ranks", n, "ranks", "ranks of the float32 case")
+    r.add("float32_elements", elements, "elements", "float32 elements per rank")
+    r.claim("float32 error / bound = by hand (math.fsum)", ratio, by_hand, rel_tol=1e-9, formula=f"N={n}, L={elements}")
 
     _algorithms(r)
     _growth_figure(r)
@@ -359,6 +411,49 @@ def _seven_b(r: Result) -> None:
     )
     naive = traffic(grad - grad % 8, 8, "naive")
     r.add("7b_naive_8_bytes", max(naive.sent), "B", "7B, naive over 8: bytes rank 0 sends")
+    _seven_b_by_hand(r, nics)
+
+
+def _seven_b_by_hand(r: Result, nics: int) -> None:
+    """The worked problems' figures again from second sources and closed forms: the checkpoint's parameter count,
+    bf16's 1 + 8 + 7 bits, NVLink 4 as 18 links x 25 GB/s per direction (Hopper whitepaper), the NDR port from the
+    QM9700 manual, one NIC per GPU as the SuperPOD's 8 rails."""
+    from distlab.core.facts import value
+    from distlab.models.published import claim_checkpoint_count
+    from distlab.models.shapes import published_params
+
+    claim_checkpoint_count(r, "7B")
+    rails = value("cluster_fabric.dgx-superpod-h100.rails")
+    r.claim("NICs per node = the SuperPOD's rails", nics, rails, formula="one NIC per GPU, one rail per NIC")
+    nvlink = (
+        value("interconnect.NVLink4-H100.links")
+        * value("interconnect.NVLink4-H100.gbytes_per_s_per_link_per_direction")
+        * 1e9
+    )
+    r.claim(
+        "NVLink 4 per direction = 18 links x 25 GB/s (whitepaper)",
+        r.quantities["nvlink_per_direction"].value,
+        nvlink,
+        rel_tol=1e-12,
+        unit="B/s",
+    )
+    ndr = value("cluster_fabric.qm9700.gbits_per_s_per_port") * 1e9 / 8
+    grad = published_params("7B") * (1 + 8 + 7) // 8  # bf16: sign, exponent, mantissa bits
+    ring8, ring64, naive8 = 2 * 7 / 8 * grad, 2 * 63 / 64 * grad, 7 * grad
+    eight = min(nvlink, rails * ndr)
+    expect = {
+        "7b_grad_bytes": grad,
+        "7b_ring_8_bytes": ring8,
+        "7b_ring_64_bytes": ring64,
+        "7b_naive_8_bytes": naive8,
+        "7b_ring_8_nvlink_s": ring8 / nvlink,
+        "7b_ring_64_ndr_s": ring64 / ndr,
+        "7b_64_over_8": (ring64 / ndr) / (ring8 / nvlink),
+        "eight_nic_bandwidth": eight,
+        "7b_ring_64_eight_nics_s": ring64 / eight,
+    }
+    gap = max(abs(r.quantities[k].value / v - 1) for k, v in expect.items())
+    r.claim("7B problems: every figure = by hand", gap, 0.0, abs_tol=1e-12, formula="2(N-1)/N x 2 B x count / link")
 
 
 def _algorithms(r: Result) -> None:
@@ -372,6 +467,9 @@ def _algorithms(r: Result) -> None:
             "tree": (logn * buffer, 2 * logn),
             "naive": ((n - 1) * buffer, 2 * (n - 1)),
         }
+        factor = {"ring": 2 * (n - 1) / n, "tree": logn, "naive": n - 1}  # busiest bytes / buffer, closed form
+        per_step = {"ring": buffer / n, "tree": buffer, "naive": buffer}  # bytes each step moves per rank
+        gap = 0.0
         for alg in SCHEDULES:
             t = traffic(buffer, n, alg)
             worst = max(t.sent + t.received)
@@ -390,8 +488,11 @@ def _algorithms(r: Result) -> None:
             )
             secs = t.seconds(EXAMPLE_LATENCY_S, EXAMPLE_BANDWIDTH)
             rows.append([alg, n, worst / buffer, t.steps, secs * 1e3])
+            closed = expect[alg][1] * (EXAMPLE_LATENCY_S + per_step[alg] / EXAMPLE_BANDWIDTH)
+            gap = max(gap, abs(rows[-1][2] - factor[alg]), abs(rows[-1][4] / 1e3 / closed - 1))
             r.add(f"{alg}_{n}_seconds", secs, "s", f"{alg}, N={n}: alpha-beta time for the example buffer")
             r.add(f"{alg}_{n}_busiest_bytes", worst, "B", f"{alg}, N={n}: busiest rank's bytes, each way")
+        r.claim(f"N={n}: table's bytes / buffer and times = closed forms", gap, 0.0, abs_tol=1e-12)
         t = traffic(buffer, n, "ring")
         r.claim(
             f"ring, N={n}: simulated alpha-beta time = 2(N-1)(alpha + B/(N beta))",
@@ -417,6 +518,14 @@ def _algorithms(r: Result) -> None:
     # 2(N-1)(a + B/(N b)) = 2 log N (a + B/b)  =>  B = a b (N-1-log N) / (log N - (N-1)/N)
     crossover = EXAMPLE_LATENCY_S * EXAMPLE_BANDWIDTH * (n - 1 - logn) / (logn - (n - 1) / n)
     r.add("crossover_bytes_64", crossover, "B", "N=64: below this buffer size the tree is faster than the ring")
+    a, b = EXAMPLE_LATENCY_S, EXAMPLE_BANDWIDTH
+    r.claim(
+        "N=64: ring time = tree time at the crossover",
+        2 * (n - 1) * (a + crossover / n / b),
+        2 * logn * (a + crossover / b),
+        rel_tol=1e-9,
+        unit="s",
+    )
     below = traffic(int(crossover // 2), n, "tree").seconds(EXAMPLE_LATENCY_S, EXAMPLE_BANDWIDTH) < traffic(
         int(crossover // 2), n, "ring"
     ).seconds(EXAMPLE_LATENCY_S, EXAMPLE_BANDWIDTH)
@@ -424,6 +533,42 @@ def _algorithms(r: Result) -> None:
         int(crossover * 2), n, "ring"
     ).seconds(EXAMPLE_LATENCY_S, EXAMPLE_BANDWIDTH)
     r.claim("N=64: tree faster at half the crossover size and slower at twice it", int(below and above), 1)
+
+
+def _growth_misreads(fig, buffer: int) -> int:
+    """The growth figure read back, against closed forms written out here: panel 1 the busiest rank's bytes / buffer
+    (ring 2L - c[r+1] - c[r+2] at its worst rank, tree ceil(log2 N), naive N - 1), panel 2 the steps (2(N-1),
+    2 ceil(log2 N), 2(N-1)), panel 3 the alpha-beta time at the N its axis label names (every step carries the largest
+    chunk ceil(L/N) for the ring, the whole buffer otherwise); the guide line at the ring's limit 2; every tick
+    labelled with its own position."""
+    ax1, ax2, ax3 = fig.axes
+    a, b = EXAMPLE_LATENCY_S, EXAMPLE_BANDWIDTH
+    n3 = int(ax3.get_xlabel().rsplit("N = ", 1)[1])
+    bad = 0
+    for alg in SCHEDULES:
+        (l1,) = [x for x in ax1.get_lines() if x.get_label() == alg]
+        (l2,) = [x for x in ax2.get_lines() if x.get_label() == alg]
+        (l3,) = [x for x in ax3.get_lines() if x.get_label() == alg]
+        for n, y1, y2 in zip(l1.get_xdata(), l1.get_ydata(), l2.get_ydata()):
+            n = int(n)
+            logn = math.ceil(math.log2(n))
+            want1 = {"ring": max(_ring_sent_by_hand(buffer, n)) / buffer, "tree": logn, "naive": n - 1}[alg]
+            want2 = {"ring": 2 * (n - 1), "tree": 2 * logn, "naive": 2 * (n - 1)}[alg]
+            bad += not math.isclose(y1, want1, rel_tol=1e-12) or y2 != want2
+        logn = math.ceil(math.log2(n3))
+        for size, y in zip(l3.get_xdata(), l3.get_ydata()):
+            size = int(size)
+            steps, chunk = {
+                "ring": (2 * (n3 - 1), -(-size // n3)),
+                "tree": (2 * logn, size),
+                "naive": (2 * (n3 - 1), size),
+            }[alg]
+            bad += not math.isclose(y, steps * (a + chunk / b), rel_tol=1e-12)
+    guides = [x for x in ax1.get_lines() if x.get_label() not in SCHEDULES]
+    bad += [list(g.get_ydata()) for g in guides] != [[2, 2]]
+    for ax in (ax1, ax2):
+        bad += sum(t.get_text() != f"{p:g}" for p, t in zip(ax.get_xticks(), ax.get_xticklabels()))
+    return bad
 
 
 def _growth_figure(r: Result) -> None:
@@ -453,12 +598,54 @@ def _growth_figure(r: Result) -> None:
         ax.legend(fontsize=7)
         ax.grid(alpha=0.3, which="both", lw=0.3)
     fig.tight_layout()
+    r.claim("growth figure read back: points off their closed forms", _growth_misreads(fig, buffer), 0)
     r.figure(
         "growth",
         fig,
         "Simulated all-reduce: the busiest rank's bytes (the ring's approach 2 x buffer), "
         "steps, and alpha-beta time at N = 64 with the illustrative alpha and beta",
     )
+
+
+def _drawing_misreads(fig, counts: np.ndarray, received: np.ndarray) -> int:
+    """The ring drawing read back, against the hand-derived ring (not the draw code's own helpers): one cell per
+    (row, GPU, chunk); its fill the blend (k - 1)/(N - 1) of the way from the lightest shade to the site's blue, k the
+    GPUs its chunk sums; an orange outline exactly on the chunk received that step; cells left to right GPU by GPU
+    then chunk by chunk, rows top to bottom in step order, none overlapping; row labels start, RS 1.., AG 1..; the
+    legend's squares the same N shades; a text or cell outside the figure or overlapping a text counts too."""
+    from matplotlib.colors import to_rgb
+
+    from distlab.core.drawing import BLUE, ORANGE, legibility_problems
+
+    ax = fig.axes[0]
+    rows, n, _ = counts.shape
+    light, dark = np.array((0.87, 0.93, 0.97)), np.array(to_rgb(BLUE))
+    blend = [light + (dark - light) * k / (n - 1) for k in range(n)]
+    cells = {}
+    for p in ax.patches:
+        gid = p.get_gid() or ""
+        if gid.startswith("cell:"):
+            cells[tuple(int(v) for v in gid.split(":")[1:])] = p
+    bad = abs(len(cells) - rows * n * n)
+    for (row, g, c), p in cells.items():
+        bad += not np.allclose(to_rgb(p.get_facecolor()), blend[counts[row, g, c] - 1], atol=1e-9)
+        outlined = to_rgb(p.get_edgecolor()) == to_rgb(ORANGE)
+        bad += outlined != (row > 0 and received[row - 1, g] == c)
+    for row in range(rows):  # left to right: GPU 0's chunks 0..N-1, then GPU 1's, ...; no two cells overlap
+        xs = [(cells[row, g, c].get_x(), cells[row, g, c].get_width()) for g in range(n) for c in range(n)]
+        bad += sum(not x0 + w0 <= x1 for (x0, w0), (x1, _) in zip(xs, xs[1:]))
+    ys = [(cells[row, 0, 0].get_y(), cells[row, 0, 0].get_height()) for row in range(rows)]
+    bad += sum(not y0 + h0 <= y1 for (y0, h0), (y1, _) in zip(ys, ys[1:]))
+    ticks = list(ax.get_yticks())
+    bad += sum(not y <= t <= y + h for (y, h), t in zip(ys, ticks))  # each label on its row
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    bad += labels != ["start"] + [f"RS {s}" for s in range(1, n)] + [f"AG {s}" for s in range(1, n)]
+    legend = [p for p in ax.patches if not (p.get_gid() or "")]
+    bad += sorted(tuple(np.round(to_rgb(p.get_facecolor()), 9)) for p in legend) != sorted(
+        tuple(np.round(b, 9)) for b in blend
+    )
+    fig.canvas.draw()
+    return bad + len(legibility_problems(fig))
 
 
 PICTURE_RANKS = 4  # the drawing's ring: 2 x 3 steps, 16 chunks, legible on a phone
@@ -483,11 +670,21 @@ def _ring_picture(r: Result) -> None:
         unit="GPUs",
     )
     r.claim("drawing: after all-gather every chunk of every GPU sums all N", int(counts[-1].min()), n)
+    hand_counts, hand_received = _ring_counts_by_hand(n)
+    r.claim(
+        "drawing: every chunk's sum and move = by hand",
+        int((counts != hand_counts).sum() + (received != hand_received).sum()),
+        0,
+    )
+    fig = draw_ring(counts, received)
+    r.claim(
+        "ring drawing read back: cells off the hand-derived ring", _drawing_misreads(fig, hand_counts, hand_received), 0
+    )
     r.figure(
         "ring_steps",
-        draw_ring(counts, received),
+        fig,
         f"A ring all-reduce on {n} GPUs, from the simulator's buffers: each GPU's buffer is cut into {n} chunks; "
-        f"in each of the {n - 1} reduce-scatter (RS) steps every GPU sends one chunk to its right-hand neighbour, "
+        f"in each of the {rs_steps} reduce-scatter (RS) steps every GPU sends one chunk to its right-hand neighbour, "
         "which adds it in, so one chunk per GPU ends summed over all GPUs; the all-gather (AG) steps then pass those "
         "finished chunks round the ring",
     )

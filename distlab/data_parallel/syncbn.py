@@ -180,7 +180,7 @@ def syncbn(device: str) -> Result:
     ranks = launch(syncbn_rank, max(SIZES), device, device=device, timeout_s=300)
     kinds = ["naive"] + (["torch"] if ranks[0]["torch_syncbn"] else [])
     r.data["checked"] = kinds
-    rows = []
+    rows, mean_gap = [], 0.0
     for w in SIZES:
         ref = reference(w)
         worst = {
@@ -208,6 +208,10 @@ def syncbn(device: str) -> Result:
         local_mean_gap = max(
             float((ranks[k][w]["local"]["running_mean"] / MOMENTUM - ref["mean"]).abs().max()) for k in range(w)
         )
+        xs = [rank_input(w, k)[0] for k in range(w)]  # by hand: each rank's channel means against the whole batch's
+        whole = torch.cat(xs).mean((0, 2, 3))
+        by_hand_gap = max(max(float(abs(a - b)) for a, b in zip(x.mean((0, 2, 3)), whole)) for x in xs)
+        mean_gap = max(mean_gap, abs(local_mean_gap - by_hand_gap))
         rows.append(
             [
                 w,
@@ -220,6 +224,7 @@ def syncbn(device: str) -> Result:
         )
         r.add(f"w{w}_local_out_gap", worst["local"]["out"], "", f"W={w}: max |per-rank BN output - full-batch BN|")
         r.add(f"w{w}_local_mean_gap", local_mean_gap, "", f"W={w}: max |per-rank mean - global mean|")
+    r.claim("per-rank mean gap = the ranks' inputs by hand", mean_gap, 0.0, abs_tol=1e-12)
     r.table(
         "syncbn",
         [
