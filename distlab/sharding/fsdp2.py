@@ -219,6 +219,13 @@ def _bytes(r: Result, ranks: list, n: int, world: int) -> None:
         "fraction",
         "FSDP2 optimizer state per rank / DDP's",
     )
+    r.claim(
+        "FSDP2 Adam state per rank / DDP's = 1/N",
+        r.quantities["fsdp_state_share"].value,
+        1 / world,
+        rel_tol=1e-12,
+        formula="8Ψ/N against DDP's 8Ψ",
+    )
 
 
 def _traffic(r: Result, rank0: dict, n: int, world: int) -> None:

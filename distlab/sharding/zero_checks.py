@@ -112,6 +112,14 @@ def by_hand(r: Result, *, micro: int, big_gpus: int, accum: int, hide_mfu: float
         "link rates, 7B's seconds of traffic = (2 or 3)(N-1)⌈Ψ/N⌉b / B (largest gap)", _gap(times), 0.0, abs_tol=1e-12
     )
     peak = value("gpus.H100-SXM.bf16_dense_tflops") * 1e12
+    # the traffic table: all-reduce, reduce-scatter, all-gather, sent, and the N -> ∞ volume (2Ψb, 2Ψb, 2Ψb, 3Ψb)
+    phases = {0: (2, 0, 0), 1: (0, 1, 1), 2: (0, 1, 1), 3: (0, 1, 2)}
+    cells = []
+    for row, z in zip(r.tables["traffic"].rows, phases, strict=True):
+        ar, rs, ag = phases[z]
+        ref = [ar * phase, rs * phase, ag * phase, (ar + rs + ag) * phase, (ar + rs + ag) * p7 * 2]
+        cells += list(zip([c.value for c in row[1:6]], ref, strict=True))
+    r.claim("traffic table = ring phases x (N-1)⌈Ψ/N⌉b (largest gap)", _gap(cells), 0.0, abs_tol=1e-12)
     r.claim("worked compute = 6ΨT / peak", q["worked_compute_s"], 6 * p7 * q["worked_tokens"] / peak, rel_tol=1e-12)
     r.claim("(N-1)/N = DDP's ring bytes / 2Ψb", q["factor"], 2 * phase / (2 * p7 * 2), rel_tol=1e-12, unit="")
     accum = [(q["z2_accum_over_ddp"], (accum + 1) / 2), (q["z3_accum_over_ddp"], 3 * accum / 2)]

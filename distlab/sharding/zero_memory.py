@@ -18,7 +18,7 @@ from distlab.sharding.zero import (
     shard_elements,
     traffic_bytes_per_gpu,
 )
-from distlab.sharding.zero_checks import by_hand, figure_claim
+from distlab.sharding.zero_checks import by_hand, figure_claim, hbm_bytes
 
 
 # ---------------------------------------------------------------- the zero-memory experiment
@@ -146,9 +146,11 @@ def _picture(r: Result, n: int, gpus: int, hbm: float) -> None:
     fig = draw_shards(rows, hbm, gpus, "H100")
     drawn = [0.0] * len(rows)
     hatched = [set() for _ in rows]
+    gaps: list[float] = []
     for patch in fig.axes[0].patches:
         kind, i, state, *shard = (patch.get_gid() or "::").split(":")
         if kind == "seg":
+            gaps.append(abs(patch.get_x() * 1e9 - drawn[int(i)]))  # each segment starts where the last ended
             drawn[int(i)] += patch.get_width() * 1e9
             if shard:
                 hatched[int(i)].add(state)
@@ -162,6 +164,15 @@ def _picture(r: Result, n: int, gpus: int, hbm: float) -> None:
             unit="B",
             formula="ZeRO paper, Figure 1, K = 12",
         )
+    r.claim("drawing: segments stacked end to end from 0 (largest gap)", max(gaps), 0.0, abs_tol=1.0, unit="B")
+    line = next(ln for ln in fig.axes[0].get_lines())  # the GPU's memory, dashed, in GB
+    r.claim(
+        "drawing: memory line at MLPerf's H100 capacity",
+        line.get_xdata()[0] * 1e9,
+        hbm_bytes(),
+        rel_tol=1e-12,
+        unit="B",
+    )
     r.claim(
         "drawing: hatched (sharded) states are optimizer (ZeRO-1), + gradients (ZeRO-2), + parameters (ZeRO-3)",
         sum(hatched[z] == set(["optimizer", "grads", "params"][:z]) for z in STAGES),
