@@ -9,9 +9,13 @@ Each function compares what the zero-memory experiment put in its Result with th
 from __future__ import annotations
 
 import math
+import re
 
 from distlab.core.facts import value
 from distlab.core.results import Result
+
+# Touvron et al. 2023, "Llama 2" (https://arxiv.org/abs/2307.09288), Table 1's caption, verbatim.
+LLAMA2_BATCH_QUOTE = "All models are trained with a global batch-size of 4M tokens."
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -139,6 +143,14 @@ def by_hand(r: Result, *, micro: int, big_gpus: int, accum: int, hide_mfu: float
     ]
     r.claim(
         "70B ZeRO-3 problem: seconds, sequences, bytes, tokens by hand (largest gap)", _gap(exact), 0.0, abs_tol=1e-12
+    )
+    batch = re.search(r"batch-size of (\d+)M tokens", LLAMA2_BATCH_QUOTE)
+    assert batch is not None
+    r.claim(
+        "Llama 2's global batch = Table 1's caption (4M tokens)",
+        value("scaling_laws.Llama2-70B.batch_tokens_million"),
+        int(batch.group(1)),
+        unit="M tokens",
     )
     layer_input = 80 * 2 * seq * 8192  # 80 layers' bf16 inputs of width 8192 (Llama 2 70B, Table 1 and config)
     r.claim(
