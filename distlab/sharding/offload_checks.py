@@ -10,8 +10,8 @@ import re
 from distlab.core.facts import value
 from distlab.core.results import Result
 
-# The sources' sentences, verbatim (host_links.toml names them; JEDEC's module name states a DDR5-4800 channel's
-# peak in MB/s: 4800 MT/s x 8 bytes).
+# The sources' statements, as host_links.toml's source details record the DGX guide's and Intel ARK's (a second
+# transcription beside the fields), and JEDEC's module name for DDR5-4800, PC5-38400: 38,400 MB/s per channel.
 QUOTES = {
     "dgx": "2 Intel Xeon Platinum 8480C CPUs, 2 TB system memory, 8 H100 SXM GPUs",
     "ark": "8 memory channels, DDR5 up to 4800 MT/s",
