@@ -19,9 +19,10 @@ from distlab.sharding.offload import (
     offload_seconds,
     socket_memory_bytes_per_s,
 )
+from distlab.sharding.offload_checks import by_hand
 from distlab.sharding.zero import model_state_bytes_per_gpu
 
-TOKENS = (512, 2048, 8192, 32768, 131072)
+TOKENS = (512, 2048, 8192, 32768, 131072)  # the per-step table's tokens per GPU (inputs its first column prints)
 
 
 @experiment(
@@ -110,6 +111,7 @@ def cpu_offload(device: str) -> Result:
         formula="2Ψ (ZeRO-Offload paper, Figure 2)",
     )
     _one_gpu(r, n, pcie, host, hbm)
+    by_hand(r, TOKENS)
     return r
 
 

@@ -18,18 +18,23 @@ from distlab.sharding.zero import (
     shard_elements,
     traffic_bytes_per_gpu,
 )
+from distlab.sharding.zero_checks import by_hand, figure_claim, hbm_bytes
 
 
 # ---------------------------------------------------------------- the zero-memory experiment
 @experiment("zero-memory", "model-state bytes and traffic per GPU for DDP and ZeRO 1-3, 7B on 8 GPUs", kind="computed")
 def zero_memory(device: str) -> Result:
-    from distlab.core.facts import fact
+    from distlab.hardware.gpus import gpu
+    from distlab.models.published import claim_checkpoint_count, claim_llama2_context
     from distlab.models.shapes import preset
 
     r = Result("zero-memory")
     data_claims(r, ["H100-SXM"])  # its memory and peak enter the page's numbers
-    n, gpus = preset("7B").params(), 8
-    hbm = fact("gpus.H100-SXM.hbm_gb").value * 1e9
+    for name in ("7B", "70B"):
+        claim_checkpoint_count(r, name)
+    claim_llama2_context(r, preset("70B"))
+    n, gpus = preset("7B").params(), GPUS
+    hbm = gpu("H100-SXM").hbm_bytes
     r.add("params", n, "params", "Llama 2 7B parameters")
     r.add("params_billions", n / 1e9, "", "Llama 2 7B parameters, in billions")
     r.add("gpus", gpus, "GPUs", "data-parallel size")
@@ -87,6 +92,7 @@ def zero_memory(device: str) -> Result:
             unit="B",
             formula=formula,
         )
+    _zero_paper_example(r)
     r.add(
         "zero3_vs_ddp",
         model_state_bytes_per_gpu(n, gpus, 3)["total_bytes"] / model_state_bytes_per_gpu(n, gpus, 0)["total_bytes"],
@@ -99,7 +105,34 @@ def zero_memory(device: str) -> Result:
     _figure(r, n, hbm)
     _picture(r, n, gpus, hbm)
     _worked(r, n, gpus, hbm)
+    by_hand(
+        r,
+        micro=MICRO_SEQS,
+        big_gpus=BIG_GPUS,
+        accum=ACCUMULATION_MICROBATCHES,
+        hide_mfu=HIDE_MFU,
+        large_gpus=LARGE_CLUSTER_GPUS,
+    )
     return r
+
+
+def _zero_paper_example(r: Result) -> None:
+    """The ZeRO paper's Figure 1 case (7.5B on 64 GPUs, K = 12): its printed per-device GB for each stage against
+    this chapter's formulas, to half a unit of the printed digit (zero_estimators.toml)."""
+    from distlab.core.facts import entries
+    from distlab.hardware.gpus import printed_half_unit
+
+    row = entries("zero_estimators")["zero-paper-figure-1"]
+    params, gpus = round(row["params_billions"] * 1e9), row["gpus"]
+    printed = [row[k] for k in ("baseline_gb", "pos_gb", "pos_g_gb", "pos_g_p_gb")]
+    ours = [model_state_bytes_per_gpu(params, gpus, z)["total_bytes"] / 1e9 for z in STAGES]
+    r.claim("K = the ZeRO paper's K", bytes_per_param_by_state()["optimizer"], row["optimizer_bytes_per_param"])
+    r.claim(
+        "ZeRO paper's 7.5B on 64 GPUs: 120, 31.4, 16.6, 1.9 GB (largest gap in half printed units)",
+        max(abs(o - p) / printed_half_unit(p) for o, p in zip(ours, printed, strict=True)),
+        1.0,
+        relation="<=",
+    )
 
 
 def _picture(r: Result, n: int, gpus: int, hbm: float) -> None:
@@ -113,9 +146,11 @@ def _picture(r: Result, n: int, gpus: int, hbm: float) -> None:
     fig = draw_shards(rows, hbm, gpus, "H100")
     drawn = [0.0] * len(rows)
     hatched = [set() for _ in rows]
+    gaps: list[float] = []
     for patch in fig.axes[0].patches:
         kind, i, state, *shard = (patch.get_gid() or "::").split(":")
         if kind == "seg":
+            gaps.append(abs(patch.get_x() * 1e9 - drawn[int(i)]))  # each segment starts where the last ended
             drawn[int(i)] += patch.get_width() * 1e9
             if shard:
                 hatched[int(i)].add(state)
@@ -129,6 +164,15 @@ def _picture(r: Result, n: int, gpus: int, hbm: float) -> None:
             unit="B",
             formula="ZeRO paper, Figure 1, K = 12",
         )
+    r.claim("drawing: segments stacked end to end from 0 (largest gap)", max(gaps), 0.0, abs_tol=1.0, unit="B")
+    line = next(ln for ln in fig.axes[0].get_lines())  # the GPU's memory, dashed, in GB
+    r.claim(
+        "drawing: memory line at MLPerf's H100 capacity",
+        line.get_xdata()[0] * 1e9,
+        hbm_bytes(),
+        rel_tol=1e-12,
+        unit="B",
+    )
     r.claim(
         "drawing: hatched (sharded) states are optimizer (ZeRO-1), + gradients (ZeRO-2), + parameters (ZeRO-3)",
         sum(hatched[z] == set(["optimizer", "grads", "params"][:z]) for z in STAGES),
@@ -146,17 +190,18 @@ def _picture(r: Result, n: int, gpus: int, hbm: float) -> None:
 
 def _worked(r: Result, n: int, gpus: int, hbm: float) -> None:
     """Numbers for the worked problems: 70B on 64 GPUs; 7B's traffic on NVLink vs a 400 Gb/s NIC."""
-    from distlab.core.facts import fact
+    from distlab.hardware.gpus import gpu
     from distlab.hardware.links import per_direction_bytes_per_s
     from distlab.models.shapes import preset
 
     big = preset("70B").params()
     r.add("70b_params", big, "params", "Llama 2 70B parameters")
+    r.add("70b_gpus", BIG_GPUS, "GPUs", "70B's worked problem: data-parallel GPUs (input)")
     r.add("70b_params_billions", big / 1e9, "", "Llama 2 70B parameters, in billions")
     for z in (1, 2, 3):
         r.add(
             f"70b_z{z}_bytes",
-            model_state_bytes_per_gpu(big, 64, z)["total_bytes"],
+            model_state_bytes_per_gpu(big, BIG_GPUS, z)["total_bytes"],
             "B",
             f"70B on 64 GPUs, {STAGE_NAMES[z]}: model states per GPU",
         )
@@ -172,16 +217,21 @@ def _worked(r: Result, n: int, gpus: int, hbm: float) -> None:
                 "s",
                 f"7B, {gpus} GPUs, {STAGE_NAMES[z]}: seconds of traffic per step on {link}",
             )
-    peak = fact("gpus.H100-SXM.bf16_dense_tflops").value * 1e12
+    peak = gpu("H100-SXM").peak_flops("bf16")
     _accumulation(r, n, gpus)
     _why_not_zero3_70b(r, preset("70B"), hbm, peak, per_direction_bytes_per_s("InfiniBand-NDR"))
-    tokens = 16384
+    tokens = WORKED_TOKENS
     r.add("worked_tokens", tokens, "tokens", "tokens per GPU per step in the worked problem")
     r.add("worked_compute_s", 6 * n * tokens / peak, "s", "7B forward + backward for those tokens at peak")
 
 
+GPUS = 8  # the chapter's data-parallel size for 7B (an input: zero-memory.gpus)
+BIG_GPUS = 64  # 70B's worked problem runs on 64 GPUs (an input: zero-memory.70b_gpus)
+WORKED_TOKENS = 16384  # tokens per GPU per step in the cross-node worked problem (an input)
+FIGURE_GPUS = (1, 2, 4, 8, 16, 32, 64, 128, 256)  # the per-GPU figure's x axis (inputs)
 ACCUMULATION_MICROBATCHES = 8  # a fine-tune accumulating 8 micro-batches per optimizer step (an input)
 HIDE_MFU = 0.5  # compute at half the peak when asking what hides the gathers (an input; chapter 13's bands)
+MICRO_SEQS = 1  # one sequence per micro-batch in 70B's activation count (an input the page states)
 LARGE_CLUSTER_GPUS = 1024  # practice 6's cluster: what pure data parallelism does to the global batch
 
 
@@ -213,14 +263,15 @@ def _why_not_zero3_70b(r: Result, big, hbm: float, peak: float, link_bytes_per_s
     with every data-parallel GPU. Activations are Llama-exact (chapter 3's model_activation_bytes)."""
     from distlab.memory.activations import model_activation_bytes
 
-    gpus, params, seq = 64, big.params(), big.seq
+    gpus, params, seq = BIG_GPUS, big.params(), big.seq
     per_micro = traffic_bytes_per_gpu(params, gpus, 3)["total_bytes"]
     comm_s = per_micro / link_bytes_per_s
     seq_compute_s = 6 * params * seq / (peak * HIDE_MFU)
     hide = -(-comm_s // seq_compute_s)
     states = model_state_bytes_per_gpu(params, gpus, 3)["total_bytes"]
-    act = model_activation_bytes(big, seq, 1, attention="flash", recompute="none")
-    act_full = model_activation_bytes(big, seq, 1, attention="flash", recompute="full")
+    micro = MICRO_SEQS
+    act = model_activation_bytes(big, seq, micro, attention="flash", recompute="none")
+    act_full = model_activation_bytes(big, seq, micro, attention="flash", recompute="full")
     r.add("70b_seq", seq, "tokens", "Llama 2 70B's training sequence")
     r.add("70b_z3_micro_bytes", per_micro, "B", "70B, ZeRO-3 on 64 GPUs: bytes per GPU per micro-batch")
     r.add("70b_z3_micro_s", comm_s, "s", "... over one 400 Gb/s NIC per GPU")
@@ -233,7 +284,7 @@ def _why_not_zero3_70b(r: Result, big, hbm: float, peak: float, link_bytes_per_s
     r.add("70b_hide_act_full_bytes", hide * act_full, "B", "the hiding micro-batch's activations, full recompute")
     r.add("70b_hide_batch_tokens", gpus * hide * seq, "tokens", "global batch of that micro-batch on 64 GPUs")
     r.add("large_gpus", LARGE_CLUSTER_GPUS, "GPUs", "a large cluster (practice 6)")
-    r.add("large_dp_batch_tokens", LARGE_CLUSTER_GPUS * seq, "tokens", "one sequence per GPU, pure DP on it")
+    r.add("large_dp_batch_tokens", LARGE_CLUSTER_GPUS * micro * seq, "tokens", "one sequence per GPU, pure DP on it")
     ring = 3 * (gpus - 1) / gpus * params * 2
     r.claim("70B ZeRO-3 bytes per micro-batch = 3 (N-1)/N Ψ b", per_micro, ring, rel_tol=1e-6, unit="B")
     r.claim(
@@ -355,7 +406,7 @@ def _figure(r: Result, n: int, hbm: float) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    ns = [1, 2, 4, 8, 16, 32, 64, 128, 256]
+    ns = list(FIGURE_GPUS)
     fig, ax = plt.subplots(figsize=(6.4, 3.8))
     for z in STAGES:
         ax.plot(
@@ -368,6 +419,7 @@ def _figure(r: Result, n: int, hbm: float) -> None:
     ax.set_ylabel("model states per GPU (GB)")
     ax.legend(fontsize=8)
     ax.grid(True, which="both", alpha=0.3)
+    figure_claim(r, ax, n, STAGE_NAMES)
     r.figure(
         "per_gpu",
         fig,
