@@ -253,7 +253,7 @@ def weights_on_meta(shape: ModelShape, dtype: torch.dtype = torch.bfloat16) -> i
 # NVIDIA's H100 datasheet, the SXM column's memory row, quoted in kv_cache.toml's source `h100-datasheet-memory`:
 # the node's capacity is re-derived from the figure it prints, apart from gpus.toml's typed field
 HBM_QUOTE = r"GPU Memory \| ([0-9]+)GB \|"
-NODE_GPUS = 8  # the rollout node's GPUs, an input the page states ({{ kv-cache.node_gpus }})
+NODE_GPUS = 8  # the rollout node's GPUs, an input the page states as kv-cache.node_gpus
 
 
 def _llama3_inputs_checked(r: Result) -> ModelShape:
