@@ -648,6 +648,84 @@ def _drawing_misreads(fig, counts: np.ndarray, received: np.ndarray) -> int:
     return bad + len(legibility_problems(fig))
 
 
+def _layout_misreads(fig, n: int) -> int:
+    """The ring drawing's layout read back: each GPU's name centred over its buffer, above the first row; the dotted
+    divider between the last reduce-scatter row and the first all-gather row; the legend below the last row, each
+    count centred under its square and each caption right of its square, level with it; the received chunk's
+    outline thicker than the others and drawn over them; the legend's squares the cells' own (size, outline); each
+    row label level with its row's middle; as much blank left as right of the ring; no text or square overlapping
+    another, every square inside the axes' limits and every text inside the figure."""
+    from matplotlib.colors import to_rgb
+
+    from distlab.core.drawing import ORANGE
+
+    ax = fig.axes[0]
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    patches = {p.get_gid() or f"legend:{i}": p for i, p in enumerate(ax.patches)}
+    cells = {k: p for k, p in patches.items() if k.startswith("cell:")}
+    legend = [p for k, p in patches.items() if not k.startswith("cell:") and k != "legend:received"]
+    received = patches.get("legend:received")
+    rows = 2 * n - 1
+    bad = (len(legend) != n) + (received is None)
+    if bad:
+        return bad
+    span = lambda ps: (min(p.get_x() for p in ps), max(p.get_x() + p.get_width() for p in ps))
+    top = lambda ps: (min(p.get_y() for p in ps), max(p.get_y() + p.get_height() for p in ps))
+    mid_y = lambda p: p.get_y() + p.get_height() / 2
+    texts = {t.get_text(): t for t in ax.texts}
+    first_top = top([p for k, p in cells.items() if k.startswith("cell:0:")])[0]
+    for g in range(n):  # each GPU's name centred over its chunks, above the first row
+        t = texts.get(f"GPU {g}")
+        lo, hi = span([p for k, p in cells.items() if k.split(":")[2] == str(g)])
+        bad += t is None or not math.isclose(t.get_position()[0], (lo + hi) / 2) or not t.get_position()[1] <= first_top
+    rs_bottom = top([p for k, p in cells.items() if k.startswith(f"cell:{n - 1}:")])[1]
+    ag_top = top([p for k, p in cells.items() if k.startswith(f"cell:{n}:")])[0]
+    dividers = [ln.get_ydata()[0] for ln in ax.get_lines()]
+    bad += len(dividers) != 1 or not all(rs_bottom <= y <= ag_top for y in dividers)
+    last_bottom = top([p for k, p in cells.items() if k.startswith(f"cell:{rows - 1}:")])[1]
+    legend.sort(key=lambda p: p.get_x())
+    bad += sum(not last_bottom < p.get_y() for p in [*legend, received])  # the legend below the drawing
+    for k, p in enumerate(legend):  # each count centred under its square
+        t = texts.get(str(k + 1))
+        bad += t is None or not math.isclose(t.get_position()[0], p.get_x() + p.get_width() / 2)
+        bad += t is not None and not p.get_y() + p.get_height() <= t.get_position()[1]
+    for caption, square in (("GPUs summed", legend[-1]), ("chunk received this step", received)):
+        t = texts.get(caption)
+        bad += t is None or not math.isclose(t.get_position()[1], mid_y(square))
+        gap = t.get_position()[0] - square.get_x() - square.get_width() if t is not None else -1.0
+        bad += not 0 <= gap <= square.get_width()  # right of its square, nearer than one square-width
+    got = [p for p in cells.values() if to_rgb(p.get_edgecolor()) == to_rgb(ORANGE)]
+    plain = [p for p in cells.values() if to_rgb(p.get_edgecolor()) != to_rgb(ORANGE)]
+    bad += max(p.get_linewidth() for p in plain) >= min(p.get_linewidth() for p in got)
+    bad += received.get_linewidth() != got[0].get_linewidth() or to_rgb(received.get_edgecolor()) != to_rgb(ORANGE)
+    bad += max(p.get_zorder() for p in plain) >= min(p.get_zorder() for p in got)
+    size = lambda p: (p.get_width(), p.get_height())
+    bad += sum(size(p) != size(plain[0]) for p in [*cells.values(), *legend, received])  # the legend's same squares
+    bad += sum(p.get_linewidth() != plain[0].get_linewidth() for p in [*plain, *legend])
+    ticks = list(ax.get_yticks())  # each row's label level with its cells' middle
+    bad += len(ticks) != rows or not all(math.isclose(ticks[r], mid_y(cells[f"cell:{r}:0:0"])) for r in range(rows))
+    (x0, x1), (lo, hi) = ax.get_xlim(), span(list(cells.values()))
+    bad += not math.isclose(lo - x0, x1 - hi)  # the ring centred left to right: as much blank either side
+    # nothing overlapping (cell against cell is checked above), squares inside the limits, texts inside the figure
+    boxes = [t.get_window_extent(renderer) for t in ax.texts if t.get_text().strip()]
+    labels = [t.get_window_extent(renderer) for t in ax.get_yticklabels() if t.get_text().strip()]
+    squares = [p.get_window_extent(renderer) for p in ax.patches]
+    page = fig.bbox
+    shapes = [(False, b) for b in boxes + labels + [s for s, p in zip(squares, ax.patches) if p not in cells.values()]]
+    shapes += [(True, s) for s, p in zip(squares, ax.patches) if p in cells.values()]  # cell to cell: checked above
+    bad += sum(
+        not (cell_a and cell_b) and a.x0 < b.x1 and b.x0 < a.x1 and a.y0 < b.y1 and b.y0 < a.y1
+        for i, (cell_a, a) in enumerate(shapes)
+        for cell_b, b in shapes[i + 1 :]
+    )
+    bad += sum(not page.contains(b.x0, b.y0) or not page.contains(b.x1, b.y1) for b in boxes + labels)
+    (x0, x1), (y1, y0) = ax.get_xlim(), ax.get_ylim()  # y grows downwards
+    inside = lambda p: x0 <= p.get_x() <= p.get_x() + p.get_width() <= x1 and y0 <= p.get_y() <= y1 - p.get_height()
+    bad += sum(not inside(p) for p in ax.patches)
+    return bad
+
+
 PICTURE_RANKS = 4  # the drawing's ring: 2 x 3 steps, 16 chunks, legible on a phone
 
 
@@ -680,6 +758,7 @@ def _ring_picture(r: Result) -> None:
     r.claim(
         "ring drawing read back: cells off the hand-derived ring", _drawing_misreads(fig, hand_counts, hand_received), 0
     )
+    r.claim("ring drawing's layout read back: misplaced, overlapping, out of frame", _layout_misreads(fig, n), 0)
     r.figure(
         "ring_steps",
         fig,

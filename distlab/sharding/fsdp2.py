@@ -15,6 +15,7 @@ each rank holds.
 from __future__ import annotations
 
 import copy
+import math
 
 import torch
 
@@ -134,6 +135,24 @@ def _relative_update_error(params: torch.Tensor, ref: torch.Tensor, start: torch
     return float((params - ref).norm() / (ref - start).norm())
 
 
+def update_error_f64(params: torch.Tensor, ref: torch.Tensor, start: torch.Tensor) -> float:
+    """The same relative update error re-derived in float64: sqrt(Σ(p - p_ref)² / Σ(p_ref - p0)²)."""
+    p, q, s = (t.to(torch.float64) for t in (params, ref, start))
+    return math.sqrt(float(((p - q) ** 2).sum()) / float(((q - s) ** 2).sum()))
+
+
+def collectives_by_hand(n: int, blocks: int) -> dict[str, str]:
+    """The traffic table's collectives per step, counted by hand: DDP all-reduces its one bucket (4Ψ bytes); FSDP2
+    shards tok, pos, each block, ln_f and head (blocks + 4 modules), all-gathers each twice (forward, backward:
+    2 x 4Ψ bytes gathered) and reduce-scatters each once (4Ψ); bf16 moves 2 bytes per element."""
+    modules = blocks + 4
+    return {
+        "ddp": f"all-reduce 1x {4 * n:,} B",
+        "fp32": f"all-gather {2 * modules}x {8 * n:,} B, reduce-scatter {modules}x {4 * n:,} B",
+        "bf16": f"all-gather {2 * modules}x {4 * n:,} B, reduce-scatter {modules}x {2 * n:,} B",
+    }
+
+
 @experiment("fsdp2-equivalence", "PyTorch FSDP2 (fully_shard) on gloo ranks vs one process: parameters, bytes, traffic")
 def fsdp2_equivalence(device: str) -> Result:
     r = Result("fsdp2-equivalence")
@@ -178,6 +197,18 @@ def _bf16(r: Result, ranks: list, ref: dict, ref_bf16: dict, start: torch.Tensor
     )
     for k, v in err.items():
         r.add(f"update_error_{k}", v, "", f"relative update error: {k}")
+    f64 = {
+        "fp32": max(update_error_f64(x["fp32"]["params"], ref["params"], start) for x in ranks),
+        "bf16": max(update_error_f64(x["bf16"]["params"], ref["params"], start) for x in ranks),
+        "single_bf16": update_error_f64(ref_bf16["params"], ref["params"], start),
+    }
+    r.claim(
+        "precision errors = float64 (largest miss)",
+        max(abs(err[k] - f64[k]) / f64[k] if f64[k] else err[k] for k in err),
+        0.0,
+        abs_tol=5e-5,
+        formula="sqrt(Σ(p - p_ref)² / Σ(p_ref - p0)²) in float64; fp32 norms miss it by ~1.5e-5, below 4 digits",
+    )
     r.claim(
         "FSDP2 bf16 error <= 2 x one process's own bf16 error",
         err["bf16"],
@@ -250,6 +281,12 @@ def _traffic(r: Result, rank0: dict, n: int, world: int) -> None:
         rows,
         caption=f"counted by distlab.runtime.comm_counter on rank 0 of {world}",
     )
+    hand = collectives_by_hand(n, CFG.layers)
+    r.claim("traffic: collectives = hand count", sum(row[1] != hand[v] for row, v in zip(rows, hand, strict=True)), 0)
+    # DDP's buckets: the first holds up to 1 MiB of gradients, the rest bucket_cap_mb = 25 MiB each (torch's
+    # DistributedDataParallel); gradients that fit the first are all-reduced in one call per step
+    first_bucket = 1024 * 1024
+    r.claim("DDP's 4Ψ gradients fit its first bucket", 4 * n, first_bucket, relation="<=", unit="B")
     factor = (world - 1) / world
     for v in VARIANTS:
         r.add(f"{v}_sent_bytes", sent[v], "B", f"{v}: bytes sent per rank per step")

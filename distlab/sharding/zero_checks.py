@@ -14,6 +14,10 @@ import re
 from distlab.core.facts import value
 from distlab.core.results import Result
 
+# Llama 2 70B's released config.json (meta-llama/Llama-2-70b-hf): hidden_size, num_attention_heads,
+# num_key_value_heads, intermediate_size, num_hidden_layers; SwiGLU, RMSNorm, no dropout
+LLAMA2_70B = {"hidden": 8192, "heads": 64, "kv": 8, "ffn": 28672, "layers": 80}
+
 # Touvron et al. 2023, "Llama 2" (https://arxiv.org/abs/2307.09288), Table 1's caption, verbatim.
 LLAMA2_BATCH_QUOTE = "All models are trained with a global batch-size of 4M tokens."
 
@@ -62,6 +66,19 @@ def nvlink_bytes_per_s() -> float:
 def _gap(pairs: list[tuple[float, float]]) -> float:
     """Largest relative gap of measured from expected over the pairs (0 when all agree)."""
     return max(abs(m - e) / abs(e) if e else abs(m) for m, e in pairs)
+
+
+def llama2_70b_sequence_bytes(seq: int, micro: int) -> int:
+    """One micro-batch's activations, all 70B layers, FlashAttention, no recomputation: appendix 03's hand-collected
+    expression (Korthikanti et al.'s parts adapted to SwiGLU, RMSNorm and GQA, written apart from
+    distlab.memory.layer_activations) at the config's shape typed above, times the layers."""
+    from types import SimpleNamespace
+
+    from distlab.memory.activation_memory_models import expected
+
+    shape = {k: v for k, v in LLAMA2_70B.items() if k != "layers"}
+    m = SimpleNamespace(**shape, experts=0, norm_kind="rmsnorm", trains_with_dropout=False, mlp="swiglu")
+    return LLAMA2_70B["layers"] * expected(m, seq, micro, "flash")
 
 
 def figure_claim(r: Result, ax, p: int, labels: dict[int, str]) -> None:
@@ -151,6 +168,12 @@ def by_hand(r: Result, *, micro: int, big_gpus: int, accum: int, hide_mfu: float
         value("scaling_laws.Llama2-70B.batch_tokens_million"),
         int(batch.group(1)),
         unit="M tokens",
+    )
+    r.claim(
+        "70B sequence, no recompute = 80 x appendix 03's Llama layer",
+        q["70b_seq_act_bytes"],
+        llama2_70b_sequence_bytes(seq, micro),
+        unit="B",
     )
     layer_input = 80 * 2 * seq * 8192  # 80 layers' bf16 inputs of width 8192 (Llama 2 70B, Table 1 and config)
     r.claim(

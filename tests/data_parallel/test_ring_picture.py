@@ -7,7 +7,7 @@ import pytest
 from matplotlib.colors import to_rgb
 
 from distlab.core.drawing import ORANGE, legibility_problems
-from distlab.data_parallel.ring_allreduce import ring_contributions
+from distlab.data_parallel.ring_allreduce import _layout_misreads, ring_contributions
 from distlab.data_parallel.ring_picture import draw_ring, row_labels, shades
 
 
@@ -70,3 +70,18 @@ def test_the_drawing_reads_on_a_phone_and_in_dark_mode():
     fig = draw_ring(*ring_contributions(4))
     fig.canvas.draw()
     assert legibility_problems(fig) == []
+
+
+def test_the_layout_read_back_catches_a_moved_label_or_margin():
+    """Would catch a GPU name no longer over its buffer, a legend count off its square or a lopsided frame
+    (ring-allreduce's layout claim, which closes the drawing's geometry in the guard audit)."""
+    n = 4
+    fig = draw_ring(*ring_contributions(n))
+    assert _layout_misreads(fig, n) == 0
+    ax = fig.axes[0]
+    name = next(t for t in ax.texts if t.get_text() == "GPU 1")
+    name.set_x(name.get_position()[0] + 0.5)
+    assert _layout_misreads(fig, n) == 1
+    name.set_x(name.get_position()[0] - 0.5)
+    ax.set_xlim(ax.get_xlim()[0], ax.get_xlim()[1] + 1)
+    assert _layout_misreads(fig, n) == 1
