@@ -21,6 +21,7 @@ import torch
 from distlab.core.experiments import experiment
 from distlab.core.facts import source
 from distlab.core.results import Quantity, Result
+from distlab.memory.activation_closed_form import expected
 from distlab.memory.activations import (
     logits_bytes,
     model_activation_bytes_per_layer,
@@ -317,29 +318,6 @@ def _output_head(r: Result) -> None:
         by_hand,
         rel_tol=1e-12,
     )
-
-
-def expected(m, s: int, b: int, attention: str, recompute: str = "none") -> int:
-    """The closed form collected by hand per architecture (the page's formulas), independent of the term list."""
-    h, a, g, f = m.hidden, m.heads, m.kv, m.expert_ffn if m.experts else m.ffn
-    sbh, sb = s * b * h, s * b
-    if recompute == "full":
-        return 2 * sbh
-    stats = (1 if m.norm_kind == "rmsnorm" else 2) * 4 * sb  # fp32 statistics of one norm
-    drop = m.trains_with_dropout
-    common = 6 * sbh + 2 * stats + (2 * sbh if drop else 0)  # two norm inputs, the q/k/v input; dropout masks
-    kv = 4 * sbh * g // a  # K and V at g heads
-    if attention == "flash" or recompute == "selective":  # Q, K, V, O (and the log-sum-exp, unless recomputed)
-        attn = 4 * sbh + kv + (4 * a * b * s if recompute == "none" else 0)
-    else:  # Kᵀ, Q, V (K and V repeated to a heads), the output projection's input; the s x s terms
-        attn = 8 * sbh + (5 if drop else 2) * a * s * s * b
-    if m.experts:
-        k = m.top_k
-        n = sb * k  # dropless: N = sbk
-        mlp = 2 * sbh + 12 * sb * k + 18 * n + 4 * n * h + 8 * n * f
-    else:
-        mlp = 2 * sbh + (8 if m.mlp == "swiglu" else 4) * sb * f
-    return common + attn + mlp
 
 
 def _real_models(r: Result) -> None:

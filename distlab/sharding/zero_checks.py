@@ -74,7 +74,7 @@ def llama2_70b_sequence_bytes(seq: int, micro: int) -> int:
     distlab.memory.layer_activations) at the config's shape typed above, times the layers."""
     from types import SimpleNamespace
 
-    from distlab.memory.activation_memory_models import expected
+    from distlab.memory.activation_closed_form import expected
 
     shape = {k: v for k, v in LLAMA2_70B.items() if k != "layers"}
     m = SimpleNamespace(**shape, experts=0, norm_kind="rmsnorm", trains_with_dropout=False, mlp="swiglu")
