@@ -392,11 +392,12 @@ def _seven_b(r: Result) -> None:
     r.add("nvlink_per_direction", nvlink, "B/s", "NVLink 4 (H100), one direction")
     r.add("ndr_per_direction", ndr, "B/s", "InfiniBand NDR port, one direction")
     from distlab.core.facts import value
+    from distlab.sharding.zero_checks import ndr_bytes_per_s
 
     r.claim(
         "InfiniBand NDR port, one direction = the QM9700 NDR switch manual's port rate (a second source)",
         ndr,
-        value("cluster_fabric.qm9700.gbits_per_s_per_port") * 1e9 / 8,
+        ndr_bytes_per_s(),
         rel_tol=1e-12,
         unit="B/s",
         formula="400 Gb/s / 8 bits per byte, from NVIDIA's QM97XX manual, not the IBTA roadmap",
@@ -421,15 +422,12 @@ def _seven_b_by_hand(r: Result, nics: int) -> None:
     from distlab.core.facts import value
     from distlab.models.published import claim_checkpoint_count
     from distlab.models.shapes import published_params
+    from distlab.sharding.zero_checks import ndr_bytes_per_s, nvlink_bytes_per_s
 
     claim_checkpoint_count(r, "7B")
     rails = value("cluster_fabric.dgx-superpod-h100.rails")
     r.claim("NICs per node = the SuperPOD's rails", nics, rails, formula="one NIC per GPU, one rail per NIC")
-    nvlink = (
-        value("interconnect.NVLink4-H100.links")
-        * value("interconnect.NVLink4-H100.gbytes_per_s_per_link_per_direction")
-        * 1e9
-    )
+    nvlink = nvlink_bytes_per_s()
     r.claim(
         "NVLink 4 per direction = 18 links x 25 GB/s (whitepaper)",
         r.quantities["nvlink_per_direction"].value,
@@ -437,7 +435,7 @@ def _seven_b_by_hand(r: Result, nics: int) -> None:
         rel_tol=1e-12,
         unit="B/s",
     )
-    ndr = value("cluster_fabric.qm9700.gbits_per_s_per_port") * 1e9 / 8
+    ndr = ndr_bytes_per_s()
     grad = published_params("7B") * (1 + 8 + 7) // 8  # bf16: sign, exponent, mantissa bits
     ring8, ring64, naive8 = 2 * 7 / 8 * grad, 2 * 63 / 64 * grad, 7 * grad
     eight = min(nvlink, rails * ndr)
