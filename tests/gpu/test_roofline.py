@@ -135,3 +135,35 @@ def test_experiment_code_path_at_small_sizes(monkeypatch, tmp_path):
     again = roofline.roofline("cpu")
     assert again.data["panel_gpu"] == "H100-SXM"
     assert again.quantities["panel_ridge"].value == pytest.approx(989 / 3.35)
+
+
+def test_a_ridge_below_every_sweep_size_is_reported_not_crashed(monkeypatch):
+    """Under load the measured ridge once fell below the smallest sweep size, and the page crashed on an empty list
+    (CI, 2026-12-06). On a synthetic machine whose ridge is 0.1 FLOP/B (every GEMM compute-bound) the experiment
+    still builds, and the claim that names the smallest size memory-bound is the one that fails."""
+    peak, bw = 1e9, 1e10  # FLOP/s, B/s: a ridge of 0.1 FLOP/B, below any square GEMM's intensity
+
+    def synthetic(kernels, device, rounds, warmup=1):
+        return {k.name: [max(k.flops / peak, k.traffic(device) / bw)] * rounds for k in kernels}
+
+    small = dict(
+        roofline.CONFIG["cpu"],
+        ceiling_n=64,
+        gemm_n=64,
+        add_n=2**12 + 3,
+        mv=(33, 40),
+        stream_n=2**12,
+        rounds=2,
+        sweep=[4, 32],
+        sweep_bytes=1e5,
+        sweep_flops=1e6,
+        sweep_rounds=1,
+        beyond_cache=False,
+    )
+    monkeypatch.setitem(roofline.CONFIG, "cpu", small)
+    monkeypatch.setattr(roofline, "time_kernels", synthetic)
+    r = roofline.roofline("cpu")
+    assert r.quantities["ridge"].value < 0.2
+    smallest = next(c for c in r.claims if c.name == "sweep: smallest GEMM is memory-bound")
+    assert not smallest.passed
+    assert not any("memory-bound sizes at most" in c.name for c in r.claims)
