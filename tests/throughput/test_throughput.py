@@ -99,12 +99,13 @@ def test_predicted_step_time():
 
 def test_real_dataloader_serialises_loading_in_the_main_process():
     """num_workers=0: each step waits the whole load (8 samples x 5 ms) and then computes (10 ms).
-    Sleeps make both lower bounds exact; a busy machine can only add. Would catch waits measured
-    around the wrong call (e.g. including the step)."""
+    Sleeps make every bound here a lower bound, exact on an idle machine; a busy machine can only add, so no
+    upper bound on wall time is asserted (a loaded machine oversleeps). Would catch waits measured around the
+    wrong call: including the step leaves no compute time (step - wait < 10 ms); around nothing, no load time."""
     ds = dl.SlowDataset(64, 0.005, 8)
     m = dl.measure(0, None, dataset=ds, step_s=0.010, steps=5, warmup=1)
-    assert 0.040 <= m["wait_s"] < 0.040 * 2
-    assert 0.050 <= m["step_s"] < 0.050 * 2
+    assert m["wait_s"] >= 0.040
+    assert m["step_s"] - m["wait_s"] >= 0.010
     assert m["wait_fraction"] == pytest.approx(m["wait_s"] / m["step_s"])
 
 
