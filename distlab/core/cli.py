@@ -39,9 +39,11 @@ def command(name: str, help: str):  # mirrors argparse's word
 class Parser(argparse.ArgumentParser):
     """argparse that reports a usage error as one line and exit 2 (argparse prints usage too), and reads "-7e9"
     or "-inf" as a (negative) value, which the option's type then refuses by name ("must be positive"), instead
-    of taking it for an unknown option ("expected one argument")."""
+    of taking it for an unknown option ("expected one argument"). Abbreviated options are refused: argparse's
+    prefix matching once read `distlab plan --gpus 64` as `--gpus-per-node 64` and planned one 64-GPU node."""
 
     def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
         self._negative_number_matcher = re.compile(
             r"^-([0-9][0-9_]*\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?$|^-(inf|infinity|nan)$", re.I

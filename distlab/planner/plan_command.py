@@ -74,12 +74,38 @@ def resolve_model(spec: str):
         raise ValueError(f"model file {spec}: {exc}") from None
 
 
+DEFAULT_GPUS_PER_NODE = 8  # an HGX/DGX board: eight GPUs on one NVLink switch fabric
+
+
+def node_layout(args) -> tuple[int, int]:
+    """(GPUs per node, nodes) from --gpus (the total, as `distlab memory` and `distlab mfu` take it), --gpus-per-node
+    and --nodes. `--gpus 64` is eight nodes of eight, not one node of 64; fewer GPUs than a node is one node of that
+    many. A total that is not a whole number of nodes, or disagrees with --nodes, is refused by name."""
+    per_node = args.gpus_per_node
+    if args.gpus is None:
+        return per_node or DEFAULT_GPUS_PER_NODE, args.nodes or 1
+    if per_node is None:
+        per_node = min(args.gpus, DEFAULT_GPUS_PER_NODE)
+    if args.gpus % per_node:
+        raise UsageError(
+            f"distlab plan: --gpus {args.gpus} is not a whole number of {per_node}-GPU nodes; give --gpus-per-node"
+        )
+    nodes = args.gpus // per_node
+    if args.nodes is not None and args.nodes != nodes:
+        raise UsageError(
+            f"distlab plan: --gpus {args.gpus} is {nodes} nodes of {per_node}, not --nodes {args.nodes}; give one or "
+            "the other"
+        )
+    return per_node, nodes
+
+
 def request(args) -> tuple[ModelShape, Cluster, Training]:
     m, moe = resolve_model(args.model)
+    per_node, nodes = node_layout(args)
     c = cluster(
         args.gpu,
-        gpus_per_node=args.gpus_per_node,
-        nodes=args.nodes,
+        gpus_per_node=per_node,
+        nodes=nodes,
         intra=args.intra_bw,
         inter=args.inter_bw,
         nics_per_node=args.nics_per_node,
@@ -152,8 +178,21 @@ def plan_command(argv: list[str]) -> int:
         help="preset (1B, 7B, 13B, 70B, 175B), an MoE model (Mixtral-8x7B, DeepSeek-V3) or a JSON file",
     )
     p.add_argument("--gpu", default="H100-SXM", help="accelerator (see `distlab gpus`; default H100-SXM)")
-    p.add_argument("--gpus-per-node", type=positive(int, 1024), default=8, help="GPUs per node (default 8)")
-    p.add_argument("--nodes", type=positive(int, MAX_GPUS), default=1, help="nodes (default 1)")
+    p.add_argument(
+        "--gpus",
+        type=positive(int, MAX_GPUS),
+        default=None,
+        help="GPUs in all: nodes of --gpus-per-node (default 8; fewer GPUs than that are one node)",
+    )
+    p.add_argument(
+        "--gpus-per-node",
+        type=positive(int, 1024),
+        default=None,
+        help=f"GPUs per node (default {DEFAULT_GPUS_PER_NODE})",
+    )
+    p.add_argument(
+        "--nodes", type=positive(int, MAX_GPUS), default=None, help="nodes (default 1, or --gpus / per node)"
+    )
     p.add_argument(
         "--intra-bw",
         default=None,

@@ -149,6 +149,10 @@ CASES += [
     ("plan", PLAN + ["--nvlink-domain", "16"]),  # does not divide 8 GPUs
     ("plan", PLAN + ["--nvlink-domain", "12", "--nodes", "3"]),  # not a whole number of 8-GPU nodes
     ("plan", ["--model", "Mixtral-8x7B", "--nodes", "2", "--ep", "3"]),  # does not divide the 8 experts
+    ("plan", ["--model", "7B", "--gpus", "12"]),  # not a whole number of 8-GPU nodes
+    ("plan", ["--model", "7B", "--gpus", "64", "--nodes", "4"]),  # 64 GPUs are 8 nodes of 8
+    ("plan", ["--model", "7B", "--gpus-per", "8"]),  # abbreviations are refused, not guessed
+    ("memory", ["--params", "7e9", "--gpu", "8", "--zero", "3"]),  # --gpu is not --gpus
 ]
 CASES += [
     ("run", ["no-such-experiment"]),

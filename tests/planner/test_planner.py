@@ -283,3 +283,28 @@ def test_planning_time_benchmarks():
             search(m, c, t)
 
         assert best_of(3, run) < bound
+
+
+def test_gpus_is_the_total_as_in_the_other_commands():
+    """`--gpus 64` is 64 GPUs in all (eight nodes of eight), as `distlab memory --gpus` and `distlab mfu --gpus`
+    read it. Would catch argparse's prefix matching, which once took it for --gpus-per-node 64 and planned one
+    64-GPU H100 node with a 64-GPU NVLink domain."""
+    from distlab.core.cli import parser
+    from distlab.planner.plan_command import node_layout
+
+    def layout(*argv):
+        p = parser("plan", "")
+        p.add_argument("--gpus", type=int)
+        p.add_argument("--gpus-per-node", type=int)
+        p.add_argument("--nodes", type=int)
+        return node_layout(p.parse_args(list(argv)))
+
+    assert layout("--gpus", "64") == (8, 8)
+    assert layout("--gpus", "64", "--gpus-per-node", "4") == (4, 16)
+    assert layout("--gpus", "4") == (4, 1)
+    assert layout("--gpus", "16", "--nodes", "2") == (8, 2)
+    assert layout() == (8, 1) and layout("--nodes", "3") == (8, 3)
+    proc = distlab("plan", "--model", "7B", "--gpus", "16", "--json", "--top", "1")
+    assert proc.returncode == 0, proc.stderr
+    plan = json.loads(proc.stdout)[0]
+    assert plan["tp"] * plan["pp"] * plan["dp"] * plan.get("cp", 1) == 16
