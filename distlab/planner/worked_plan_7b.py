@@ -65,6 +65,14 @@ def leanest(m, c, t, where):
     return p, memory_per_gpu(m, c, t, p)
 
 
+def fits_verdict(headroom: float) -> str:
+    """'yes' only with the headroom rule's margin: a plan that fits with less free is one long batch from an OOM,
+    and a table that says a bare 'yes' beside 7 % free reads as advice to run it."""
+    from distlab.planner.rules import MIN_HEADROOM
+
+    return "yes" if headroom >= MIN_HEADROOM else f"only just: under the {MIN_HEADROOM:.0%} rule"
+
+
 def strategy_table(r: Result, key: str, m, c, t, names=tuple(STRATEGIES)) -> dict:
     """Each strategy's best plan (or its leanest, when none fits): memory by category, fits, step, MFU."""
     from distlab.core.results import Quantity
@@ -91,7 +99,7 @@ def strategy_table(r: Result, key: str, m, c, t, names=tuple(STRATEGIES)) -> dic
                 plan.recompute,
                 *(Quantity(getattr(mem, k), "B") for k in ("weights", "gradients", "optimizer", "activations")),
                 Quantity(total, "B"),
-                "yes" if fits else f"no: {biggest}",
+                fits_verdict(e.headroom_fraction) if e else f"no: {biggest}",
                 f"{e.headroom_fraction:.1%}" if e else "—",
                 Quantity(e.step_seconds, "s") if e else "—",
                 with_band(e.time.mfu) if e else "—",

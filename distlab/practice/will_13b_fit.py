@@ -168,6 +168,13 @@ def practice_13b(device: str) -> Result:
         0,
     )
     r.claim(
+        "'ZeRO-1 ... under the rule, not a plan to run' (the answer): its best plan leaves less free than the rule",
+        r.quantities["strategies_zero1_headroom"].value,
+        MIN_HEADROOM,
+        relation="<=",
+        unit="fraction",
+    )
+    r.claim(
         "'ZeRO-2 keeps its headroom only by recomputing' (the answer): its recommended plan recomputes",
         r.quantities["strategies_zero2_recomputes"].value,
         1,
