@@ -8,7 +8,9 @@ Each function compares what the placement experiment put in its Result with thes
 
 from __future__ import annotations
 
-from distlab.core.facts import value
+import math
+
+from distlab.core.facts import entries, value
 from distlab.core.results import Result
 from distlab.sharding.zero_checks import LLAMA2_70B, _gap, ndr_bytes_per_s, nvlink_bytes_per_s
 
@@ -36,6 +38,27 @@ def ring_half_s(p: int, size: float, alpha: float, bw: float) -> float:
     return (p - 1) * alpha + (p - 1) * (size / p) / bw
 
 
+def per_direction_by_hand(row: dict) -> float:
+    """One link's bytes/s each way by a second route where its entry has one: links x per-link rate each way
+    (NVLink, the whitepapers), links x lanes x Gb/s per lane (Infinity Fabric, Wheeler), transfers x lanes x
+    128b/130b (PCIe, the spec); network ports are quoted per direction in bits; otherwise the datasheet's total / 2."""
+    if "gbytes_per_s_per_link_per_direction" in row:
+        return row["links"] * row["gbytes_per_s_per_link_per_direction"] * 1e9
+    if "gbits_per_s_per_lane" in row:
+        return row["links"] * row["lanes_per_link"] * row["gbits_per_s_per_lane"] * 1e9 / 8
+    if "gtransfers_per_s_per_lane" in row:
+        return row["gtransfers_per_s_per_lane"] * 1e9 * row["lanes"] * (128 / 130) / 8
+    if "gbits_per_s_per_direction" in row:
+        return row["gbits_per_s_per_direction"] * 1e9 / 8
+    return row["bidirectional_gbytes_per_s"] * 1e9 / 2
+
+
+def crossover_by_hand(p: int, alpha: float, bw: float) -> float:
+    """Tree all-reduce (2·log2 p steps, factor 2) against the ring (2(p-1) steps, factor 2(p-1)/p): equal when
+    (2(p-1) - 2 log2 p)·α = (2 - 2(p-1)/p)·S/B."""
+    return (2 * (p - 1) - 2 * math.log2(p)) * alpha * bw / (2 - 2 * (p - 1) / p)
+
+
 def links_table(r: Result) -> None:
     """n½ of an 8-rank ring all-reduce, row by row: 14α = (14/8)·n½/B, so n½ = 8·α·B; and the ratio the page prints."""
     header = r.tables["links"].columns[4]
@@ -43,6 +66,17 @@ def links_table(r: Result) -> None:
     pairs = [(row[4].value, 8 * row[3].value * row[1].value) for row in r.tables["links"].rows]
     pairs += [(row[2].value, 2 * row[1].value) for row in r.tables["links"].rows]
     r.claim("links table: n½ = 8αB and both directions = 2B, row by row (largest gap)", _gap(pairs), 0.0, abs_tol=1e-12)
+    rows = entries("interconnect")
+    second = [(row[1].value, per_direction_by_hand(rows[row[0]])) for row in r.tables["links"].rows]
+    second.append((r.quantities["pcie5_per_direction"].value, pcie5_bytes_per_s()))
+    r.claim("links table: per direction = each entry's second route (largest gap)", _gap(second), 0.0, abs_tol=1e-12)
+    ndr = ndr_bytes_per_s()
+    r.claim(
+        "tree/ring crossover, 64 ranks of NDR = (126 - 12)·α·B / (2 - 126/64) by hand",
+        r.quantities["ib_tree_crossover_64"].value,
+        crossover_by_hand(64, alpha_s("net"), ndr),
+        rel_tol=1e-12,
+    )
     r.claim(
         "NVLink 4 / NDR = Hopper whitepaper's 18 x 25 GB/s over QM9700's 400 Gb/s / 8",
         r.quantities["nvlink_over_ndr"].value,
