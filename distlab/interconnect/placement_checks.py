@@ -201,3 +201,58 @@ def dp_claim(r: Result) -> None:
     )
     # DistributedDataParallel's documented default, bucket_cap_mb=25, in MiB (PyTorch's docs)
     r.claim("DDP's default bucket = bucket_cap_mb=25 MiB (PyTorch docs)", q["ddp_bucket_bytes"], 25 * 1024 * 1024)
+
+
+def nvl72_claim(r: Result) -> None:
+    """GB200 NVL72 (chapter 9's rack example) by hand: trays, the TP table (Llama 2 70B's 4L all-reduces of s·h·2 B
+    on NVLink 4 and 5 inside the domain, and TP 16 over two HGX nodes of 8 NDR NICs), and the DeepSeek-V3 layout on
+    4 racks (config.json's 61 layers, 7168 width, 256 routed experts) with its pipeline hop over one NDR port."""
+    import math
+
+    from distlab.models.published import llama2_context
+
+    q = {k: v.value for k, v in r.quantities.items()}
+    rack = "interconnect.NVSwitch-GB200-NVL72"
+    gpus = value(f"{rack}.superchips") * value(f"{rack}.gpus_per_superchip")
+    tray = value(f"{rack}.gpus_per_tray")
+    nvl4, ndr = nvlink_bytes_per_s(), ndr_bytes_per_s()
+    nvl5 = (
+        value("interconnect.NVLink5-B200.links")
+        * value("interconnect.NVLink5-B200.gbytes_per_s_per_link_per_direction")
+        * 1e9
+    )
+    seq = llama2_context()
+    message = seq * LLAMA2_70B["hidden"] * BF16
+    count = 4 * LLAMA2_70B["layers"]
+    cases = [  # (ranks, α, per-rank B): one HGX node, two NVL72 trays, two HGX nodes of 8 NICs, four NVL72 trays
+        (8, alpha_s("nvlink"), nvl4),
+        (8, alpha_s("nvlink"), nvl5),
+        (16, alpha_s("net"), min(nvl4, 8 * ndr)),
+        (16, alpha_s("nvlink"), nvl5),
+    ]
+    pairs = [(q["trays"], gpus / tray)]
+    ms = []
+    for row, (p, a, bw) in zip(r.tables["tp"].rows, cases, strict=True):
+        ms.append(count * ring_allreduce_s(p, message, a, bw) * 1e3)
+        pairs += [(row[1], bw / 1e9), (row[2], ms[-1])]
+    pairs += [(q["tp16_hgx_ms"], ms[2]), (q["tp16_nvl72_ms"], ms[3]), (q["tp16_ratio"], ms[2] / ms[3])]
+    import re
+
+    cap = re.search(r"(\d+) all-reduces of ([\d.]+) MB \(micro-batch 1, s = (\d+)\)", r.tables["tp"].caption)
+    assert cap is not None
+    pairs += [(float(cap.group(1)), count), (float(cap.group(2)), round(message / 1e6, 1)), (float(cap.group(3)), seq)]
+    ds = "moe_models.DeepSeek-V3"
+    ep, racks = q["layout_ep"], q["layout_pp"]
+    hop = 4096 * value(f"{ds}.hidden") * BF16
+    pairs += [
+        (q["layout_spare"], gpus - ep),
+        (q["layout_spare_trays"], (gpus - ep) / tray),
+        (q["layout_experts_per_gpu"], value(f"{ds}.experts") / ep),
+        (q["layout_layers_max"], math.ceil(value(f"{ds}.layers") / racks)),
+        (q["layout_layers"], value(f"{ds}.layers")),
+        (q["pp_hop_bytes"], hop),
+        (q["pp_hop_ms"], hop / ndr * 1e3),
+    ]
+    r.claim(
+        "NVL72 trays, TP table, caption and DeepSeek-V3 layout by hand (largest gap)", _gap(pairs), 0.0, abs_tol=1e-12
+    )
