@@ -256,3 +256,47 @@ def nvl72_claim(r: Result) -> None:
     r.claim(
         "NVL72 trays, TP table, caption and DeepSeek-V3 layout by hand (largest gap)", _gap(pairs), 0.0, abs_tol=1e-12
     )
+
+
+def rail_claim(r: Result) -> None:
+    """The rail-optimised vs plain fat-tree comparison of one SU by hand: a QM9700 leaf gives half its ports to
+    nodes, so a plain tree puts (64/2)/8 = 4 DGX nodes on a leaf; a ring over the SU's 32 nodes leaves a leaf once
+    per leaf (1/4 of its hops); of a node's all-to-all bytes to the other 31 nodes, those to the 28 beyond its leaf
+    cross the spine; without NVLink forwarding, 7 of 8 destination GPUs sit on another rail."""
+    import re
+
+    q = {k: v.value for k, v in r.quantities.items()}
+    su, g = value("cluster_fabric.dgx-superpod-h100.nodes_per_su"), value("interconnect.DGX-H100.gpus_per_node")
+    per_leaf = value("cluster_fabric.qm9700.ports") / 2 / g
+    plain_ring = (su / per_leaf) / su
+    plain_a2a = (su - per_leaf) / (su - 1)
+    cross = (g - 1) / g
+    rows = r.tables["compare"].rows
+    pct = lambda cell: float(cell.split()[0])
+    printed = [
+        (pct(rows[2][1]), 0.0),
+        (pct(rows[2][2]), round(100 * plain_ring, 1)),
+        (pct(rows[3][1]), 0.0),
+        (pct(rows[3][2]), round(100 * plain_a2a, 1)),
+        (pct(rows[4][1]), round(100 * cross, 1)),
+        (pct(rows[4][2]), round(100 * plain_a2a, 1)),
+        (rows[0][1].value, ndr_bytes_per_s()),
+        (rows[0][2].value, ndr_bytes_per_s()),
+    ]
+    cap = re.search(r"One SU of (\d+) DGX nodes x (\d+) GPUs", r.tables["compare"].caption)
+    assert cap is not None
+    printed += [(float(cap.group(1)), su), (float(cap.group(2)), g)]
+    printed += [
+        (q["nodes_per_leaf_plain"], per_leaf),
+        (q["ring_spine_share_rail"], 0.0),
+        (q["ring_spine_share_plain"], plain_ring),
+        (q["alltoall_cross_rail"], cross),
+        (q["alltoall_plain_spine"], plain_a2a),
+        (q["nodes_per_su"], su),
+    ]
+    r.claim(
+        "rail vs plain fat tree: compare table, caption and shares by hand (largest gap)",
+        _gap(printed),
+        0.0,
+        abs_tol=1e-12,
+    )
