@@ -300,3 +300,27 @@ def rail_claim(r: Result) -> None:
         0.0,
         abs_tol=1e-12,
     )
+
+
+def nccl_latency_claim(r: Result) -> None:
+    """The four all-reduce latencies the page quotes from NCCL's tuner, composed by hand as tuning.cc does
+    (ncclTopoTuneModel): ring = base + (2(n-1) - 2·nodes) x max(intra hwLat, net overhead) + 2·nodes x net hwLat
+    on several nodes, base + 2(n-1) x intra hwLat in one; tree = base + 2((n/nodes - 1) x intra + log2(nodes) x net);
+    NVLS = its intra hwLat alone. 8 GPUs in a node; 64 over 8 nodes with an Intel host's 1 µs post overhead."""
+    lat = lambda t, k: value(f"interconnect.nccl-latency-{t}.{k}_us") * 1e-6
+    base = lambda k: value(f"interconnect.nccl-latency-base.base_{k}_us") * 1e-6
+    overhead = value("interconnect.nccl-net-overhead.net_overhead_intel_us") * 1e-6
+    inter_steps = 2 * 8
+    ref = {
+        "node_ring_ll_latency_s": base("ring_ll") + 2 * 7 * lat("nvlink", "ring_ll"),
+        "node_nvls_latency_s": lat("nvlink", "nvls_simple"),
+        "cluster_ring_ll_latency_s": base("ring_ll")
+        + (2 * 63 - inter_steps) * max(lat("nvlink", "ring_ll"), overhead)
+        + inter_steps * lat("net", "ring_ll"),
+        "cluster_tree_ll_latency_s": base("tree_ll")
+        + 2 * ((8 - 1) * lat("nvlink", "tree_ll") + math.log2(8) * lat("net", "tree_ll")),
+    }
+    pairs = [(r.quantities[k].value, v) for k, v in ref.items()]
+    r.claim(
+        "NCCL's all-reduce latencies, node and 64 GPUs, composed by hand (largest gap)", _gap(pairs), 0.0, abs_tol=1e-12
+    )
