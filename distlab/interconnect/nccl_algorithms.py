@@ -20,6 +20,7 @@ from distlab.core.experiments import experiment
 from distlab.core.facts import entries, value
 from distlab.core.results import Quantity, Result
 from distlab.hardware.links import per_direction_bytes_per_s
+from distlab.interconnect import placement_checks
 from distlab.interconnect.nccl_model import (
     COLLECTIVES,
     algorithm_bandwidth,
@@ -61,6 +62,7 @@ def nccl_algorithms(device: str) -> Result:
     r = Result("nccl-algorithms", kind="computed")
     topos = topologies()
     _tuning_table(r, topos)
+    placement_checks.nccl_latency_claim(r)
     _crossovers(r, topos)
     _protocol_factors(r)
     _versions_agree(r)

@@ -17,6 +17,7 @@ from distlab.core.facts import value
 from distlab.core.results import Result
 from distlab.hardware.collectives import link_time_seconds
 from distlab.hardware.links import per_direction_bytes_per_s
+from distlab.interconnect import placement_checks
 from distlab.interconnect.topology import ASSUMED_MFU, BF16_BYTES, TP_ALLREDUCES_PER_LAYER, flat_ring_link
 from distlab.model_parallel.expert_parallel_cost import break_even_ffn, moe_shape
 from distlab.models.shapes import preset
@@ -59,6 +60,7 @@ def nvl72_placement(device: str) -> Result:
     _tp(r)
     _ep(r)
     _layout(r)
+    placement_checks.nvl72_claim(r)
     return r
 
 

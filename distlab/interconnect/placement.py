@@ -16,6 +16,7 @@ from distlab.hardware.collectives import (
     steps_and_factor,
 )
 from distlab.hardware.links import link, links
+from distlab.interconnect import placement_checks
 from distlab.interconnect.topology import ASSUMED_MFU, BF16_BYTES, DDP_BUCKET_BYTES, flat_ring_link, tp_step_seconds
 from distlab.models.shapes import preset
 
@@ -32,6 +33,10 @@ def placement(device: str) -> Result:
     _tp_worked(r)
     _dp_hierarchical(r)
     _overlap(r)
+    placement_checks.links_table(r)
+    placement_checks.gb_claim(r)
+    placement_checks.tp_claim(r)
+    placement_checks.dp_claim(r)
     return r
 
 
@@ -108,6 +113,7 @@ def _time_vs_size(r: Result) -> None:
     ax.set_ylabel("predicted seconds (ring)")
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(fontsize=8)
+    placement_checks.figure_claim(r, ax)
     r.figure(
         "time_vs_size",
         fig,

@@ -18,6 +18,7 @@ from distlab.core.experiments import experiment
 from distlab.core.facts import entries, value
 from distlab.core.results import Quantity, Result
 from distlab.hardware.links import per_direction_bytes_per_s
+from distlab.interconnect import placement_checks
 
 NIC = "InfiniBand-NDR"
 
@@ -161,4 +162,5 @@ def rail_fabric(device: str) -> Result:
         ],
         caption=f"One SU of {nodes_per_su} DGX nodes x {gpus_per_node} GPUs, one NDR NIC per GPU; computed",
     )
+    placement_checks.rail_claim(r)
     return r

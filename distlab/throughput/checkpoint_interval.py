@@ -17,6 +17,7 @@ from distlab.core.results import Result
 from distlab.memory.model_states import add_state_bytes, checkpoint_bytes_per_param
 from distlab.models.gpt import GPT, GPTConfig, param_count, random_batch
 from distlab.models.shapes import preset
+from distlab.throughput import checkpoint_checks
 from distlab.throughput.young_daly import (
     HOUR,
     daly_seconds,
@@ -266,11 +267,14 @@ def checkpoint_interval(device: str) -> Result:
         ],
         caption=f"C = {c:.0f} s, R = {rr:.0f} s, M = {mtbf / HOUR:.2f} h; {jobs} jobs of {work / HOUR:.0f} h work",
     )
-    _figure(r, factors * young, lost_mc, lost_exact, young, daly, mtbf)
+    ax = _figure(r, factors * young, lost_mc, lost_exact, young, daly, mtbf)
+    checkpoint_checks.simulators_claim(r, simulate_job_naive, simulate_jobs)
+    checkpoint_checks.scalars_claim(r, jobs=jobs, work_mtbfs=40)
+    checkpoint_checks.sweep_claims(r, ax, young_s=young, factors=factors, jobs=jobs, work_mtbfs=40)
     return r
 
 
-def _figure(r, taus, lost_mc, lost_exact, young, daly, mtbf) -> None:
+def _figure(r, taus, lost_mc, lost_exact, young, daly, mtbf):
     import matplotlib
 
     matplotlib.use("Agg")
@@ -290,3 +294,4 @@ def _figure(r, taus, lost_mc, lost_exact, young, daly, mtbf) -> None:
     ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax.legend(fontsize=8, loc="upper center")
     r.figure("sweep", fig, f"Fraction of wall time lost vs checkpoint interval (M = {mtbf / HOUR:.2f} h)")
+    return ax
