@@ -23,6 +23,11 @@ def h100(dtype: str = "bf16") -> tuple[float, float]:
     return value(f"gpus.H100-SXM.{dtype}_dense_tflops") * 1e12, value("gpus.H100-SXM.hbm_tbps") * 1e12
 
 
+def smem_kib() -> float:
+    """One H100 SM's shared memory in KiB, the datasheet field."""
+    return value("gpus.H100-SXM.smem_per_sm_kib")
+
+
 def m_elements() -> int:
     """M: one H100 SM's shared memory (228 KiB) in 2-byte elements."""
     return int(value("gpus.H100-SXM.smem_per_sm_kib")) * 1024 // 2

@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import re
+
 from distlab.attention import flash_attention_checks as checks
 from distlab.attention.hbm_traffic import (
     BYTES,
@@ -124,6 +126,10 @@ def flash_attention_io(device: str) -> Result:
     )
     _io_figure(r, std, fa, fa2, by_d, by_m, sram)
     _by_hand(r)
+    kib = checks.smem_kib()
+    for what, caption in (("table", r.tables["by_n"].caption), ("figure", r.figures["traffic"].caption)):
+        shown = re.search(r"M = ([0-9.]+) KiB", caption)
+        r.claim(f"the {what}'s caption: M = the datasheet's shared memory per SM", float(shown[1]) if shown else 0, kib)
     return r
 
 
@@ -234,6 +240,7 @@ def _io_figure(r, std, fa, fa2, by_d, by_m, sram) -> None:
     axes[2].semilogy(list(by_m), [by_m[k] * BYTES for k in by_m], "s-", label="FlashAttention")
     axes[2].set(xlabel="SRAM M (KiB)", title=f"vs M (N = {SWEEP_AT}, d = 64)")
     _read_back(r, axes, sram)
+    r.claim("figure traffic: one panel per sweep (N, d, M)", len(fig.axes), 3)
     axes[1].set_xticks(list(by_d), [str(d) for d in by_d])
     axes[1].minorticks_off()
     for ax in axes:
