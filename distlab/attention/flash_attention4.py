@@ -95,6 +95,27 @@ def flash_attention4(device: str) -> Result:
         rel_tol=0.05,
         formula="(989 / 3.9 / 512) x (2250 / 989) x (132 / 148 SMs)",
     )
+    tile = value("flash_attention4.FA4.tile")
+    mma_cycles, exp_cycles = (
+        value("flash_attention4.FA4.tile_mma_cycles"),
+        value("flash_attention4.FA4.tile_exp_cycles"),
+    )
+    r.claim(
+        "the post's 1024 tensor-core cycles per 128^3 tile = 2 x 128^3 x 2 / 8192 FLOP per clock",
+        mma_cycles,
+        2 * 2 * tile**3 / mma,
+    )
+    r.claim("the post's 1024 exp cycles per 128 x 128 tile = 128^2 / 16 per clock", exp_cycles, tile * tile / exps)
+    for d in (64, 128):
+        r.claim(
+            f"B200 exp/matmul at d = {d} = the post's cycles per tile (matmul cycles scale with d)",
+            r.quantities[f"b200_exp_over_mma_d{d}"].value,
+            exp_cycles / (mma_cycles * d / tile),
+            rel_tol=1e-9,
+        )
+    from distlab.attention import flash_attention_checks as checks
+
+    r.claim("H100 exp/matmul at d = 128, by hand", h100, checks.exp_share(128, "bf16"), rel_tol=1e-9)
     r.claim(
         "on B200 the exponentials take as long as the matmuls at d = 128 (ratio >= 0.9)",
         mma / (exps * 4 * 128),
@@ -164,6 +185,14 @@ def flash_attention4(device: str) -> Result:
         ],
         caption=f"{rows} query rows over {n} keys in blocks of {block}, d = {d}, float64; rescales counted per row "
         "and block after the first",
+    )
+    listed = scores.tolist()
+    r.claim("rescales on every increase, counted in plain Python", n_every, checks.online_rescales(listed, block, 0.0))
+    r.claim("conditional rescales, counted in plain Python", n_cond, checks.online_rescales(listed, block, threshold))
+    r.claim(
+        "bf16's half ulp, relative, at the top of a binade (its smallest) = torch.finfo(bfloat16).eps / 4",
+        bf16_half_ulp,
+        torch.finfo(torch.bfloat16).eps / 4,
     )
     r.add("rescales_every", n_every, "", "rescales, on every increase")
     r.add("rescales_conditional", n_cond, "", "rescales, conditional")

@@ -136,3 +136,18 @@ def loglog_slope(xs, ys) -> float:
     import statistics
 
     return statistics.linear_regression([math.log(x) for x in xs], [math.log(y) for y in ys]).slope
+
+
+def online_rescales(scores: list[list[float]], block: int, threshold_log2: float) -> int:
+    """Rescales of the online softmax counted row by row in plain Python: after the first block, one each time a
+    block's largest score (in log2 units, x / ln 2) exceeds the running max by more than the threshold."""
+    count = 0
+    for row in scores:
+        running = None
+        for j in range(0, len(row), block):
+            top = max(row[j : j + block]) / math.log(2)
+            if running is None:
+                running = top
+            elif top > running + threshold_log2:
+                count, running = count + 1, top
+    return count
