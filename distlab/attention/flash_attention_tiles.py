@@ -10,6 +10,7 @@ that computes attention.
 from __future__ import annotations
 
 import math
+import re
 
 import torch
 
@@ -158,6 +159,7 @@ def _read_back(r: Result, fig, on_chip: int) -> None:
         _off([box.get_x(), box.get_y(), box.get_width(), box.get_height()], [0, on_chip * b, n, side[on_chip]]),
         0,
     )
+    r.claim("figure tiles: the drawing is square (a T x T grid)", fig.get_figwidth(), fig.get_figheight() - 0.9)
     r.claim("figure tiles: axes span 0..N, queries downwards", _off([*ax.get_xlim(), *ax.get_ylim()], [0, n, n, 0]), 0)
 
 
@@ -203,5 +205,12 @@ def flash_attention_tiles(device: str) -> Result:
         f"the grey tiles lie wholly above the diagonal and are never computed. While query block {on_chip + 1} "
         "(outlined) runs, SRAM holds its Q block, its running max m, sum l and output accumulator acc, and one "
         "K and V block at a time; S and P never reach HBM",
+    )
+    (box,) = [p for p in fig.axes[0].patches if p.get_gid() == "on_chip"]
+    named = re.search(r"While query block (\d+) \(outlined\)", r.figures["tiles"].caption)
+    r.claim(
+        "the caption names the block the drawing outlines (its lower edge / block, counted from 1)",
+        int(named[1]) if named else 0,
+        math.ceil((box.get_y() + box.get_height()) / BLOCK),
     )
     return r
