@@ -14,6 +14,7 @@ import math
 
 import torch
 
+from distlab.attention import flash_attention_checks as checks
 from distlab.core.experiments import experiment
 from distlab.core.facts import value
 from distlab.core.results import Result
@@ -113,8 +114,6 @@ def flash_attention4(device: str) -> Result:
             exp_cycles / (mma_cycles * d / tile),
             rel_tol=1e-9,
         )
-    from distlab.attention import flash_attention_checks as checks
-
     r.claim("H100 exp/matmul at d = 128, by hand", h100, checks.exp_share(128, "bf16"), rel_tol=1e-9)
     r.claim(
         "on B200 the exponentials take as long as the matmuls at d = 128 (ratio >= 0.9)",
@@ -129,6 +128,13 @@ def flash_attention4(device: str) -> Result:
     x = torch.linspace(-30, 0, 200_001, dtype=torch.float64)  # scores minus the running max: <= 0
     rel = ((exp2_emulated(x, coeffs) - torch.exp2(x)).abs() / torch.exp2(x)).max().item()
     bf16_half_ulp = 2.0**-9
+    r.claim(
+        f"degree-{degree} exp2's worst relative error, re-evaluated in plain Python on the same points",
+        rel,
+        checks.exp2_poly_rel_error(coeffs.tolist(), x.tolist()),
+        rel_tol=1e-6,
+        formula="|p(f) - 2^f| / 2^f at f = x - floor(x); the power of two is exact",
+    )
     r.add("poly_max_rel_error", rel, "", f"degree-{degree} software exp2: worst relative error on [-30, 0]")
     r.add("bf16_half_ulp", bf16_half_ulp, "", "bf16's relative rounding error bound")
     r.claim(

@@ -151,3 +151,16 @@ def online_rescales(scores: list[list[float]], block: int, threshold_log2: float
             elif top > running + threshold_log2:
                 count, running = count + 1, top
     return count
+
+
+def exp2_poly_rel_error(coeffs: list[float], xs: list[float]) -> float:
+    """Worst relative error of 2^floor(x) p(x - floor(x)) against 2^x in plain Python: the power of two is exact,
+    so it is |p(f) - 2^f| / 2^f at each point's fraction f (p by Horner's rule)."""
+    worst = 0.0
+    for x in xs:
+        f = x - math.floor(x)
+        p = 0.0
+        for c in reversed(coeffs):
+            p = p * f + c
+        worst = max(worst, abs(p - 2.0**f) / 2.0**f)
+    return worst
