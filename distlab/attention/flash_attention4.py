@@ -14,6 +14,7 @@ import math
 
 import torch
 
+from distlab.attention import flash_attention_checks as checks
 from distlab.core.experiments import experiment
 from distlab.core.facts import value
 from distlab.core.results import Result
@@ -95,6 +96,25 @@ def flash_attention4(device: str) -> Result:
         rel_tol=0.05,
         formula="(989 / 3.9 / 512) x (2250 / 989) x (132 / 148 SMs)",
     )
+    tile = value("flash_attention4.FA4.tile")
+    mma_cycles, exp_cycles = (
+        value("flash_attention4.FA4.tile_mma_cycles"),
+        value("flash_attention4.FA4.tile_exp_cycles"),
+    )
+    r.claim(
+        "the post's 1024 tensor-core cycles per 128^3 tile = 2 x 128^3 x 2 / 8192 FLOP per clock",
+        mma_cycles,
+        2 * 2 * tile**3 / mma,
+    )
+    r.claim("the post's 1024 exp cycles per 128 x 128 tile = 128^2 / 16 per clock", exp_cycles, tile * tile / exps)
+    for d in (64, 128):
+        r.claim(
+            f"B200 exp/matmul at d = {d} = the post's cycles per tile (matmul cycles scale with d)",
+            r.quantities[f"b200_exp_over_mma_d{d}"].value,
+            exp_cycles / (mma_cycles * d / tile),
+            rel_tol=1e-9,
+        )
+    r.claim("H100 exp/matmul at d = 128, by hand", h100, checks.exp_share(128, "bf16"), rel_tol=1e-9)
     r.claim(
         "on B200 the exponentials take as long as the matmuls at d = 128 (ratio >= 0.9)",
         mma / (exps * 4 * 128),
@@ -108,6 +128,13 @@ def flash_attention4(device: str) -> Result:
     x = torch.linspace(-30, 0, 200_001, dtype=torch.float64)  # scores minus the running max: <= 0
     rel = ((exp2_emulated(x, coeffs) - torch.exp2(x)).abs() / torch.exp2(x)).max().item()
     bf16_half_ulp = 2.0**-9
+    r.claim(
+        f"degree-{degree} exp2's worst relative error, re-evaluated in plain Python on the same points",
+        rel,
+        checks.exp2_poly_rel_error(coeffs.tolist(), x.tolist()),
+        rel_tol=1e-6,
+        formula="|p(f) - 2^f| / 2^f at f = x - floor(x); the power of two is exact",
+    )
     r.add("poly_max_rel_error", rel, "", f"degree-{degree} software exp2: worst relative error on [-30, 0]")
     r.add("bf16_half_ulp", bf16_half_ulp, "", "bf16's relative rounding error bound")
     r.claim(
@@ -164,6 +191,14 @@ def flash_attention4(device: str) -> Result:
         ],
         caption=f"{rows} query rows over {n} keys in blocks of {block}, d = {d}, float64; rescales counted per row "
         "and block after the first",
+    )
+    listed = scores.tolist()
+    r.claim("rescales on every increase, counted in plain Python", n_every, checks.online_rescales(listed, block, 0.0))
+    r.claim("conditional rescales, counted in plain Python", n_cond, checks.online_rescales(listed, block, threshold))
+    r.claim(
+        "bf16's half ulp, relative, at the top of a binade (its smallest) = torch.finfo(bfloat16).eps / 4",
+        bf16_half_ulp,
+        torch.finfo(torch.bfloat16).eps / 4,
     )
     r.add("rescales_every", n_every, "", "rescales, on every increase")
     r.add("rescales_conditional", n_cond, "", "rescales, conditional")

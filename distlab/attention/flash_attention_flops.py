@@ -3,6 +3,7 @@ faster although it does more FLOPs (experiment flash-attention-flops), from dist
 
 from __future__ import annotations
 
+from distlab.attention import flash_attention_checks as checks
 from distlab.attention.hbm_traffic import (
     BYTES,
     H100,
@@ -23,6 +24,7 @@ from distlab.hardware.gpus import data_claims, gpu
 
 TOKENS, WIDTH = 16384, 2048  # batch x N and heads x d of the benchmark (the FlashAttention-2 paper's setup)
 FLOPS_N = [1024, 2048, 4096, 8192, 16384]
+FOCUS_N = 4096  # the N of the d64_* and d128_* quantities the page quotes
 
 
 @experiment(
@@ -71,7 +73,7 @@ def flash_attention_flops(device: str) -> Result:
             flop_ratios.append(fa.matmul_flops / std.matmul_flops)
             speedups.append(t_std / t_fa)
             std_intensities.append(i_std)
-            if n == 4096:
+            if n == FOCUS_N:
                 key = f"d{d}"
                 r.add(f"{key}_flop_ratio", fa.matmul_flops / std.matmul_flops, "", "FlashAttention / standard FLOPs")
                 r.add(f"{key}_byte_ratio", std.elements / fa.elements, "", "standard / FlashAttention HBM bytes")
@@ -133,8 +135,9 @@ def flash_attention_flops(device: str) -> Result:
         formula="below the bf16 ridge point",
     )
     r.add("ridge_bf16", chip.ridge("bf16"), "FLOP/B", f"{chip.name} bf16 ridge point")
-    r.add("focus_n", 4096, "", "N of the d64_* and d128_* quantities")
+    r.add("focus_n", FOCUS_N, "", "N of the d64_* and d128_* quantities")
     r.add("m_bytes", sram * BYTES, "B", "SRAM per SM used as M")
+    _by_hand(r, rows)
     _published(r, chip)
     _worked(r, chip)
     _roofline_figure(r, chip, points)
@@ -142,6 +145,50 @@ def flash_attention_flops(device: str) -> Result:
 
 
 WP_SEQ = 8192  # worked problem: fine-tuning Llama 2 7B at 8k context, micro-batch 1, bf16
+
+
+def _by_hand(r: Result, rows) -> None:
+    """The table and the quoted d64_* / d128_* figures against flash_attention_checks' kernel-by-kernel
+    re-derivation (float64, datasheet peaks, the paper's closed forms)."""
+    columns = {2: "flops_std", 3: "flops_fa", 4: "bytes_std", 5: "bytes_fa", 8: "time_std", 9: "time_fa"}
+    refs = [checks.row(row[1], row[0], TOKENS, WIDTH) for row in rows]
+    for i, key in columns.items():
+        r.claim(
+            f"roofline table, column {key}: every row against the kernel-by-kernel re-derivation (largest gap)",
+            checks.gap([(row[i].value, ref[key]) for row, ref in zip(rows, refs)]),
+            0.0,
+            abs_tol=1e-9,
+            formula="batch x heads = tokens x width / (N d); Alg. 0 + 3 kernel by kernel, Alg. 1 + 4 closed forms",
+        )
+    for i, key, tol in ((6, "intensity_std", 0.5), (7, "intensity_fa", 0.5), (10, "speedup", 0.05)):
+        r.claim(
+            f"roofline table, column {key}: every printed value within half its last digit of the re-derivation",
+            max(abs(float(row[i].rstrip("x")) - ref[key]) for row, ref in zip(rows, refs)),
+            tol,
+            relation="<=",
+        )
+    q = r.quantities
+    for d in (64, 128):
+        ref = checks.row(int(q["focus_n"].value), d, TOKENS, WIDTH)
+        pairs = {
+            "flop_ratio": ref["flops_fa"] / ref["flops_std"],
+            "byte_ratio": ref["bytes_std"] / ref["bytes_fa"],
+            "intensity_std": ref["intensity_std"],
+            "intensity_fa": ref["intensity_fa"],
+            "time_std": ref["time_std"],
+            "time_fa": ref["time_fa"],
+            "speedup": ref["speedup"],
+        }
+        for name, expected in pairs.items():
+            r.claim(
+                f"d={d}, N={int(q['focus_n'].value)}: {name} re-derived",
+                q[f"d{d}_{name}"].value,
+                expected,
+                rel_tol=1e-9,
+            )
+    peak, bw = checks.h100()
+    r.claim("H100 bf16 ridge = dense peak / HBM bandwidth (datasheet)", q["ridge_bf16"].value, peak / bw, rel_tol=1e-9)
+    r.claim("M = 228 KiB of shared memory per SM", q["m_bytes"].value, 2 * checks.m_elements(), unit="B")
 
 
 def _worked(r: Result, chip) -> None:
@@ -169,6 +216,21 @@ def _worked(r: Result, chip) -> None:
         )
     fp8 = (1 / (fact("flash_attention.FA3.h100_exp_tflops").value * 1e12)) / (4 * 128 / chip.peak_flops("fp8"))
     r.add("exp_over_matmul_fp8_d128", fp8, "fraction", "exp time / matmul time in fp8, d=128")
+    hand = checks.llama2_7b_worked(int(r.quantities["wp_seq"].value))
+    for key, expected in hand.items():
+        r.claim(
+            f"worked problem: {key} against Llama 2 7B's config.json, by hand",
+            r.quantities[key].value,
+            expected,
+            rel_tol=1e-9,
+        )
+    r.claim(
+        "fp8: exp time / matmul time at d=128, by hand",
+        fp8,
+        checks.exp_share(128, "fp8"),
+        rel_tol=1e-9,
+        formula="fp8 dense peak / (4 d x 3.9 TFLOP/s)",
+    )
 
 
 def _published(r: Result, chip) -> None:
@@ -238,12 +300,76 @@ def _published(r: Result, chip) -> None:
         share = (1 / exp_rate) / (4 * d / chip.peak_flops("fp16"))
         r.add(f"exp_over_matmul_d{d}", share, "fraction", f"exp time / matmul time, forward, d={d}")
         r.add(f"serial_cap_d{d}", 1 / (1 + share), "fraction", f"share of peak if exp and matmul never overlap, d={d}")
+    fig2_n = {k: fact(f"flash_attention.FA1-fig2.{k}").value for k in ("seq", "head_dim", "heads", "batch")}
+    r.claim(
+        "GPT-2 medium: counted standard traffic = Alg. 0 + 3 kernel by kernel",
+        std,
+        checks.gpt2_standard_bytes(fig2_n["seq"], fig2_n["head_dim"], fig2_n["heads"], fig2_n["batch"]),
+        rel_tol=1e-9,
+        unit="B",
+    )
+    for key, (num, den) in {
+        "gpt2_published_flop_ratio": ("fa_gflops", "std_gflops"),
+        "gpt2_published_time_ratio": ("std_ms", "fa_ms"),
+        "gpt2_published_byte_ratio": ("std_hbm_gb", "fa_hbm_gb"),
+    }.items():
+        a, b = (fact(f"flash_attention.FA1-fig2.{k}").value for k in (num, den))
+        r.claim(f"{key} = Figure 2's {num} over its {den}", r.quantities[key].value * b, a, rel_tol=1e-9)
+    for d in (64, 128):
+        r.claim(
+            f"exp / matmul time at d={d}, by hand",
+            r.quantities[f"exp_over_matmul_d{d}"].value,
+            checks.exp_share(d),
+            rel_tol=1e-9,
+        )
+        r.claim(
+            f"serial cap at d={d}: t_matmul / (t_matmul + t_exp)",
+            r.quantities[f"serial_cap_d{d}"].value,
+            checks.serial_cap(d),
+            rel_tol=1e-9,
+        )
     r.claim(
         "FlashAttention-3: exponentials take ~50% of matmul time at d=128",
         r.quantities["exp_over_matmul_d128"].value,
         0.5,
         rel_tol=0.02,
         formula="(1 / 3.9 TFLOP/s) / (512 / 989 TFLOP/s)",
+    )
+
+
+def _read_back(r: Result, ax, points) -> None:
+    """The drawn roofline and markers against the datasheet's roof and the table's re-derived intensities."""
+    peak, bw = checks.h100()
+    lines = {ln.get_label(): ln for ln in ax.get_lines()}
+    roof = next(ln for label, ln in lines.items() if label.endswith("bf16 roofline"))
+    xs, ys = list(roof.get_xdata()), list(roof.get_ydata())
+    r.claim(
+        "figure: the roof drawn is min(peak, intensity x bandwidth)",
+        checks.gap([(y, min(peak, x * bw) / 1e12) for x, y in zip(xs, ys)]),
+        0.0,
+        abs_tol=1e-9,
+    )
+    intensities = [checks.row(n, d, TOKENS, WIDTH) for d, n, *_ in points]
+    lo = min(ref["intensity_std"] for ref in intensities)
+    hi = max(ref["intensity_fa"] for ref in intensities)
+    r.claim(
+        "figure: the roof spans every plotted point (from below the smallest to above the largest intensity)",
+        int(min(xs) <= lo and max(xs) >= hi),
+        1,
+    )
+    drawn, expected = [], []
+    for d in (64, 128):
+        refs = [ref for ref, p in zip(intensities, points) if p[0] == d]
+        for label, key in ((f"standard, d={d}", "intensity_std"), (f"FlashAttention, d={d}", "intensity_fa")):
+            ln = lines[label]
+            for x, y, ref in zip(ln.get_xdata(), ln.get_ydata(), refs):
+                drawn += [x, y]
+                expected += [ref[key], min(peak, ref[key] * bw) / 1e12]
+    r.claim(
+        "figure: every marker at its re-derived intensity and roof height",
+        checks.gap(list(zip(drawn, expected))),
+        0.0,
+        abs_tol=1e-9,
     )
 
 
@@ -273,6 +399,7 @@ def _roofline_figure(r: Result, chip, points) -> None:
             color="C0",
             label=f"FlashAttention, d={d}",
         )
+    _read_back(r, ax, points)
     ax.axvline(chip.ridge("bf16"), color="gray", ls=":", lw=1)
     ax.set(xlabel="arithmetic intensity (matmul FLOP per HBM byte, fwd+bwd)", ylabel="attainable TFLOP/s")
     ax.legend(fontsize=7)

@@ -4,6 +4,9 @@
 
 from __future__ import annotations
 
+import re
+
+from distlab.attention import flash_attention_checks as checks
 from distlab.attention.hbm_traffic import (
     BYTES,
     H100,
@@ -122,7 +125,99 @@ def flash_attention_io(device: str) -> Result:
         caption=f"Forward HBM traffic per head, d = 64, bf16, M = {sram * BYTES // 1024} KiB (one {H100} SM).",
     )
     _io_figure(r, std, fa, fa2, by_d, by_m, sram)
+    _by_hand(r)
+    kib = checks.smem_kib()
+    for what, caption in (("table", r.tables["by_n"].caption), ("figure", r.figures["traffic"].caption)):
+        shown = re.search(r"M = ([0-9.]+) KiB", caption)
+        r.claim(f"the {what}'s caption: M = the datasheet's shared memory per SM", float(shown[1]) if shown else 0, kib)
     return r
+
+
+def _by_hand(r: Result) -> None:
+    """The table, the quoted ratios and slopes and the figure's curves against flash_attention_checks' closed forms
+    (M from the datasheet's 228 KiB, slopes through statistics.linear_regression)."""
+    m = checks.m_elements()
+    q = {k: v.value for k, v in r.quantities.items()}
+    r.claim("M in elements = 228 KiB / 2 B", q["m_elements"], m, unit="elements")
+    r.claim("M in bytes = 228 KiB", q["m_bytes"], 2 * m, unit="B")
+    rows = r.tables["by_n"].rows
+    expected = []
+    for row in rows:
+        n = row[0]
+        std, fa = checks.standard_forward_elements(n, 64), checks.flash_kernels(n, 64, m)[0][0]
+        expected.append((n, 2 * std, 2 * fa, 2 * checks.flash2_forward_elements(n, 64, m), std / fa))
+    shown = [(row[0], row[1].value, row[2].value, row[3].value, float(row[4].rstrip("x"))) for row in rows]
+    r.claim(
+        "table by_n: every byte count against the closed forms (largest gap)",
+        checks.gap([(a, b) for s, e in zip(shown, expected) for a, b in zip(s[1:4], e[1:4])]),
+        0.0,
+        abs_tol=1e-12,
+        formula="4Nd + 4N^2; 3Nd + 2N + T_c(3Nd + 4N); 2Nd + N + ⌈N/B⌉ 2Nd",
+    )
+    r.claim(
+        "table by_n: every printed ratio within half its last digit",
+        max(abs(s[4] - e[4]) for s, e in zip(shown, expected)),
+        0.05,
+        relation="<=",
+    )
+    for n in (4096, 16384):
+        std, fa = checks.standard_forward_elements(n, 64), checks.flash_kernels(n, 64, m)[0][0]
+        r.claim(f"standard / Flash at N={n}, by hand", q[f"std_over_fa_{n}"], std / fa, rel_tol=1e-9)
+        fa2 = checks.flash2_forward_elements(n, 64, m)
+        r.claim(f"Alg. 1 / FlashAttention-2 order at N={n}, by hand", q[f"fa_over_fa2_{n}"], fa / fa2, rel_tol=1e-9)
+    n_at, n_theta = int(q["sweep_n"]), int(q["theta_n"])
+    fa_256 = checks.flash_kernels(n_at, 256, m)[0][0]
+    r.claim(
+        f"Alg. 1 / standard at d=256, N={n_at}, by hand",
+        q["d256_fa_over_std"],
+        fa_256 / checks.standard_forward_elements(n_at, 256),
+        rel_tol=1e-9,
+    )
+    r.claim(
+        f"Θ constant at N={n_theta}, d=64, by hand",
+        q["theta_constant"],
+        checks.flash_kernels(n_theta, 64, m)[0][0] / (n_theta**2 * 64**2 / m),
+        rel_tol=1e-9,
+    )
+    big = [n for n in SWEEP_N if n >= 2048]
+    slopes = {
+        "std_n": checks.loglog_slope(big, [checks.standard_forward_elements(n, 64) for n in big]),
+        "fa_n": checks.loglog_slope(big, [checks.flash_kernels(n, 64, m)[0][0] for n in big]),
+        "fa_d": checks.loglog_slope(SWEEP_D, [checks.flash_kernels(n_at, d, m)[0][0] for d in SWEEP_D]),
+        "fa_m": checks.loglog_slope(SWEEP_M_KIB, [checks.flash_kernels(n_at, 64, k * 512)[0][0] for k in SWEEP_M_KIB]),
+    }
+    for key, slope in slopes.items():
+        r.claim(f"fitted exponent {key}, re-fitted on the closed forms", q[f"slope_{key}"], slope, rel_tol=1e-9)
+
+
+def _read_back(r, axes, sram) -> None:
+    """Every drawn point against the closed forms (bytes = 2 x elements)."""
+    m = checks.m_elements()
+    refs = {
+        (0, "standard (Alg. 0)"): lambda x: checks.standard_forward_elements(int(x), 64),
+        (0, "FlashAttention (Alg. 1)"): lambda x: checks.flash_kernels(int(x), 64, m)[0][0],
+        (0, "FlashAttention-2 order"): lambda x: checks.flash2_forward_elements(int(x), 64, m),
+        (1, "standard"): lambda x: checks.standard_forward_elements(SWEEP_AT, int(x)),
+        (1, "FlashAttention"): lambda x: checks.flash_kernels(SWEEP_AT, int(x), m)[0][0],
+        (2, "standard"): lambda x: checks.standard_forward_elements(SWEEP_AT, 64),
+        (2, "FlashAttention"): lambda x: checks.flash_kernels(SWEEP_AT, 64, int(x) * 512)[0][0],
+    }
+    pairs, drawn = [], 0
+    for (i, label), ref in refs.items():
+        (line,) = [ln for ln in axes[i].get_lines() if ln.get_label() == label]
+        pairs += [(y, 2 * ref(x)) for x, y in zip(line.get_xdata(), line.get_ydata())]
+        drawn += len(line.get_xdata())
+    r.claim(
+        "figure traffic: every point drawn against the closed forms (largest gap)",
+        checks.gap(pairs),
+        0.0,
+        abs_tol=1e-12,
+    )
+    r.claim(
+        "figure traffic: points drawn = the sweeps' sizes",
+        drawn,
+        3 * len(SWEEP_N) + 2 * len(SWEEP_D) + 2 * len(SWEEP_M_KIB),
+    )
 
 
 def _io_figure(r, std, fa, fa2, by_d, by_m, sram) -> None:
@@ -144,6 +239,8 @@ def _io_figure(r, std, fa, fa2, by_d, by_m, sram) -> None:
     axes[2].semilogy(list(by_m), [std[SWEEP_AT] * BYTES] * len(by_m), "o-", label="standard")
     axes[2].semilogy(list(by_m), [by_m[k] * BYTES for k in by_m], "s-", label="FlashAttention")
     axes[2].set(xlabel="SRAM M (KiB)", title=f"vs M (N = {SWEEP_AT}, d = 64)")
+    _read_back(r, axes, sram)
+    r.claim("figure traffic: one panel per sweep (N, d, M)", len(fig.axes), 3)
     axes[1].set_xticks(list(by_d), [str(d) for d in by_d])
     axes[1].minorticks_off()
     for ax in axes:

@@ -10,6 +10,7 @@ that computes attention.
 from __future__ import annotations
 
 import math
+import re
 
 import torch
 
@@ -111,6 +112,57 @@ def draw_tiles(tiles, n: int, block: int, on_chip_row: int):
     return fig
 
 
+def _off(drawn: list[float], expected: list[float]) -> float:
+    """Sum of |drawn - expected| over the pairs: 0 when the drawing sits where the hand layout puts it."""
+    return sum(abs(a - e) for a, e in zip(drawn, expected, strict=True))
+
+
+def _read_back(r: Result, fig, on_chip: int) -> None:
+    """The drawing against a by-hand layout: tile (i, j) of a T x T grid at (j B, i B), its sides min(B, N - start),
+    blue when j <= i and numbered i(i + 1)/2 + j + 1 (row-major over the lower triangle), grey above the diagonal,
+    one hatched triangle per diagonal tile, the outline around query block `on_chip`, the axes spanning 0..N."""
+    from matplotlib.patches import Polygon, Rectangle
+
+    n, b = SEQ, BLOCK
+    t = -(-n // b)
+    ax = fig.axes[0]
+    side = [min(b, n - k * b) for k in range(t)]
+    want = {
+        (i, j): ("tile" if j <= i else "skip", (j * b, i * b, side[j], side[i])) for i in range(t) for j in range(t)
+    }
+    drawn = {}
+    for p in ax.patches:
+        gid = p.get_gid() or ""
+        if isinstance(p, Rectangle) and gid.split(":")[0] in ("tile", "skip"):
+            kind, i, j = gid.split(":")
+            drawn[int(i), int(j)] = (kind, (p.get_x(), p.get_y(), p.get_width(), p.get_height()))
+    r.claim(
+        "figure tiles: every tile's colour, position and size against the by-hand grid (tiles wrong)",
+        sum(drawn.get(key) != value for key, value in want.items()) + len(set(drawn) - set(want)),
+        0,
+    )
+    numbers = {}
+    for text in ax.texts:
+        x, y = text.get_position()
+        numbers[int(y // b), int(x // b)] = int(text.get_text())
+    order = {(i, j): i * (i + 1) // 2 + j + 1 for i in range(t) for j in range(i + 1)}
+    r.claim(
+        "figure tiles: every blue tile numbered in row-major visit order (numbers wrong)",
+        sum(numbers.get(key) != v for key, v in order.items()) + len(set(numbers) - set(order)),
+        0,
+    )
+    hatched = sum(isinstance(p, Polygon) for p in ax.patches)
+    r.claim("figure tiles: one hatched (masked) triangle per diagonal tile", hatched, t)
+    (box,) = [p for p in ax.patches if p.get_gid() == "on_chip"]
+    r.claim(
+        f"figure tiles: the outline spans all keys of query block {on_chip + 1}",
+        _off([box.get_x(), box.get_y(), box.get_width(), box.get_height()], [0, on_chip * b, n, side[on_chip]]),
+        0,
+    )
+    r.claim("figure tiles: the drawing is square (a T x T grid)", fig.get_figwidth(), fig.get_figheight() - 0.9)
+    r.claim("figure tiles: axes span 0..N, queries downwards", _off([*ax.get_xlim(), *ax.get_ylim()], [0, n, n, 0]), 0)
+
+
 @experiment(
     "flash-attention-tiles",
     "the tiles FlashAttention's tiled forward visits, recorded from a real causal run, and drawn",
@@ -125,6 +177,9 @@ def flash_attention_tiles(device: str) -> Result:
     r.add("blocks", blocks, "", "query blocks = key blocks = ceil(N / block)")
     r.add("tiles_computed", len(tiles), "tiles", "tiles the causal loop computed")
     r.add("tiles_total", blocks * blocks, "tiles", "tiles of the full N x N score matrix")
+    t = -(-SEQ // BLOCK)  # ⌈N / block⌉ by negated floor division
+    r.claim("blocks = ⌈N / block⌉", blocks, t)
+    r.claim("tiles of the full score matrix = T^2", blocks * blocks, t * t, unit="tiles")
     r.claim("the recorded run computes attention: max |O - naive O| (float64, causal)", err, 0, abs_tol=1e-12)
     r.claim(
         "tiles computed with the causal mask = T(T + 1)/2, T = ceil(N / block)",
@@ -139,14 +194,23 @@ def flash_attention_tiles(device: str) -> Result:
         out_of_order += (qi[0] < previous[0][0]) or kj[0] != (0 if new_row else previous[1][1])
         previous = (qi, kj)
     r.claim("visit order: query blocks outside, in order; key blocks from 0, back to back, inside", out_of_order, 0)
-    on_chip = 2
+    on_chip = 2  # the query block the drawing outlines (the caption names it)
+    fig = draw_tiles(tiles, SEQ, BLOCK, on_chip)
+    _read_back(r, fig, on_chip)
     r.figure(
         "tiles",
-        draw_tiles(tiles, SEQ, BLOCK, on_chip),
+        fig,
         f"FlashAttention's tiles, recorded from the tiled forward on N = {SEQ} causal tokens in blocks of {BLOCK}: "
         f"each blue tile of S = QKᵀ is computed on chip and thrown away, numbered in the order the loop ran it; "
         f"the grey tiles lie wholly above the diagonal and are never computed. While query block {on_chip + 1} "
         "(outlined) runs, SRAM holds its Q block, its running max m, sum l and output accumulator acc, and one "
         "K and V block at a time; S and P never reach HBM",
+    )
+    (box,) = [p for p in fig.axes[0].patches if p.get_gid() == "on_chip"]
+    named = re.search(r"While query block (\d+) \(outlined\)", r.figures["tiles"].caption)
+    r.claim(
+        "the caption names the block the drawing outlines (its lower edge / block, counted from 1)",
+        int(named[1]) if named else 0,
+        math.ceil((box.get_y() + box.get_height()) / BLOCK),
     )
     return r
