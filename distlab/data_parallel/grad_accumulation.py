@@ -17,6 +17,7 @@ all-reduce of the counts before the step) and multiply by W, because DDP divides
 from __future__ import annotations
 
 import contextlib
+import math
 
 import torch
 import torch.distributed as dist
@@ -47,6 +48,13 @@ def _counting_hook(state: dict, bucket):
 
 def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a - b).norm() / b.norm())
+
+
+def rel_by_hand(a: torch.Tensor, b: torch.Tensor) -> float:
+    """||a - b|| / ||b|| written out on plain Python floats (fsum of squares), the reference `_rel`'s
+    numbers are claimed against."""
+    xs, ys = a.tolist(), b.tolist()
+    return math.sqrt(math.fsum((x - y) ** 2 for x, y in zip(xs, ys))) / math.sqrt(math.fsum(y * y for y in ys))
 
 
 # ---------------------------------------------------------------- fixed-size micro-batches
@@ -180,15 +188,16 @@ def grad_accumulation(device: str) -> Result:
     r.add("global_batch", WORLD * K * MICRO, "samples", "global batch")
     r.claim(
         "global batch = samples the ranks trained on (counted)",
-        WORLD * K * MICRO,
+        r.quantities["global_batch"].value,
         sum(rk["no_sync"]["rows"] for rk in ranks),
         unit="samples",
     )
     ref = zero["fixed reference"]
-    rows = []
+    rows, shown = [], []  # shown: (relative difference on the page, the same by hand)
     for name in ("no_sync", "every micro-batch synced", "big batch"):
         rec = zero[name]
         g, p = _rel(rec["grad"], ref["grad"]), _rel(rec["params"], ref["params"])
+        shown += [(g, rel_by_hand(rec["grad"], ref["grad"])), (p, rel_by_hand(rec["params"], ref["params"]))]
         rows.append([name, rec["calls"], g, p])
         r.claim(f"{name}: gradient vs one process on the global batch (relative)", g, TOL, relation="<=")
         r.add(f"{name.replace(' ', '_')}_grad_rel", g, "", f"{name}: relative gradient difference")
@@ -224,6 +233,17 @@ def grad_accumulation(device: str) -> Result:
     wrong = _rel(zero["per micro-batch"], vref["token mean"])
     right = _rel(zero["global tokens"], vref["token mean"])
     wrong_is_means = _rel(zero["per micro-batch"], vref["mean of micro-batch means"])
+    shown += [
+        (wrong, rel_by_hand(zero["per micro-batch"], vref["token mean"])),
+        (right, rel_by_hand(zero["global tokens"], vref["token mean"])),
+    ]
+    r.claim(
+        "every relative difference shown = ||a - b|| / ||b|| summed by hand (worst relative gap)",
+        max(abs(v - h) / h if h else v for v, h in shown),
+        1e-9,
+        relation="<=",
+        formula="plain-Python fsum over the float64 vectors",
+    )
     r.claim(
         "variable length, sum / global tokens: gradient vs the global token mean (relative)", right, TOL, relation="<="
     )

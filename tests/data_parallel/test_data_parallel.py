@@ -15,7 +15,16 @@ from torch import nn
 from distlab.data_parallel import batch_lr_scaling as bs
 from distlab.data_parallel.ddp import DataParallelNaive, ddp, float64_vector, mlp, regression_batch
 from distlab.data_parallel.ddp_buckets import buckets_rank, predict_buckets, step_time, timeline
-from distlab.data_parallel.grad_accumulation import CFG, IGNORE, WORLD, K, accumulation_rank, lengths, token_batch
+from distlab.data_parallel.grad_accumulation import (
+    CFG,
+    IGNORE,
+    WORLD,
+    K,
+    accumulation_rank,
+    lengths,
+    rel_by_hand,
+    token_batch,
+)
 from distlab.data_parallel.syncbn import BATCH, EPS, MOMENTUM, SHAPE, SIZES, rank_input, syncbn_rank
 from distlab.models.gpt import GPT
 from distlab.runtime.launcher import launch
@@ -173,6 +182,13 @@ def test_accumulation_against_a_token_mean_computed_here():
         assert float((right - ref).norm() / ref.norm()) < 1e-5
         assert float((rec["per micro-batch"] - ref).norm() / ref.norm()) > 0.05
     assert ranks[0]["no_sync"]["calls"] == 1 and ranks[0]["every micro-batch synced"]["calls"] == K
+
+
+def test_rel_by_hand_on_a_hand_worked_case():
+    """Catches a relative difference that divides by ||a|| or multiplies by ||b||: ||(3.3, 4.4) - (3, 4)|| = 0.5 and
+    ||(3, 4)|| = 5, so 0.1."""
+    a, b = torch.tensor([3.3, 4.4], dtype=torch.float64), torch.tensor([3.0, 4.0], dtype=torch.float64)
+    assert rel_by_hand(a, b) == pytest.approx(0.1, rel=1e-12)
 
 
 # ---------------------------------------------------------------- batch and learning rate
