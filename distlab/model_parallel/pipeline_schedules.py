@@ -4,6 +4,9 @@ DualPipe against the closed forms their papers print (distlab/data/pipeline_sche
 
 from __future__ import annotations
 
+import math
+import re
+
 from distlab.core.experiments import experiment
 from distlab.core.facts import fact, value
 from distlab.core.results import Result
@@ -450,6 +453,42 @@ def _figures(r: Result) -> None:
     )
 
 
+def _picture_misreads(fig, sim, p: int, m: int, t_f: float, t_b: float) -> int:
+    """The 1F1B drawing read back against the timeline and the hand-worked bubble: every op a box at its start, as
+    long as the op, centred on its GPU's row; no idle box of zero width or over an op; on each row ops and idle
+    boxes tile the step exactly (busy m(t_f + t_b), the rest idle); the title's percentage the rounded
+    (p-1)/(m+p-1); rows one unit apart with as much blank above the first as below the last, each half the blank
+    between two rows; no text too small or faint for a phone."""
+    from distlab.core.drawing import legibility_problems
+
+    ax = fig.axes[0]
+    boxes = [(pt.get_gid() or "").partition(":")[::2] + (pt,) for pt in ax.patches]
+    bad = 0
+    for s in range(p):
+        ops = sorted((pt.get_x(), pt.get_width()) for kind, st, pt in boxes if kind == "op" and st == str(s))
+        want = sorted(
+            zip(sim.timeline[s]["start"], (e - a for a, e in zip(sim.timeline[s]["start"], sim.timeline[s]["end"])))
+        )
+        bad += len(ops) != 2 * m or any(
+            not math.isclose(x, a) or not math.isclose(w, d) for (x, w), (a, d) in zip(ops, want)
+        )
+        idle = [(pt.get_x(), pt.get_width()) for kind, st, pt in boxes if kind == "idle" and st == str(s)]
+        bad += sum(w <= 1e-9 for _, w in idle)  # no empty idle box
+        bad += sum(x < a + d - 1e-9 and a < x + w - 1e-9 for x, w in idle for a, d in ops)  # none over an op
+        bad += not math.isclose(sum(w for _, w in ops), m * (t_f + t_b))
+        bad += not math.isclose(sum(w for _, w in idle) + sum(w for _, w in ops), (m + p - 1) * (t_f + t_b))
+    heights = {pt.get_height() for *_, pt in boxes}
+    bad += len(heights) != 1 or not 0 < min(heights) < 1  # one height, rows that do not touch
+    bad += sum(not math.isclose(pt.get_y() + pt.get_height() / 2, int(st)) for _, st, pt in boxes)  # centred on row
+    height = min(heights)
+    low, high = ax.get_ylim()  # y grows downwards: GPU 0 at the top
+    gap = 1 - height
+    bad += not math.isclose(-height / 2 - high, gap / 2) or not math.isclose(low - (p - 1 + height / 2), gap / 2)
+    shown = re.search(r"(\d+)% of the step", ax.get_title(loc="left"))
+    bad += shown is None or int(shown.group(1)) != round(100 * (p - 1) / (m + p - 1))
+    return bad + len(legibility_problems(fig))
+
+
 def _picture(r: Result) -> None:
     """The 1F1B drawing for the chapter's example (p = 4, m = 8), checked against the closed form: each GPU idles
     (p - 1)(t_f + t_b), a bubble of (p - 1)/(m + p - 1), counted from the boxes actually drawn."""
@@ -476,6 +515,12 @@ def _picture(r: Result) -> None:
         (p - 1) / (m + p - 1),
         rel_tol=1e-12,
         unit="fraction",
+    )
+    r.claim(
+        f"1F1B drawing (p={p}, m={m}) read back: boxes off the timeline, empty or misplaced idle, title off the hand "
+        "bubble, uneven margins, illegible text",
+        _picture_misreads(fig, simulate(p, m, "1f1b", forward=t_f, backward=t_b), p, m, t_f, t_b),
+        0,
     )
     r.figure(
         "one_f_one_b",
