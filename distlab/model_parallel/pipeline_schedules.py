@@ -155,6 +155,12 @@ def realistic_p2p(r: Result, p: int) -> tuple[float, float]:
         rel_tol=1e-9,
         formula="bytes over the link against the stage's forward",
     )
+    r.claim(
+        "δ with whole activations: every rank sends t times the bytes, δ = t h p peak / (N NIC)",
+        whole,
+        P2P_TP * m.hidden * p * gpu("H100-SXM").peak_flops("bf16") / (m.params() * nic),
+        rel_tol=1e-9,
+    )
     return split, whole
 
 
@@ -236,6 +242,25 @@ def _zb_v(r: Result) -> None:
     r.add("ex_zbv_peak", sim.peak_inflight[0], "micro-batches", "zb-v peak in flight on every device")
     r.add("ex_zbv_step", sim.step_time, "", "zb-v step time")
     r.add("ex_zbv_skew", (p - 1) * 0.5, "", "zb-v: the last device starts (p-1) chunk forwards late")
+    r.claim(
+        f"zb-v p={p} m={m}: skew printed = the last GPU's first op start - GPU 0's, read from the timeline",
+        (p - 1) * 0.5,
+        min(sim.timeline[-1]["start"]) - min(sim.timeline[0]["start"]),
+        rel_tol=1e-12,
+    )
+
+
+def _printed(form: str, **symbols: float) -> float:
+    """Evaluate a bubble form as Table 2 prints it, "(PP/2-1)(F&B+B-3W)": F&B renamed FB, products written out
+    ("3W" -> 3*W, ")(" -> ")*("), then only numbers, symbols, + - * / and brackets are allowed."""
+    text = form.replace("F&B", "FB").replace(")(", ")*(")
+    text = re.sub(r"(\d)([A-Z(])", r"\1*\2", text)
+    names = sorted(symbols, key=len, reverse=True)
+    for name in names:
+        text = re.sub(rf"\b{name}\b", f"({float(symbols[name])!r})", text)
+    if not re.fullmatch(r"[\d.()+\-*/ ]+", text):
+        raise ValueError(f"unexpected symbol in the printed form {form!r}: {text!r}")
+    return float(eval(text, {"__builtins__": {}}))  # only numbers and operators: checked above
 
 
 def _table2(r: Result, p: int = 8, m: int = 32) -> None:
@@ -273,6 +298,13 @@ def _table2(r: Result, p: int = 8, m: int = 32) -> None:
     for label, fb in (("DualPipe, F&B = F + B (no overlap)", f + b), ("DualPipe, F&B = max(F, B)", max(f, b))):
         rows.append(
             [label, value("pipeline_schedules.dualpipe.bubble"), "—", (p / 2 - 1) * (fb + b - 3 * w), copies, p + extra]
+        )
+    for row, fb in ((rows[2], f + b), (rows[3], max(f, b))):
+        r.claim(
+            f"{row[0]} p={p}: idle = Table 2's printed form {row[1]}, parsed from the data and evaluated",
+            row[3],
+            _printed(row[1], PP=p, FB=fb, F=f, B=b, W=w),
+            rel_tol=1e-12,
         )
     r.claim(
         f"DualPipe p={p}: Table 2's idle, even without overlap, is below ZB1P's simulated idle",
@@ -360,6 +392,11 @@ def _big(r: Result) -> None:
     r.add("big_stages", p, "", "stages of the large simulation")
     r.add("big_microbatches", m, "", "micro-batches of the large simulation")
     r.add("big_ops", 2 * p * m, "ops", "ops simulated")
+    r.claim(
+        f"1f1b p={p} m={m}: ops printed = ops in the simulated timeline",
+        2 * p * m,
+        sum(len(t["kind"]) for t in sim.timeline),
+    )
     r.add("big_bubble", sim.bubble_fraction, "fraction", "bubble of 1F1B at the large size")
     r.claim(
         f"1f1b p={p} m={m}: bubble = (p-1)/(m+p-1)",
@@ -383,8 +420,20 @@ def _quantities(r: Result) -> None:
     r.add("ex_stages", p, "", "stages in the example")
     r.add("ex_microbatches", m, "", "micro-batches in the example")
     for m in (8, 32, 128):
-        r.add(f"p8_m{m}_bubble", bubble_fraction(8, m), "fraction", f"1F1B bubble, p=8, m={m}")
-        r.add(f"p8_m{m}_v4_bubble", bubble_fraction(8, m, 4), "fraction", f"interleaved v=4 bubble, p=8, m={m}")
+        shown = {
+            "bubble": r.add(f"p8_m{m}_bubble", bubble_fraction(8, m), "fraction", f"1F1B bubble, p=8, m={m}"),
+            "v4_bubble": r.add(
+                f"p8_m{m}_v4_bubble", bubble_fraction(8, m, 4), "fraction", f"interleaved v=4 bubble, p=8, m={m}"
+            ),
+        }
+        for key, schedule, v in (("bubble", "1f1b", 1), ("v4_bubble", "interleaved", 4)):
+            r.claim(
+                f"p8_m{m}_{key}: the page's closed form = the simulated {schedule} timeline at p = 8, v = {v}",
+                shown[key],
+                simulate(8, m, schedule, virtual=v).bubble_fraction,
+                rel_tol=1e-9,
+                unit="fraction",
+            )
 
 
 def _figures(r: Result) -> None:
