@@ -372,10 +372,34 @@ def _p2p(r: Result, p: int = 8, m: int = 32) -> None:
     )
     r.add("p2p_stages", p, "", "stages in the p2p table")
     r.add("p2p_microbatches", m, "", "micro-batches in the p2p table")
-    r.add("p2p_1f1b_slowdown", rows[-1][4], "", f"1F1B step / formula at p2p = {rows[-1][0]}")
-    r.add("p2p_1f1b_slowdown_split", rows[1][4], "", "1F1B step / formula at the realistic δ")
-    r.add("p2p_1f1b_slowdown_whole", rows[2][4], "", "... at δ with whole activations per rank")
-    r.add("p2p_cost_split", rows[1][3] / rows[0][3] - 1, "fraction", "1F1B step longer than at δ = 0, realistic δ")
+    shown = {
+        0.5: r.add("p2p_1f1b_slowdown", rows[-1][4], "", f"1F1B step / formula at p2p = {rows[-1][0]}"),
+        split: r.add("p2p_1f1b_slowdown_split", rows[1][4], "", "1F1B step / formula at the realistic δ"),
+        whole: r.add("p2p_1f1b_slowdown_whole", rows[2][4], "", "... at δ with whole activations per rank"),
+    }
+    cost = r.add(
+        "p2p_cost_split", rows[1][3] / rows[0][3] - 1, "fraction", "1F1B step longer than at δ = 0, realistic δ"
+    )
+    free = (m + p - 1) * 3.0  # 1F1B with free sends: (m+p-1)(F+B), worked by hand
+    for c, ratio in shown.items():  # between the GPipe-like floor and free sends plus 2(p-1)δ/p per micro-batch
+        hops = (m + p - 1) * 2 * (p - 1) * c / p
+        formula = (m + p - 1) * 3.0 + 2 * (p - 1) * c
+        r.claim(f"1F1B / formula at δ = {c:.3g} printed: at least 1", ratio, 1.0, relation=">=", rel_tol=1e-12)
+        r.claim(
+            f"1F1B / formula at δ = {c:.3g} printed: at most (free-send step + 2(p-1)δ/p per micro-batch) / formula",
+            ratio,
+            (free + hops) / formula,
+            relation="<=",
+            rel_tol=1e-12,
+        )
+    r.claim(
+        "1F1B's extra time at the realistic δ printed: at most 2(p-1)δ/p per micro-batch of the free-send step",
+        cost,
+        (m + p - 1) * 2 * (p - 1) * split / p / free,
+        relation="<=",
+        rel_tol=1e-12,
+    )
+    r.claim("1F1B's extra time at the realistic δ printed: not negative", cost, 0.0, relation=">=")
     r.claim(
         "at the realistic δ, 1F1B's step is at most 2(p-1)δ/p per micro-batch longer than with free sends",
         rows[1][3] - rows[0][3],
