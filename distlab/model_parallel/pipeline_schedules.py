@@ -441,6 +441,20 @@ def _quantities(r: Result) -> None:
         r.add(f"ex_{key}_bubble", sim.bubble_fraction, "fraction", f"{schedule} bubble, p={p} m={m}")
         r.add(f"ex_{key}_peak", sim.peak_inflight[0], "micro-batches", f"{schedule} stage 0 peak in flight")
         r.add(f"ex_{key}_step", sim.step_time, "", f"{schedule} step time")
+    # the same numbers worked by hand (F = 1, B = 2, W = 1 in ZB-H1): idle per GPU over the step, and stage 0's peak
+    fill = {"gpipe": (p - 1) * 3.0, "1f1b": (p - 1) * 3.0, "interleaved": (p - 1) * 3.0 / 2, "zb-h1": (p - 1) * 1.0}
+    peak = {"gpipe": m, "1f1b": p, "interleaved": p + (p - 1) / 2, "zb-h1": p}
+    for schedule, idle in fill.items():
+        key = schedule.replace("-", "")
+        bubble, stage0 = r.quantities[f"ex_{key}_bubble"].value, r.quantities[f"ex_{key}_peak"].value
+        r.claim(
+            f"example p={p} m={m}, {schedule}: bubble printed = idle / (3m + idle), worked by hand",
+            bubble,
+            idle / (3.0 * m + idle),
+            rel_tol=1e-9,
+            unit="fraction",
+        )
+        r.claim(f"example p={p} m={m}, {schedule}: stage 0's peak printed, worked by hand", stage0, peak[schedule])
     r.add("ex_stages", p, "", "stages in the example")
     r.add("ex_microbatches", m, "", "micro-batches in the example")
     for m in (8, 32, 128):
