@@ -175,7 +175,7 @@ def sequence_parallel(device: str) -> Result:
             rel_tol=1e-12,
             unit="B",
         )
-    r.add(
+    wire = r.add(
         "70b_wire_bytes_layer",
         tp_wire_bytes_per_layer(s, 1, h, 8),
         "B",
@@ -186,7 +186,7 @@ def sequence_parallel(device: str) -> Result:
     sent = max(traffic(s * h * 2, 8, "ring").sent)  # one (s, h) bf16 all-reduce, simulated message by message
     r.claim(
         "70B, t=8: bytes per layer = 4 all-reduces of the ring simulator's bytes per rank",
-        tp_wire_bytes_per_layer(s, 1, h, 8),
+        wire,
         4 * sent,
         rel_tol=1e-12,
         unit="B",
