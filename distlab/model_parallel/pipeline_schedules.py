@@ -238,16 +238,24 @@ def _zb_v(r: Result) -> None:
     )
     p, m = 4, 8
     sim = simulate(p, m, "zb-v", virtual=2)
-    r.add("ex_zbv_bubble", sim.bubble_fraction, "fraction", f"zb-v bubble, p={p} m={m}")
-    r.add("ex_zbv_peak", sim.peak_inflight[0], "micro-batches", "zb-v peak in flight on every device")
+    bubble = r.add("ex_zbv_bubble", sim.bubble_fraction, "fraction", f"zb-v bubble, p={p} m={m}")
+    peak = r.add("ex_zbv_peak", sim.peak_inflight[0], "micro-batches", "zb-v peak in flight on every device")
     r.add("ex_zbv_step", sim.step_time, "", "zb-v step time")
-    r.add("ex_zbv_skew", (p - 1) * 0.5, "", "zb-v: the last device starts (p-1) chunk forwards late")
+    skew = r.add("ex_zbv_skew", (p - 1) * 0.5, "", "zb-v: the last device starts (p-1) chunk forwards late")
     r.claim(
         f"zb-v p={p} m={m}: skew printed = the last GPU's first op start - GPU 0's, read from the timeline",
-        (p - 1) * 0.5,
+        skew,
         min(sim.timeline[-1]["start"]) - min(sim.timeline[0]["start"]),
         rel_tol=1e-12,
     )
+    # the pages state this example in words ("at p = 4, m = 8"): worked by hand there, 3 half-forwards of skew
+    r.claim(
+        "zb-v at p = 4, m = 8 (as the pages say): bubble printed = 1.5 / (8 x 3 + 1.5)",
+        bubble,
+        1.5 / 25.5,
+        rel_tol=1e-12,
+    )
+    r.claim("zb-v at p = 4 (as the pages say): every GPU holds p = 4 micro-batches", peak, 4)
 
 
 def _printed(form: str, **symbols: float) -> float:
@@ -415,10 +423,10 @@ def _big(r: Result) -> None:
     sim = simulate(p, m, "1f1b")  # its wall time is the README's benchmark, not a page number: pages stay byte-stable
     r.add("big_stages", p, "", "stages of the large simulation")
     r.add("big_microbatches", m, "", "micro-batches of the large simulation")
-    r.add("big_ops", 2 * p * m, "ops", "ops simulated")
+    ops = r.add("big_ops", 2 * p * m, "ops", "ops simulated")
     r.claim(
         f"1f1b p={p} m={m}: ops printed = ops in the simulated timeline",
-        2 * p * m,
+        ops,
         sum(len(t["kind"]) for t in sim.timeline),
     )
     r.add("big_bubble", sim.bubble_fraction, "fraction", "bubble of 1F1B at the large size")
@@ -441,20 +449,22 @@ def _quantities(r: Result) -> None:
         r.add(f"ex_{key}_bubble", sim.bubble_fraction, "fraction", f"{schedule} bubble, p={p} m={m}")
         r.add(f"ex_{key}_peak", sim.peak_inflight[0], "micro-batches", f"{schedule} stage 0 peak in flight")
         r.add(f"ex_{key}_step", sim.step_time, "", f"{schedule} step time")
-    # the same numbers worked by hand (F = 1, B = 2, W = 1 in ZB-H1): idle per GPU over the step, and stage 0's peak
-    fill = {"gpipe": (p - 1) * 3.0, "1f1b": (p - 1) * 3.0, "interleaved": (p - 1) * 3.0 / 2, "zb-h1": (p - 1) * 1.0}
-    peak = {"gpipe": m, "1f1b": p, "interleaved": p + (p - 1) / 2, "zb-h1": p}
+    # the same numbers worked by hand (F = 1, B = 2, W = 1 in ZB-H1) at the example the pages state in words
+    # ("p = 4, m = 8"): idle per GPU over the step, and stage 0's peak
+    hp, hm = 4, 8
+    fill = {"gpipe": (hp - 1) * 3.0, "1f1b": (hp - 1) * 3.0, "interleaved": (hp - 1) * 3.0 / 2, "zb-h1": hp - 1.0}
+    peak = {"gpipe": hm, "1f1b": hp, "interleaved": hp + (hp - 1) / 2, "zb-h1": hp}
     for schedule, idle in fill.items():
         key = schedule.replace("-", "")
         bubble, stage0 = r.quantities[f"ex_{key}_bubble"].value, r.quantities[f"ex_{key}_peak"].value
         r.claim(
-            f"example p={p} m={m}, {schedule}: bubble printed = idle / (3m + idle), worked by hand",
+            f"example p={hp} m={hm}, {schedule}: bubble printed = idle / (3m + idle), worked by hand",
             bubble,
-            idle / (3.0 * m + idle),
+            idle / (3.0 * hm + idle),
             rel_tol=1e-9,
             unit="fraction",
         )
-        r.claim(f"example p={p} m={m}, {schedule}: stage 0's peak printed, worked by hand", stage0, peak[schedule])
+        r.claim(f"example p={hp} m={hm}, {schedule}: stage 0's peak printed, worked by hand", stage0, peak[schedule])
     r.add("ex_stages", p, "", "stages in the example")
     r.add("ex_microbatches", m, "", "micro-batches in the example")
     for m in (8, 32, 128):
