@@ -574,6 +574,10 @@ def _picture_misreads(fig, sim, p: int, m: int, t_f: float, t_b: float) -> int:
         bad += sum(x < a + d - 1e-9 and a < x + w - 1e-9 for x, w in idle for a, d in ops)  # none over an op
         bad += not math.isclose(sum(w for _, w in ops), m * (t_f + t_b))
         bad += not math.isclose(sum(w for _, w in idle) + sum(w for _, w in ops), (m + p - 1) * (t_f + t_b))
+    durations = {F: 1.0, B: 2.0}  # the axis and caption say it: one forward = 1, backward = 2 x forward
+    bad += sum(
+        not math.isclose(e - a, durations[k]) for t in sim.timeline for k, a, e in zip(t["kind"], t["start"], t["end"])
+    )
     heights = {pt.get_height() for *_, pt in boxes}
     bad += len(heights) != 1 or not 0 < min(heights) < 1  # one height, rows that do not touch
     bad += sum(not math.isclose(pt.get_y() + pt.get_height() / 2, int(st)) for _, st, pt in boxes)  # centred on row
