@@ -4,6 +4,9 @@ DualPipe against the closed forms their papers print (distlab/data/pipeline_sche
 
 from __future__ import annotations
 
+import math
+import re
+
 from distlab.core.experiments import experiment
 from distlab.core.facts import fact, value
 from distlab.core.results import Result
@@ -152,6 +155,12 @@ def realistic_p2p(r: Result, p: int) -> tuple[float, float]:
         rel_tol=1e-9,
         formula="bytes over the link against the stage's forward",
     )
+    r.claim(
+        "δ with whole activations: every rank sends t times the bytes, δ = t h p peak / (N NIC)",
+        whole,
+        P2P_TP * m.hidden * p * gpu("H100-SXM").peak_flops("bf16") / (m.params() * nic),
+        rel_tol=1e-9,
+    )
     return split, whole
 
 
@@ -229,10 +238,37 @@ def _zb_v(r: Result) -> None:
     )
     p, m = 4, 8
     sim = simulate(p, m, "zb-v", virtual=2)
-    r.add("ex_zbv_bubble", sim.bubble_fraction, "fraction", f"zb-v bubble, p={p} m={m}")
-    r.add("ex_zbv_peak", sim.peak_inflight[0], "micro-batches", "zb-v peak in flight on every device")
+    bubble = r.add("ex_zbv_bubble", sim.bubble_fraction, "fraction", f"zb-v bubble, p={p} m={m}")
+    peak = r.add("ex_zbv_peak", sim.peak_inflight[0], "micro-batches", "zb-v peak in flight on every device")
     r.add("ex_zbv_step", sim.step_time, "", "zb-v step time")
-    r.add("ex_zbv_skew", (p - 1) * 0.5, "", "zb-v: the last device starts (p-1) chunk forwards late")
+    skew = r.add("ex_zbv_skew", (p - 1) * 0.5, "", "zb-v: the last device starts (p-1) chunk forwards late")
+    r.claim(
+        f"zb-v p={p} m={m}: skew printed = the last GPU's first op start - GPU 0's, read from the timeline",
+        skew,
+        min(sim.timeline[-1]["start"]) - min(sim.timeline[0]["start"]),
+        rel_tol=1e-12,
+    )
+    # the pages state this example in words ("at p = 4, m = 8"): worked by hand there, 3 half-forwards of skew
+    r.claim(
+        "zb-v at p = 4, m = 8 (as the pages say): bubble printed = 1.5 / (8 x 3 + 1.5)",
+        bubble,
+        1.5 / 25.5,
+        rel_tol=1e-12,
+    )
+    r.claim("zb-v at p = 4 (as the pages say): every GPU holds p = 4 micro-batches", peak, 4)
+
+
+def _printed(form: str, **symbols: float) -> float:
+    """Evaluate a bubble form as Table 2 prints it, "(PP/2-1)(F&B+B-3W)": F&B renamed FB, products written out
+    ("3W" -> 3*W, ")(" -> ")*("), then only numbers, symbols, + - * / and brackets are allowed."""
+    text = form.replace("F&B", "FB").replace(")(", ")*(")
+    text = re.sub(r"(\d)([A-Z(])", r"\1*\2", text)
+    names = sorted(symbols, key=len, reverse=True)
+    for name in names:
+        text = re.sub(rf"\b{name}\b", f"({float(symbols[name])!r})", text)
+    if not re.fullmatch(r"[\d.()+\-*/ ]+", text):
+        raise ValueError(f"unexpected symbol in the printed form {form!r}: {text!r}")
+    return float(eval(text, {"__builtins__": {}}))  # only numbers and operators: checked above
 
 
 def _table2(r: Result, p: int = 8, m: int = 32) -> None:
@@ -270,6 +306,13 @@ def _table2(r: Result, p: int = 8, m: int = 32) -> None:
     for label, fb in (("DualPipe, F&B = F + B (no overlap)", f + b), ("DualPipe, F&B = max(F, B)", max(f, b))):
         rows.append(
             [label, value("pipeline_schedules.dualpipe.bubble"), "—", (p / 2 - 1) * (fb + b - 3 * w), copies, p + extra]
+        )
+    for row, fb in ((rows[2], f + b), (rows[3], max(f, b))):
+        r.claim(
+            f"{row[0]} p={p}: idle = Table 2's printed form {row[1]}, parsed from the data and evaluated",
+            row[3],
+            _printed(row[1], PP=p, FB=fb, F=f, B=b, W=w),
+            rel_tol=1e-12,
         )
     r.claim(
         f"DualPipe p={p}: Table 2's idle, even without overlap, is below ZB1P's simulated idle",
@@ -337,10 +380,34 @@ def _p2p(r: Result, p: int = 8, m: int = 32) -> None:
     )
     r.add("p2p_stages", p, "", "stages in the p2p table")
     r.add("p2p_microbatches", m, "", "micro-batches in the p2p table")
-    r.add("p2p_1f1b_slowdown", rows[-1][4], "", f"1F1B step / formula at p2p = {rows[-1][0]}")
-    r.add("p2p_1f1b_slowdown_split", rows[1][4], "", "1F1B step / formula at the realistic δ")
-    r.add("p2p_1f1b_slowdown_whole", rows[2][4], "", "... at δ with whole activations per rank")
-    r.add("p2p_cost_split", rows[1][3] / rows[0][3] - 1, "fraction", "1F1B step longer than at δ = 0, realistic δ")
+    shown = {
+        0.5: r.add("p2p_1f1b_slowdown", rows[-1][4], "", f"1F1B step / formula at p2p = {rows[-1][0]}"),
+        split: r.add("p2p_1f1b_slowdown_split", rows[1][4], "", "1F1B step / formula at the realistic δ"),
+        whole: r.add("p2p_1f1b_slowdown_whole", rows[2][4], "", "... at δ with whole activations per rank"),
+    }
+    cost = r.add(
+        "p2p_cost_split", rows[1][3] / rows[0][3] - 1, "fraction", "1F1B step longer than at δ = 0, realistic δ"
+    )
+    free = (m + p - 1) * 3.0  # 1F1B with free sends: (m+p-1)(F+B), worked by hand
+    for c, ratio in shown.items():  # between the GPipe-like floor and free sends plus 2(p-1)δ/p per micro-batch
+        hops = (m + p - 1) * 2 * (p - 1) * c / p
+        formula = (m + p - 1) * 3.0 + 2 * (p - 1) * c
+        r.claim(f"1F1B / formula at δ = {c:.3g} printed: at least 1", ratio, 1.0, relation=">=", rel_tol=1e-12)
+        r.claim(
+            f"1F1B / formula at δ = {c:.3g} printed: at most (free-send step + 2(p-1)δ/p per micro-batch) / formula",
+            ratio,
+            (free + hops) / formula,
+            relation="<=",
+            rel_tol=1e-12,
+        )
+    r.claim(
+        "1F1B's extra time at the realistic δ printed: at most 2(p-1)δ/p per micro-batch of the free-send step",
+        cost,
+        (m + p - 1) * 2 * (p - 1) * split / p / free,
+        relation="<=",
+        rel_tol=1e-12,
+    )
+    r.claim("1F1B's extra time at the realistic δ printed: not negative", cost, 0.0, relation=">=")
     r.claim(
         "at the realistic δ, 1F1B's step is at most 2(p-1)δ/p per micro-batch longer than with free sends",
         rows[1][3] - rows[0][3],
@@ -356,7 +423,12 @@ def _big(r: Result) -> None:
     sim = simulate(p, m, "1f1b")  # its wall time is the README's benchmark, not a page number: pages stay byte-stable
     r.add("big_stages", p, "", "stages of the large simulation")
     r.add("big_microbatches", m, "", "micro-batches of the large simulation")
-    r.add("big_ops", 2 * p * m, "ops", "ops simulated")
+    ops = r.add("big_ops", 2 * p * m, "ops", "ops simulated")
+    r.claim(
+        f"1f1b p={p} m={m}: ops printed = ops in the simulated timeline",
+        ops,
+        sum(len(t["kind"]) for t in sim.timeline),
+    )
     r.add("big_bubble", sim.bubble_fraction, "fraction", "bubble of 1F1B at the large size")
     r.claim(
         f"1f1b p={p} m={m}: bubble = (p-1)/(m+p-1)",
@@ -377,11 +449,39 @@ def _quantities(r: Result) -> None:
         r.add(f"ex_{key}_bubble", sim.bubble_fraction, "fraction", f"{schedule} bubble, p={p} m={m}")
         r.add(f"ex_{key}_peak", sim.peak_inflight[0], "micro-batches", f"{schedule} stage 0 peak in flight")
         r.add(f"ex_{key}_step", sim.step_time, "", f"{schedule} step time")
+    # the same numbers worked by hand (F = 1, B = 2, W = 1 in ZB-H1) at the example the pages state in words
+    # ("p = 4, m = 8"): idle per GPU over the step, and stage 0's peak
+    hp, hm = 4, 8
+    fill = {"gpipe": (hp - 1) * 3.0, "1f1b": (hp - 1) * 3.0, "interleaved": (hp - 1) * 3.0 / 2, "zb-h1": hp - 1.0}
+    peak = {"gpipe": hm, "1f1b": hp, "interleaved": hp + (hp - 1) / 2, "zb-h1": hp}
+    for schedule, idle in fill.items():
+        key = schedule.replace("-", "")
+        bubble, stage0 = r.quantities[f"ex_{key}_bubble"].value, r.quantities[f"ex_{key}_peak"].value
+        r.claim(
+            f"example p={hp} m={hm}, {schedule}: bubble printed = idle / (3m + idle), worked by hand",
+            bubble,
+            idle / (3.0 * hm + idle),
+            rel_tol=1e-9,
+            unit="fraction",
+        )
+        r.claim(f"example p={hp} m={hm}, {schedule}: stage 0's peak printed, worked by hand", stage0, peak[schedule])
     r.add("ex_stages", p, "", "stages in the example")
     r.add("ex_microbatches", m, "", "micro-batches in the example")
     for m in (8, 32, 128):
-        r.add(f"p8_m{m}_bubble", bubble_fraction(8, m), "fraction", f"1F1B bubble, p=8, m={m}")
-        r.add(f"p8_m{m}_v4_bubble", bubble_fraction(8, m, 4), "fraction", f"interleaved v=4 bubble, p=8, m={m}")
+        shown = {
+            "bubble": r.add(f"p8_m{m}_bubble", bubble_fraction(8, m), "fraction", f"1F1B bubble, p=8, m={m}"),
+            "v4_bubble": r.add(
+                f"p8_m{m}_v4_bubble", bubble_fraction(8, m, 4), "fraction", f"interleaved v=4 bubble, p=8, m={m}"
+            ),
+        }
+        for key, schedule, v in (("bubble", "1f1b", 1), ("v4_bubble", "interleaved", 4)):
+            r.claim(
+                f"p8_m{m}_{key}: the page's closed form = the simulated {schedule} timeline at p = 8, v = {v}",
+                shown[key],
+                simulate(8, m, schedule, virtual=v).bubble_fraction,
+                rel_tol=1e-9,
+                unit="fraction",
+            )
 
 
 def _figures(r: Result) -> None:
@@ -450,6 +550,46 @@ def _figures(r: Result) -> None:
     )
 
 
+def _picture_misreads(fig, sim, p: int, m: int, t_f: float, t_b: float) -> int:
+    """The 1F1B drawing read back against the timeline and the hand-worked bubble: every op a box at its start, as
+    long as the op, centred on its GPU's row; no idle box of zero width or over an op; on each row ops and idle
+    boxes tile the step exactly (busy m(t_f + t_b), the rest idle); the title's percentage the rounded
+    (p-1)/(m+p-1); rows one unit apart with as much blank above the first as below the last, each half the blank
+    between two rows; no text too small or faint for a phone."""
+    from distlab.core.drawing import legibility_problems
+
+    ax = fig.axes[0]
+    boxes = [(pt.get_gid() or "").partition(":")[::2] + (pt,) for pt in ax.patches]
+    bad = 0
+    for s in range(p):
+        ops = sorted((pt.get_x(), pt.get_width()) for kind, st, pt in boxes if kind == "op" and st == str(s))
+        want = sorted(
+            zip(sim.timeline[s]["start"], (e - a for a, e in zip(sim.timeline[s]["start"], sim.timeline[s]["end"])))
+        )
+        bad += len(ops) != 2 * m or any(
+            not math.isclose(x, a) or not math.isclose(w, d) for (x, w), (a, d) in zip(ops, want)
+        )
+        idle = [(pt.get_x(), pt.get_width()) for kind, st, pt in boxes if kind == "idle" and st == str(s)]
+        bad += sum(w <= 1e-9 for _, w in idle)  # no empty idle box
+        bad += sum(x < a + d - 1e-9 and a < x + w - 1e-9 for x, w in idle for a, d in ops)  # none over an op
+        bad += not math.isclose(sum(w for _, w in ops), m * (t_f + t_b))
+        bad += not math.isclose(sum(w for _, w in idle) + sum(w for _, w in ops), (m + p - 1) * (t_f + t_b))
+    durations = {F: 1.0, B: 2.0}  # the axis and caption say it: one forward = 1, backward = 2 x forward
+    bad += sum(
+        not math.isclose(e - a, durations[k]) for t in sim.timeline for k, a, e in zip(t["kind"], t["start"], t["end"])
+    )
+    heights = {pt.get_height() for *_, pt in boxes}
+    bad += len(heights) != 1 or not 0 < min(heights) < 1  # one height, rows that do not touch
+    bad += sum(not math.isclose(pt.get_y() + pt.get_height() / 2, int(st)) for _, st, pt in boxes)  # centred on row
+    height = min(heights)
+    low, high = ax.get_ylim()  # y grows downwards: GPU 0 at the top
+    gap = 1 - height
+    bad += not math.isclose(-height / 2 - high, gap / 2) or not math.isclose(low - (p - 1 + height / 2), gap / 2)
+    shown = re.search(r"(\d+)% of the step", ax.get_title(loc="left"))
+    bad += shown is None or int(shown.group(1)) != round(100 * (p - 1) / (m + p - 1))
+    return bad + len(legibility_problems(fig))
+
+
 def _picture(r: Result) -> None:
     """The 1F1B drawing for the chapter's example (p = 4, m = 8), checked against the closed form: each GPU idles
     (p - 1)(t_f + t_b), a bubble of (p - 1)/(m + p - 1), counted from the boxes actually drawn."""
@@ -476,6 +616,12 @@ def _picture(r: Result) -> None:
         (p - 1) / (m + p - 1),
         rel_tol=1e-12,
         unit="fraction",
+    )
+    r.claim(
+        f"1F1B drawing (p={p}, m={m}) read back: boxes off the timeline, empty or misplaced idle, title off the hand "
+        "bubble, uneven margins, illegible text",
+        _picture_misreads(fig, simulate(p, m, "1f1b", forward=t_f, backward=t_b), p, m, t_f, t_b),
+        0,
     )
     r.figure(
         "one_f_one_b",

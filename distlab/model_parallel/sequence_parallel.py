@@ -67,6 +67,20 @@ def _llama_70b(r: Result, m) -> None:
         unit="B",
     )
     r.claim(
+        "Llama 2 70B, t=8, SP, selective: all layers = L x chapter 3's closed form",
+        r.quantities["70b_sp_selective_model"].value,
+        m.layers * exact,
+        rel_tol=1e-12,
+        unit="B",
+    )
+    r.claim(
+        "Llama 2 70B, t=8, no SP, selective: all layers = L x (closed form + (8sbh + 8sb)(t-1)/t)",
+        r.quantities["70b_tp_selective_model"].value,
+        m.layers * (exact + (8 * s * b * h + 8 * s * b) * (t - 1) / t),
+        rel_tol=1e-12,
+        unit="B",
+    )
+    r.claim(
         "... without SP each rank keeps Llama's norm inputs, outputs and fp32 statistics whole: + (8sbh + 8sb)(t-1)/t",
         r.quantities["70b_tp_selective_layer"].value - r.quantities["70b_sp_selective_layer"].value,
         (8 * s * b * h + 8 * s * b) * (t - 1) / t,
@@ -116,6 +130,17 @@ def sequence_parallel(device: str) -> Result:
                         Quantity(m.layers * (without - with_sp), "B"),
                     ]
                 )
+                r.claim(
+                    f"{name}, t={t}, recompute {recompute}: saved over all layers = L x Table 2's difference",
+                    rows[-1][-1].value,
+                    m.layers
+                    * (
+                        korthikanti_table2(s, b, h, a, t, False, recompute)
+                        - korthikanti_table2(s, b, h, a, t, True, recompute)
+                    ),
+                    rel_tol=1e-12,
+                    unit="B",
+                )
         act = s * b * h * 2  # one (s, b, h) bf16 activation
         rs_ag = 4 * (ring_wire_bytes("reduce-scatter", act, 8) + ring_wire_bytes("all-gather", act, 8))
         r.claim(
@@ -143,7 +168,14 @@ def sequence_parallel(device: str) -> Result:
             "B",
             f"70B's shape in Table 2's GPT formula, all {m.layers} layers{' with SP' if sp else ''}",
         )
-    r.add(
+        r.claim(
+            f"70B, t=8, selective{', SP' if sp else ''}: all layers in Table 2's GPT formula = L x Table 2 transcribed",
+            r.quantities[f"70b_{key}_table2_model"].value,
+            m.layers * korthikanti_table2(s, 1, h, a, 8, sp, "selective"),
+            rel_tol=1e-12,
+            unit="B",
+        )
+    wire = r.add(
         "70b_wire_bytes_layer",
         tp_wire_bytes_per_layer(s, 1, h, 8),
         "B",
@@ -154,7 +186,7 @@ def sequence_parallel(device: str) -> Result:
     sent = max(traffic(s * h * 2, 8, "ring").sent)  # one (s, h) bf16 all-reduce, simulated message by message
     r.claim(
         "70B, t=8: bytes per layer = 4 all-reduces of the ring simulator's bytes per rank",
-        tp_wire_bytes_per_layer(s, 1, h, 8),
+        wire,
         4 * sent,
         rel_tol=1e-12,
         unit="B",
