@@ -289,7 +289,17 @@ def worked_plan_7b(device: str) -> Result:
     for name, basis in (("upper", "packed-window"), ("lower", "llama2-meta-turn")):
         h = sft_tokens(sft_mean_example_tokens(basis)) / t.global_batch_tokens * best.step_seconds / 3600
         r.add(f"sft_hours_{name}", h, "h", f"... with every example {basis}")
-    r.add("sft_hours_slow", steps * best.step_seconds * best.time.mfu / lo / 3600, "h", "... at the band's low MFU")
+    best_low = r.quantities["best_mfu_low"].value  # not `lo`: the micro-batch loop above rebinds it
+    slow = steps * best.step_seconds * best.time.mfu / best_low / 3600
+    r.add("sft_hours_slow", slow, "h", "... at the recommended plan's band's low MFU")
+    r.claim(
+        "the job at the band's low end: hours x MFU is the same work (the recommended plan's MFU, its band's low)",
+        r.quantities["sft_hours_slow"].value * r.quantities["best_mfu_low"].value,
+        r.quantities["sft_hours"].value * r.quantities["best_mfu"].value,
+        rel_tol=1e-9,
+        unit="h",
+        formula="time per step ∝ 1 / MFU at fixed FLOPs",
+    )
     r.claim(
         "SFT hours = examples x mean length x epochs / tokens per step x step",
         r.quantities["sft_hours"].value * 3600,
