@@ -407,7 +407,9 @@ def scaling_laws(device: str) -> Result:
             rel_tol=0.05,
             formula="C = 6ND (tokens printed rounded)",
         )
-    _claim_table3_transcription(r)
+    from distlab.scaling_laws_checks import claim_transcriptions
+
+    claim_transcriptions(r)
     r.table(
         "table3",
         ["parameters", "FLOPs", "tokens", "tokens / parameter", "6ND / FLOPs", "our fit's N at C"],
@@ -499,35 +501,6 @@ def rounding_box_range(lw: Law, flops: float) -> tuple[float, float]:
         corner = Law(name="corner", E=lw.E, **kw)
         values.append(optimal(corner, flops)[0])
     return min(values), max(values)
-
-
-SIZE_SUFFIX = {"M": 1e6, "B": 1e9, "T": 1e12}
-
-
-def _claim_table3_transcription(r: Result) -> None:
-    """Typos in Table 3's size and Gopher columns, which 6ND's 5 % cannot see: the paper prints the same column of
-    sizes in Table 3 and in both halves of Table A3 (transcribed separately), each row's key spells its size, and
-    Table 3's 67B row is the Gopher budget of Figure 2's caption (transcribed as its own entry)."""
-    facts = entries("scaling_laws")
-    for row in table3():
-        size = row["name"].removeprefix("optimal-")
-        spelled = float(size[:-1]) * SIZE_SUFFIX[size[-1]]
-        for other in (f"approach2-{size}", f"approach3-{size}"):
-            r.claim(
-                f"Table 3's {size} row: its size = Table A3's ({other})",
-                row["params"],
-                facts[other]["params"],
-                unit="params",
-            )
-        r.claim(f"Table 3's {size} row: the size its name spells", row["params"], spelled, unit="params")
-    gopher = facts["gopher-budget-approach1"]
-    for field in ("params", "flops", "tokens"):
-        r.claim(
-            f"Table 3's 67B row = Gopher's budget row (Figure 2's caption, Table 3's 1-Gopher row): {field}",
-            facts["optimal-67B"][field],
-            gopher[field],
-        )
-    r.claim("Figure 2's Gopher budget = the Approach 1 row's", facts["gopher-budget"]["flops"], gopher["flops"])
 
 
 def _approach3_printed(r: Result, chin: Law) -> None:
@@ -770,8 +743,9 @@ def _sft_lengths(r: Result, n7: int) -> None:
             "cost",
         ],
         rows,
-        caption="Llama 2-Chat's supervised fine-tune of the 7B model, 27,540 examples x 2 epochs, packed into "
-        "4096-token windows; A100 GPU-hours at the MFU Llama 2 7B's pretraining implies, at the median list price",
+        caption=f"Llama 2-Chat's supervised fine-tune of the 7B model, {sft['annotations']:,} examples x "
+        f"{sft['epochs']} epochs, packed into {sft['seq']}-token windows; A100 GPU-hours at the MFU Llama 2 7B's "
+        "pretraining implies, at the median list price",
     )
     data = entries("sft_data")
     meta = data["llama2-pref-meta"]

@@ -28,6 +28,7 @@ LAYER = {
     "interconnect": 3,
     "throughput": 3,
     "scaling_laws": 3,
+    "scaling_laws_checks": 3,
     "planner": 4,
     "calculator": 5,
     "practice": 5,

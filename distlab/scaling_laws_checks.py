@@ -1,0 +1,94 @@
+"""Typos in chapter 11's transcribed data that its formula claims cannot see (issue 26's guard audit): each printed
+figure against a second transcription of it, the same source's other table, or a second source (Llama 2's model
+card beside its paper), and budgets against the compute the paper says two runs share."""
+
+from __future__ import annotations
+
+from distlab.core.facts import entries
+from distlab.core.results import Result
+
+SIZE_SUFFIX = {"M": 1e6, "B": 1e9, "T": 1e12}
+
+
+def _table3(r: Result) -> None:
+    """Typos in Table 3's size and Gopher columns, which 6ND's 5 % cannot see: the paper prints the same column of
+    sizes in Table 3 and in both halves of Table A3 (transcribed separately), each row's key spells its size, and
+    Table 3's 67B row is the Gopher budget of Figure 2's caption (transcribed as its own entry)."""
+    facts = entries("scaling_laws")
+    for row in (v | {"name": k} for k, v in facts.items() if k.startswith("optimal-")):
+        size = row["name"].removeprefix("optimal-")
+        spelled = float(size[:-1]) * SIZE_SUFFIX[size[-1]]
+        for other in (f"approach2-{size}", f"approach3-{size}"):
+            r.claim(
+                f"Table 3's {size} row: its size = Table A3's ({other})",
+                row["params"],
+                facts[other]["params"],
+                unit="params",
+            )
+        r.claim(f"Table 3's {size} row: the size its name spells", row["params"], spelled, unit="params")
+    gopher = facts["gopher-budget-approach1"]
+    for field in ("params", "flops", "tokens"):
+        r.claim(
+            f"Table 3's 67B row = Gopher's budget row (Figure 2's caption, Table 3's 1-Gopher row): {field}",
+            facts["optimal-67B"][field],
+            gopher[field],
+        )
+    r.claim("Figure 2's Gopher budget = the Approach 1 row's", facts["gopher-budget"]["flops"], gopher["flops"])
+
+
+def _llama2(r: Result) -> None:
+    """Llama 2's pretraining rows against Meta's model card (a second printing of Table 1 and Table 2), and the
+    fine-tune's recipe against its second transcription in sft_data.toml (Section 3.1, Fine-Tuning Details)."""
+    facts, sft_data = entries("scaling_laws"), entries("sft_data")
+    for size in ("7B", "13B", "70B"):
+        paper, card = facts[f"Llama2-{size}"], facts[f"Llama2-{size}-model-card"]
+        for field in ("tokens_trillion", "gpu_hours"):
+            r.claim(
+                f"Llama 2 {size}: {field} as the paper prints it = as the model card does", paper[field], card[field]
+            )
+    r.claim(
+        "Llama 2 70B: the global batch as Table 1's caption prints it = as the model card does (4M tokens)",
+        facts["Llama2-70B"]["batch_tokens_million"],
+        facts["Llama2-7B-model-card"]["batch_tokens_million"],
+    )
+    recipe, packing = facts["Llama2-SFT"], sft_data["llama2-sft-packing"]
+    for ours, theirs in (
+        ("annotations", "examples"),
+        ("batch_sequences", "batch_sequences"),
+        ("seq", "seq"),
+        ("epochs", "epochs"),
+    ):
+        r.claim(
+            f"Llama 2-Chat's SFT recipe, {ours}: scaling_laws.toml = sft_data.toml (Section 3.1)",
+            recipe[ours],
+            packing[theirs],
+        )
+
+
+def _gopher(r: Result) -> None:
+    """Gopher's row: its size is the paper's 'Gopher-like' 280B of Section 3.4, and 6ND of both Gopher and Chinchilla
+    is the Gopher budget Figure 2's caption prints ('the same compute budget'), within the 6ND count's own gap to the
+    paper's (Appendix F counts 6.3e23 for Gopher; 15 % holds both)."""
+    facts = entries("scaling_laws")
+    gopher, chin = facts["Gopher-280B"], facts["Chinchilla-70B"]
+    r.claim(
+        "Gopher's parameters = Section 3.4's '280 billion Gopher-like model'",
+        gopher["params"],
+        facts["section34-text-280B"]["params"],
+    )
+    budget = facts["gopher-budget"]["flops"]
+    for name, row in (("Gopher", gopher), ("Chinchilla", chin)):
+        r.claim(
+            f"{name}: 6 N D = the Gopher budget of Figure 2's caption, within 15 %",
+            6 * row["params"] * row["tokens"],
+            budget,
+            rel_tol=0.15,
+            unit="FLOP",
+            formula="'Chinchilla uses the same compute budget as Gopher' (abstract); 6 x 280e9 x 300e9 = 5.04e23",
+        )
+
+
+def claim_transcriptions(r: Result) -> None:
+    _table3(r)
+    _llama2(r)
+    _gopher(r)
