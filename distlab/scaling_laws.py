@@ -475,6 +475,14 @@ def scaling_laws(device: str) -> Result:
         add_count(r, f"chin_{key}_params", n, "parameters", f"{key}: N_opt at Chinchilla's compute")
         add_count(r, f"chin_{key}_tokens", d, "tokens", f"{key}: D_opt at Chinchilla's compute")
         r.add(f"chin_{key}_ratio", d / n, "", f"{key}: tokens per parameter at Chinchilla's compute")
+    r.claim(
+        "the page's 'back in line with Approach 1': the refit's tokens per parameter at Chinchilla's compute within "
+        "20 % of Chinchilla's own (1.4T / 70B)",
+        r.quantities["chin_refit_ratio"].value,
+        value("scaling_laws.Chinchilla-70B.tokens") / value("scaling_laws.Chinchilla-70B.params"),
+        rel_tol=0.2,
+        formula="D_opt / N_opt = (C/6) / G^2 (C/6)^(2a) with the refit's E, A, B, alpha, beta",
+    )
     _optima_table(r, chin, refit)
     _approach3_printed(r, chin)
     _budgets(r, preset("7B").params())
