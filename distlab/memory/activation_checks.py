@@ -206,3 +206,43 @@ def activations_7b(r: Result) -> None:
         abs_tol=1e-12,
     )
     r.claim("fp32 logits = 4 B x 4096 x 32,000", get("logits_b1"), 4 * s * V, unit="B")
+
+
+def _quoted_int(data: str, key: str, pattern: str) -> int:
+    """A number from a data file's source sentence (text, so a typo in the typed field cannot move it)."""
+    from distlab.core.facts import source
+
+    return int(re.search(pattern, source(data, key).detail).group(1))
+
+
+def chunked_ce(r: Result) -> None:
+    """chunked-ce's page numbers against the relations its own table prints (peak per logit x N x V = the peak, with
+    N and V from the caption) and Llama 3 8B's sequence and vocabulary from the release README and config.json."""
+    q = {k: v.value for k, v in r.quantities.items()}
+    get = lambda k: q.get(k, math.nan)  # a missing key fails its claim, it does not raise
+    table = r.tables["memory"]
+    n = int(re.search(r"(\d+) tokens", table.caption).group(1))
+    v = int(re.search(r"vocabulary (\d+)", table.caption).group(1))
+    naive, chunked = ([_v(c) for c in row[1:]] for row in table.rows)  # saved, peak, peak per logit
+    pairs = [(naive[2] * n * v, naive[1]), (chunked[2] * n * v, chunked[1])]
+    pairs += [(get("naive_peak"), naive[1]), (get("chunked_peak"), chunked[1])]
+    pairs += [(get("naive_bytes_per_logit") * n * v, naive[1]), (get("peak_ratio") * chunked[1], naive[1])]
+    r.claim(
+        "peak per logit x N x V = the peak (N, V as the caption prints), ratio x chunked = naive",
+        _gap(pairs),
+        0.0,
+        abs_tol=1e-12,
+    )
+    s = _quoted_int("llama3_models", "llama3-repo", r"sequence length up to ([0-9]+) tokens")
+    vocab = _quoted_int("llama3_models", "llama3-config", r"vocab_size ([0-9]+)")
+    r.claim(
+        "Llama 3 8B (README's 8192, config's 128256): naive = bytes per logit x s x V; chunk = c x V x 4 B",
+        _gap(
+            [
+                (get("llama3_naive_peak"), naive[1] / (n * v) * s * vocab),
+                (get("llama3_chunk_logits"), get("chunk") * vocab * 4),
+            ]
+        ),
+        0.0,
+        abs_tol=1e-12,
+    )
