@@ -246,3 +246,245 @@ def chunked_ce(r: Result) -> None:
         0.0,
         abs_tol=1e-12,
     )
+    loss_rows(r)
+
+
+# ---------------------------------------------------------------- one block, counted (activation-memory)
+def block_hand(s: int, b: int, h: int, a: int, k: int) -> dict[str, int]:
+    """One GPT block's saves worked by hand: the paper's sbh(34 + 5as/h) (Korthikanti et al. 2022, Section 4.1),
+    plus what it leaves out: the causal mask, s² booleans, and two LayerNorms' mean and 1/std, 4sb statistics of
+    k bytes. Without dropout the masks (attention's as²b, two residual sbh) and the dropped-out probabilities
+    (2as²b, then the softmax output itself) go: 2sbh + 3as²b less. Selective recompute keeps 34sbh + 4sbk; the
+    part of a layer saved before its attention core returns (ln1, the qkv input, Q, K, V, the mask, softmax,
+    dropped-out probabilities, their mask) is 10sbh + 2sbk + s² + 5as²b."""
+    paper = 34 * s * b * h + 5 * a * s * s * b
+    extra = s * s + 4 * s * b * k
+    return {
+        "paper": paper,
+        "counted": paper + extra,
+        "no_dropout": paper + extra - 2 * s * b * h - 3 * a * s * s * b,
+        "selective": 34 * s * b * h + 4 * s * b * k,
+        "input": 2 * s * b * h,
+        "before_core": 10 * s * b * h + 2 * s * b * k + s * s + 5 * a * s * s * b,
+    }
+
+
+def activation_memory(r: Result) -> None:
+    """activation-memory's sweep, term table and quantities against block_hand; gap_7b at Llama 2 7B's shape."""
+    from distlab.models.published import llama2_context
+
+    q = {k: v.value for k, v in r.quantities.items()}
+    get = lambda k: q.get(k, math.nan)  # a missing key fails its claim, it does not raise
+    k = get("norm_stat_bytes")
+    pairs, worst = [], 0.0
+    for row in r.tables["sweep"].rows:
+        s, b, h, a = row[:4]  # the shape each row prints, an input
+        want = block_hand(s, b, h, a, k)
+        rel = (want["counted"] - want["paper"]) / want["paper"]
+        worst = max(worst, rel)
+        cells = [_v(c) for c in row[4:]]
+        expected = [want["counted"], want["counted"], want["paper"], rel, want["no_dropout"], want["no_dropout"]]
+        pairs += list(zip(cells, expected, strict=True))
+    pairs.append((get("worst_relative_gap"), worst))
+    r.claim(
+        "sweep, every cell by hand: sbh(34 + 5as/h) + s² + 4sbk; without dropout 2sbh + 3as²b less",
+        _gap(pairs),
+        0.0,
+        abs_tol=1e-12,
+    )
+    s, b, h, a = (int(get(n)) for n in ("s", "b", "h", "a"))
+    want = block_hand(s, b, h, a, k)
+    rows = r.tables["terms"].rows
+    pairs = [
+        (sum(_v(row[3]) for row in rows), want["paper"]),
+        (sum(_v(row[4]) for row in rows), want["counted"]),
+        (sum(_v(row[5]) for row in rows), want["counted"]),
+        (get("main_bytes"), want["counted"]),
+        (get("main_published"), want["paper"]),
+        (get("main_mask_bytes"), s * s),
+        (get("main_stat_bytes"), 4 * s * b * k),
+        (get("main_param_bytes"), 2 * (12 * h * h + 4 * h)),  # bf16 weights 12h², LayerNorm weights and biases 4h
+    ]
+    r.claim(
+        "terms table's columns sum to the paper's and the block by hand; mask s², statistics 4sbk, params 2(12h² + 4h)",
+        _gap(pairs),
+        0.0,
+        abs_tol=1e-12,
+    )
+    s7, h7, a7 = llama2_context(), LLAMA2_7B["hidden"], LLAMA2_7B["heads"]
+    r.claim(
+        "gap at Llama 2 7B's shape, b = 1: (s² + 4sk) / (34sh + 5as²)",
+        get("gap_7b"),
+        (s7 * s7 + 4 * s7 * k) / (34 * s7 * h7 + 5 * a7 * s7 * s7),
+        rel_tol=1e-12,
+    )
+
+
+def per_token_figure(r: Result, ax, h: int, a: int, b: int, k: int) -> None:
+    """The per-token figure's lines read back: published 34 + 5as/h, formula and counted points that plus
+    (s² + 4sbk)/(sbh), and the horizontal 34 (h, a, b as its caption prints)."""
+    pairs = []
+    for line in ax.get_lines():
+        label, xs, ys = line.get_label(), line.get_xdata(), line.get_ydata()
+        for s, y in zip(xs, ys, strict=True):
+            paper = 34 + 5 * a * s / h
+            if label.startswith("34"):
+                want = 34.0
+            elif label.startswith("published"):
+                want = paper
+            else:
+                want = paper + (s * s + 4 * s * b * k) / (s * b * h)
+            pairs.append((float(y), want))
+    r.claim("per-token figure: every drawn point by hand (largest gap)", _gap(pairs), 0.0, abs_tol=1e-12)
+
+
+# ---------------------------------------------------------------- checkpointing
+def _stack(r: Result) -> tuple:
+    """(L, s, b, h, a, block_hand) of the checkpointing stack, as the variants table's caption prints them."""
+    caption = r.tables["variants"].caption
+    shape = re.search(r"(\d+) bf16 blocks, s = (\d+), b = (\d+), h = (\d+), a = (\d+)", caption)
+    L, s, b, h, a = (int(x) for x in shape.groups())  # inputs the caption prints
+    k = 2 if "(cpu)" in caption else 4  # LayerNorm statistics: bf16 on CPU, fp32 on CUDA
+    return L, s, b, h, a, block_hand(s, b, h, a, k)
+
+
+def first_n_peak(L: int, n: int, layer: int, inp: int) -> int:
+    """The first n of L layers checkpointed one by one: after the forward n inputs and L - n layers' saves; while
+    layer j (1-based) is recomputed, the j - 1 inputs below it and its own layer's saves."""
+    return max([n * inp + (L - n) * layer] + [(j - 1) * inp + layer for j in range(1, n + 1)])
+
+
+def tradeoff_figure(r: Result, fig) -> None:
+    """The memory-against-recompute figure read back: left, the first-n points at (n/L, peak in MB) and each segment
+    point at (1, peak) with its "k=" label; right, the chain's L/k - 1 + k, the stack's peak over one input, and
+    the line at k = sqrt(chain length)."""
+    L, _, _, _, _, want = _stack(r)
+    layer, inp = want["counted"], want["input"]
+    seg_peak = lambda k: (L // k - 1) * inp + k * layer
+    n_chain = int(r.quantities["chain_layers"].value)
+    ax1, ax2 = fig.axes[:2]
+    pairs, wrong = [], 0
+    for line in ax1.get_lines():
+        xs, ys = line.get_xdata(), line.get_ydata()
+        if line.get_label().startswith("checkpoint the first"):
+            pairs += [(y, first_n_peak(L, round(x * L), layer, inp) / 1e6) for x, y in zip(xs, ys, strict=True)]
+        elif len(xs):  # a segment's point: recompute one forward, its peak one of the hand-worked ones
+            wrong += not any(abs(ys[0] - seg_peak(k) / 1e6) < 1e-9 for k in range(1, L + 1) if L % k == 0)
+            pairs.append((xs[0], 1.0))
+    for t in ax1.texts:
+        k = int(t.get_text().removeprefix("k="))
+        pairs += [(t.xy[0], 1.0), (t.xy[1], seg_peak(k) / 1e6)]
+    for line in ax2.get_lines():
+        xs, ys, label = line.get_xdata(), line.get_ydata(), line.get_label()
+        if label.startswith("chain"):
+            pairs += [(y, n_chain / x - 1 + x) for x, y in zip(xs, ys, strict=True)]
+        elif "transformer" in label:
+            pairs += [(y, seg_peak(int(x)) / inp) for x, y in zip(xs, ys, strict=True)]
+        else:  # the vertical line at the chain's optimum, sqrt(64) = 8
+            pairs += [(x, math.sqrt(n_chain)) for x in xs]
+    r.claim(
+        "tradeoff figure: every drawn point and label by hand (largest gap)", _gap(pairs) + wrong, 0.0, abs_tol=1e-9
+    )
+
+
+def checkpointing(r: Result) -> None:
+    """checkpointing's tables and quantities against block_hand at the stack's shape, the stack's peaks worked by hand
+    ((L/k − 1) inputs + k layers while a segment is recomputed) and the chain's (L/k − 1 + k inputs)."""
+    q = {k: v.value for k, v in r.quantities.items()}
+    get = lambda k: q.get(k, math.nan)  # a missing key fails its claim, it does not raise
+    variants = r.tables["variants"]
+    L, s, b, h, a, want = _stack(r)
+    layer, inp, sel = want["counted"], want["input"], want["selective"]
+    share = 4 * s / (24 * h + 4 * s)  # the attention core's 4bs²h of a layer's 24bsh² + 4bs²h matmul FLOPs
+    expected = {  # variant -> (saved after forward, peak, extra FLOPs / forward)
+        "none": (L * layer, L * layer, 0.0),
+        "full": (L * inp, (L - 1) * inp + layer, 1.0),
+        "full (torch.utils.checkpoint)": (L * inp, None, 1.0),
+        "selective": (L * sel, max(L * sel, (L - 1) * sel + want["before_core"]), share),
+    }
+    pairs = []
+    for row in variants.rows:
+        held, peak, extra = expected[row[0]]
+        pairs += [(_v(row[1]), held), (_v(row[5]), extra), (_v(row[6]), extra / 3)]
+        if peak is not None:
+            pairs.append((_v(row[2]), peak))
+    pairs += [
+        (get("layers"), L),
+        (get("layer_bytes"), layer),
+        (get("input_bytes"), inp),
+        (get("selective_bytes"), sel),
+        (get("none_held"), L * layer),
+        (get("full_held"), L * inp),
+        (get("full_peak"), (L - 1) * inp + layer),
+        (get("selective_held"), L * sel),
+        (get("layer_over_input"), layer / inp),
+        (get("core_flop_share"), share),
+        (get("selective_extra_step"), share / 3),
+    ]
+    r.claim(
+        "variants and sizes by hand: layer 34sbh + 5as²b + s² + 4sbk, input 2sbh, selective 34sbh + 4sbk, "
+        "extra FLOPs 0, 1, 4s/(24h + 4s)",
+        _gap(pairs),
+        0.0,
+        abs_tol=1e-12,
+    )
+    pairs, peaks = [], {}
+    for row in r.tables["segments"].rows:
+        seg = int(row[0])
+        peaks[seg] = (L // seg - 1) * inp + seg * layer
+        pairs += [(_v(row[1]), L // seg * inp), (_v(row[2]), peaks[seg]), (_v(row[3]), peaks[seg]), (_v(row[4]), L)]
+    n = int(get("chain_layers"))  # the chain's length, an input the page states
+    chain = {seg: n // seg - 1 + seg for seg in range(1, n + 1) if n % seg == 0}  # in layer inputs
+    best = min(chain, key=chain.get)
+    pairs += [
+        (get("stack_best_segment"), min(peaks, key=peaks.get)),
+        (get("chain_best_segment"), best),
+        (get("chain_best_peak_units"), chain[best]),
+        (get("chain_none_peak_units"), n),
+    ]
+    r.claim(
+        "segments: held L/k inputs, peak (L/k - 1) inputs + k layers; chain: L/k - 1 + k, best k = 8 holding 15",
+        _gap(pairs),
+        0.0,
+        abs_tol=1e-12,
+    )
+
+
+# ---------------------------------------------------------------- the loss table's bytes per logit (memory_buffers)
+LOSS_QUOTES = {  # row -> (source key, patterns of the totals its detail prints: forward, backward)
+    "loss-eager": ("cross-entropy-ops", r"saves its fp32 output \((\d+) B\)", r"of the logits \(\d+ B\): (\d+) B"),
+    "loss-hf": ("cross-entropy-ops", r"(\d+) B after forward, \d+ B at", r"after forward, (\d+) B at the loss"),
+    "loss-fused": ("cross-entropy-ops", r"saves the fp32 softmax \((\d+) B\)", None),
+    "loss-chunked": (
+        "torchtune-chunked-ce",
+        r"bf16 chunk, not an fp32 log-softmax\): (\d+) B",
+        r": ([\d.]+) B per logit at",
+    ),
+}
+
+
+def loss_rows(r: Result) -> None:
+    """The loss table's typed bytes per logit (memory_buffers.toml) against the tensors alive worked by hand (bf16 2 B,
+    fp32 4 B) and against the totals each source's sentence prints, apart from the typed fields."""
+    from distlab.core.facts import source
+
+    bf16, fp32 = 2, 4
+    chunks = _quoted_int("memory_buffers", "torchtune-chunked-ce", r"num_output_chunks = (\d+)")
+    hand = {  # (after forward, at the loss's backward)
+        "loss-eager": (fp32, fp32 + fp32 + fp32),  # log-softmax output; + its gradient and the logits' (fp32)
+        "loss-hf": (bf16 + fp32 + fp32, bf16 + fp32 + 3 * fp32),  # bf16 logits and their upcast kept as well
+        "loss-fused": (fp32, fp32 + bf16),  # the softmax, the gradient written in place, then cast to bf16
+        "loss-chunked": (bf16, bf16 + bf16 / chunks),  # each chunk's bf16 logits; the chunk in flight holds both
+    }
+    wrong = int(value("memory_buffers.loss-chunked.chunks") != chunks)
+    for row, (fwd, bwd) in hand.items():
+        typed = (
+            value(f"memory_buffers.{row}.forward_bytes_per_logit"),
+            value(f"memory_buffers.{row}.backward_bytes_per_logit"),
+        )
+        wrong += typed != (fwd, bwd)
+        key, *patterns = LOSS_QUOTES[row]
+        detail = source("memory_buffers", key).detail
+        for got, pattern in zip(typed, patterns, strict=True):
+            wrong += pattern is not None and float(re.search(pattern, detail).group(1)) != got
+    r.claim("loss table: bytes per logit = tensors by hand (bf16 2, fp32 4) = their sources' totals", wrong, 0)
