@@ -71,7 +71,7 @@ def packing(r: Result) -> None:
     get = lambda k: q.get(k, math.nan)  # a missing key fails its claim, it does not raise
     table = r.tables["waste"]
     sigma = float(re.search(r"σ = ([\d.]+)", table.caption).group(1))  # a modelling choice the caption prints
-    seq = _quoted("sft_data", "llama2-sft-packing", r"sequence length (\d+)")
+    seq = _quoted("sft_data", "llama2-sft-packing", r"sequence length (?:of )?(\d+)")  # "... of 4096 tokens" too
     r.claim("window = Llama 2's SFT sequence length as Section 3.1 prints it", get("window"), seq)
     # LIMA's rows against Section 2's totals: exactly 1,000 sequences, roughly 750,000 tokens
     rows = [
