@@ -17,6 +17,7 @@ from torch import nn
 
 from distlab.core.experiments import experiment
 from distlab.core.results import Quantity, Result
+from distlab.memory import activation_checks
 from distlab.memory.activations import (
     block_bytes,
     block_param_bytes,
@@ -273,6 +274,7 @@ def activation_memory(device: str) -> Result:
         )
     _per_token_figure(r, device, k)
     _block_picture(r, main["by_module"], grouped)
+    activation_checks.activation_memory(r)  # every number shown, against the block worked by hand
     return r
 
 
@@ -335,6 +337,7 @@ def _per_token_figure(r: Result, device: str, k: int) -> None:
     ax.set_xlabel("sequence length s")
     ax.set_ylabel("bytes per (token × h)")
     ax.legend(fontsize=8)
+    activation_checks.per_token_figure(r, ax, h, a, b, k)
     r.figure(
         "per_token",
         fig,
@@ -453,6 +456,7 @@ def checkpointing(device: str) -> Result:
         "selective: extra FLOPs per training step",
     )
     _segments(r, layers, x, layer_b, input_b, flops)
+    activation_checks.checkpointing(r)  # every number shown, against the stack worked by hand
     return r
 
 
@@ -545,6 +549,7 @@ def _segments(r: Result, layers: list, x: torch.Tensor, layer_b: int, input_b: i
     ax2.set_ylabel("peak saved, in layer inputs")
     ax2.set_title("one extra forward for every k: only the peak changes", fontsize=9)
     ax2.legend(fontsize=7)
+    activation_checks.tradeoff_figure(r, fig)
     r.figure(
         "tradeoff",
         fig,

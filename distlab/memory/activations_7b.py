@@ -8,6 +8,7 @@ from __future__ import annotations
 from distlab.core.experiments import experiment
 from distlab.core.facts import fact
 from distlab.core.results import Quantity, Result
+from distlab.memory import activation_checks
 from distlab.memory.activations import (
     FORMULAS,
     SITE_EXTENSIONS,
@@ -203,6 +204,7 @@ def activations_7b(device: str) -> Result:
         "fraction",
         "share of GPT-3's activations that selective recompute removes",
     )
+    activation_checks.activations_7b(r)  # every number shown, against references worked by hand
     return r
 
 

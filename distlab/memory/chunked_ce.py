@@ -21,6 +21,7 @@ from torch.utils._pytree import tree_flatten
 from distlab.core.experiments import experiment
 from distlab.core.facts import value
 from distlab.core.results import Quantity, Result
+from distlab.memory import activation_checks
 from distlab.runtime.saved_tensors import SavedTensors
 from distlab.runtime.threads import single_threaded
 
@@ -201,4 +202,5 @@ def chunked_ce(device: str) -> Result:
     s, v = value("llama3_models.Llama-3-8B.seq"), value("llama3_models.Llama-3-8B.vocab")
     r.add("llama3_naive_peak", naive["peak"] / nv * s * v, "B", "naive peak scaled to Llama 3 8B, one sequence")
     r.add("llama3_chunk_logits", CHUNK * v * 4, "B", f"one {CHUNK}-token fp32 chunk of logits at Llama 3's vocabulary")
+    activation_checks.chunked_ce(r)  # the numbers shown, against the table's relations and second sources
     return r
