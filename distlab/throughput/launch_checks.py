@@ -158,6 +158,59 @@ def gpu_claim(r: Result) -> None:
         )
 
 
+def gpu_table_claim(r: Result) -> None:
+    """The GPU table's cells and caption read back: per row c, K c, T*, the elementwise bytes and the matmul n by hand
+    (T* and n as printed, to the unit; the Quantities to 1e-9), and the caption's peak, bandwidth and MFU."""
+    q = r.quantities
+    k, mfu, dispatch = q["gpt2_ops"].value, q["mfu"].value, q["dispatch_s"].value
+    low, high = hta_range_s()
+    kernels, _, graph_us = rk4_quote()
+    table = r.tables["gpu"]
+    rel, printed = [], []
+    for row, c in zip(table.rows, (dispatch + low, dispatch + high, graph_us * 1e-6 / kernels), strict=True):
+        rel += [(row[1].value, c), (row[2].value, k * c), (row[4].value, c * H100_HBM)]
+        printed += [
+            (float(row[3].replace(",", "")), _tokens(k, c, mfu), 1e-3),  # 989 against the datasheet's 1,979 / 2
+            (float(row[5].replace(",", "")), (c * H100_BF16_DENSE / 2) ** (1 / 3), 2e-4),
+        ]
+    r.claim(
+        "GPU table: c, K c and the elementwise bytes by hand (largest relative gap)",
+        max(abs(a - b) / b for a, b in rel),
+        0.0,
+        abs_tol=1e-9,
+    )
+    r.claim(
+        "GPU table: T* and the matmul n as printed, by hand (largest excess over the rounding and 989 vs 989.5)",
+        max(abs(a - b) - 0.5 - tol * b for a, b, tol in printed),
+        0.0,
+        relation="<=",
+    )
+    found = re.search(r"\(([\d.]+) TFLOP/s bf16 dense, HBM ([\d.]+) TB/s\) at ([\d.]+) % MFU", table.caption)
+    assert found is not None, table.caption
+    refs = ((H100_BF16_DENSE / 1e12, 0.5), (H100_HBM / 1e12, 0.005), (100 * mfu, 0.5))  # 989.5 prints as 989
+    r.claim(
+        "GPU table's caption: peak, HBM and MFU = the datasheet's and the assumed MFU, as printed (largest excess)",
+        max(abs(float(a) - b) - tol for a, (b, tol) in zip(found.groups(), refs, strict=True)),
+        0.0,
+        relation="<=",
+        abs_tol=1e-9,
+    )
+    r.claim(
+        "GPU table's header: K = GPT-2 small's operators",
+        float(re.search(r"K c for ([\d,]+) operators", table.columns[2]).group(1).replace(",", "")),
+        k,
+    )
+
+
+def host_step_claim(r: Result) -> None:
+    """A broken timer, not a busy machine: a small GPT's CPU step (2 blocks of width 64, batch 4 x 64 tokens) takes
+    milliseconds; the fastest of 11 steps x 5 runs is under 1 s on any machine that builds this site."""
+    for key in ("step_s", "step_sync_s"):
+        r.claim(
+            f"{key}: the fastest small-GPT step is under 1 s", r.quantities[key].value, 1.0, relation="<=", unit="s"
+        )
+
+
 def sync_claim(r: Result) -> None:
     """The host-sync scenario by hand: c = this run's dispatch + HTA's 5 µs, g = 2c (GPU-bound kernels), H = 2 ms.
     Without a sync the step is max(H + K c, K g) = 2 K c when K c > H; with one, H + max(K c, K g) + min(c, g) =
