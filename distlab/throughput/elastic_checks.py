@@ -11,8 +11,8 @@ for U exponential of rate r. So, in full-job hours per hour,
 
 and a restart begins each runnable stretch. Paid node-hours per hour are N p; on-demand's cost per unit of work is
 N / τ/(τ+C). Each function compares the elastic-spot experiment's Result with these, as claims; the simulated
-numbers within 10 % (a 4000-hour history holds 2,000 to 6,000 stretches whose committed work varies by about its
-mean: some 3 % sampling error, 1.4 % and 0.6 % seen) and restart counts within 5 √n of their Poisson mean.
+numbers within about 4 standard deviations of their sampling error (measured over 20 other seeds: static goodput
+1.4 %, elastic 0.66 %; so 6 % and 3 %) and restart counts within 5 √n of their Poisson mean.
 """
 
 from __future__ import annotations
@@ -56,6 +56,9 @@ def daly_s(c: float, m: float) -> float:
     return (2 * c * m) ** 0.5 * (1 + (c / (2 * m)) ** 0.5 / 3 + (c / (2 * m)) / 9) - c
 
 
+TOLERANCE = {"static": 0.06, "elastic": 0.03}  # ~4 σ of the 4000-hour simulation's spread across seeds
+
+
 def claims(r: Result, min_nodes: int) -> None:
     q = {k: v.value for k, v in r.quantities.items()}
     horizon = q["horizon_hours"]
@@ -69,7 +72,7 @@ def claims(r: Result, min_nodes: int) -> None:
             f"{key} goodput = renewal-reward in closed form (simulated, 4000 h)",
             q[f"{key}_goodput"],
             e[f"{key}_goodput"],
-            rel_tol=0.1,
+            rel_tol=TOLERANCE[key],
             unit="fraction",
             formula="Σ π_k r_k (k/N) τ e^(−r_k R)/(e^(r_k(τ+C)) − 1)",
         )
@@ -83,5 +86,5 @@ def claims(r: Result, min_nodes: int) -> None:
             f"{key} cost per unit work = price x N p / goodput, over on-demand's N / (τ/(τ+C))",
             q[f"{key}_cost"],
             e[f"{key}_cost"],
-            rel_tol=0.1,
+            rel_tol=TOLERANCE[key],
         )
