@@ -80,3 +80,29 @@ def claims(r: Result, min_nodes: int) -> None:
         counts.append(abs(q[f"{key}_restarts"] - n) - 5 * math.sqrt(n))
     r.claim("goodput and cost = renewal-reward (largest excess)", max(sampled), 0.0, relation="<=")
     r.claim("restarts = runnable stretches begun (largest excess)", max(counts), 0.0, relation="<=")
+    policies_table_claim(r)
+
+
+def policies_table_claim(r: Result) -> None:
+    """The policies table read back: on-demand's row against τ/(τ + C) (1 %), cost 1, no restart, all nodes up; the
+    spot rows as printed from the numbers claimed above (goodput to 0.1 %, cost to 0.01, restarts exact)."""
+    q = {k: v.value for k, v in r.quantities.items()}
+    rows = {row[0]: row for row in r.tables["policies"].rows}
+    ondemand = rows["on-demand (no preemptions)"]
+    pct = lambda cell: float(cell.rstrip(" %"))
+    share = q["interval_s"] / (q["interval_s"] + q["save_s"])
+    excess = [
+        abs(pct(ondemand[1]) / (100 * share) - 1) - 0.01,
+        abs(float(ondemand[2]) - 1.0),
+        abs(ondemand[3]),
+        abs(pct(ondemand[4]) - 100.0),
+    ]
+    for label, key in (("spot, static", "static"), ("spot, elastic (min N/2)", "elastic")):
+        row = rows[label]
+        excess += [
+            abs(pct(row[1]) - round(100 * q[f"{key}_goodput"], 1)),
+            abs(float(row[2]) - round(q[f"{key}_cost"], 2)),
+            abs(row[3] - q[f"{key}_restarts"]),
+        ]
+    excess.append(abs(pct(rows["spot, static"][4]) - round(100 * q["sim_all_up"], 1)))
+    r.claim("policies table: rows as claimed (largest excess)", max(excess), 0.0, relation="<=", abs_tol=1e-9)
