@@ -33,6 +33,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from distlab.core.experiments import experiment
 from distlab.core.results import Result
+from distlab.throughput import dataloader_checks
 
 SAMPLE_S = 0.024  # slow transform per sample
 BATCH = 2  # samples per batch: L = 48 ms, in two wake-ups
@@ -224,7 +225,7 @@ def dataloader_starvation(device: str) -> Result:
         kind="timing",
     )
     _prefetch_sweep(r, device)
-    _figure(r, waits)
+    dataloader_checks.claims(r, _figure(r, waits))
     return r
 
 
@@ -262,7 +263,7 @@ def _prefetch_sweep(r: Result, device: str) -> None:
     )
 
 
-def _figure(r: Result, waits: list[float]) -> None:
+def _figure(r: Result, waits: list[float]):
     import matplotlib
 
     matplotlib.use("Agg")
@@ -278,3 +279,4 @@ def _figure(r: Result, waits: list[float]) -> None:
     ax.set_xticks(ws)
     ax.legend(fontsize=8)
     r.figure("wait_vs_workers", fig, "Share of each training step spent waiting for the DataLoader vs worker count")
+    return ax

@@ -23,6 +23,7 @@ import numpy as np
 
 from distlab.core.experiments import experiment
 from distlab.core.results import Result
+from distlab.throughput import elastic_checks
 from distlab.throughput.young_daly import daly_seconds
 
 HOUR = 3600.0
@@ -182,4 +183,5 @@ def elastic_spot(device: str) -> Result:
         rel_tol=0.01,
         formula="no failures: only checkpoint time is lost",
     )
+    elastic_checks.claims(r, min_nodes=NODES // 2)
     return r

@@ -20,6 +20,7 @@ import numpy as np
 
 from distlab.core.experiments import experiment
 from distlab.core.results import Result
+from distlab.throughput import stragglers_checks
 
 # A scenario, not a fact: a 1 s step with 2 % per-rank jitter, rare 0.5 s hiccups at 1 in 2000 steps,
 # and one node of 8 GPUs running 10 % slow.
@@ -89,6 +90,7 @@ def stragglers(device: str) -> Result:
     r = Result("stragglers")
     rng = np.random.default_rng(1925)  # Tippett's year: the first tables of E[Z_(N)]
     steps = 400
+    hiccup_steps = 4 * steps  # a hiccup is rare: four times the steps for its mean
     r.add("mean_s", MEAN_S, "s", "scenario: mean step time of one rank")
     r.add("jitter", JITTER, "fraction", "scenario: per-rank step-time standard deviation / mean")
     r.add("hiccup_p", HICCUP_P, "", "scenario: chance a rank hiccups in a step")
@@ -98,7 +100,7 @@ def stragglers(device: str) -> Result:
     sims = {"jitter": [], "hiccups": [], "slow node": []}
     for n in RANKS:
         sims["jitter"].append(simulate_steps(n, steps, rng).mean())
-        sims["hiccups"].append(simulate_steps(n, steps * 4, rng, jitter=0.0, p=HICCUP_P, delta_s=HICCUP_S).mean())
+        sims["hiccups"].append(simulate_steps(n, hiccup_steps, rng, jitter=0.0, p=HICCUP_P, delta_s=HICCUP_S).mean())
         slow = min(GPUS_PER_NODE, n)
         sims["slow node"].append(simulate_steps(n, steps, rng, slow_ranks=slow, slow_factor=SLOW_FACTOR).mean())
     form_jitter = [expected_step_jitter(n) for n in RANKS]
@@ -164,13 +166,17 @@ def stragglers(device: str) -> Result:
             "one slow node: simulated (s)",
         ],
         rows,
-        caption=f"Mean step time, {steps} simulated steps per point ({4 * steps} for hiccups)",
+        caption=f"Mean step time, {steps} simulated steps per point ({hiccup_steps} for hiccups); the slow node is "
+        f"{GPUS_PER_NODE} GPUs {SLOW_FACTOR:.2f}x slow",
     )
-    _figure(r, sims, form_jitter, form_hiccup)
+    ax = _figure(r, sims, form_jitter, form_hiccup)
+    stragglers_checks.scalars_claim(r)
+    stragglers_checks.slow_node_claim(r, GPUS_PER_NODE, SLOW_FACTOR)
+    stragglers_checks.table_and_figure_claim(r, ax, RANKS, GPUS_PER_NODE, SLOW_FACTOR)
     return r
 
 
-def _figure(r: Result, sims: dict, form_jitter: list, form_hiccup: list) -> None:
+def _figure(r: Result, sims: dict, form_jitter: list, form_hiccup: list):
     import matplotlib
 
     matplotlib.use("Agg")
@@ -188,3 +194,4 @@ def _figure(r: Result, sims: dict, form_jitter: list, form_hiccup: list) -> None
     r.figure(
         "step_vs_ranks", fig, "Mean synchronous step time vs number of ranks: every step waits for the slowest rank"
     )
+    return ax
