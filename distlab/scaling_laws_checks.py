@@ -88,7 +88,32 @@ def _gopher(r: Result) -> None:
         )
 
 
+def _sft_data(r: Result) -> None:
+    """The SFT length sources against their own totals: LIMA's per-source counts sum to Section 2's 'exactly 1,000
+    sequences'; Llama 2 Table 6's Total row is the comparison-weighted mean of its rows (seen: -0.9 % per example,
+    +4.6 % prompt, -2.6 % response, the paper's own rounding and weighting), which a halved or doubled Meta row,
+    half of all comparisons, breaks."""
+    data = entries("sft_data")
+    lima = [v for k, v in data.items() if k.startswith("lima-") and "input_len_mean" in v]
+    r.claim(
+        "LIMA Table 1: the sources' examples sum to Section 2's 'exactly 1,000 sequences'",
+        sum(v["examples"] for v in lima),
+        data["lima-total"]["examples"],
+    )
+    rows = [v for k, v in data.items() if k.startswith("llama2-pref-") and k != "llama2-pref-total"]
+    weight = sum(v["comparisons"] for v in rows)
+    for field, tol in (("tokens_per_example", 0.015), ("tokens_per_prompt", 0.06), ("tokens_per_response", 0.04)):
+        r.claim(
+            f"Llama 2 Table 6: the Total row's {field} = its rows' mean weighted by comparisons",
+            sum(v["comparisons"] * v[field] for v in rows) / weight,
+            data["llama2-pref-total"][field],
+            rel_tol=tol,
+            unit="tokens",
+        )
+
+
 def claim_transcriptions(r: Result) -> None:
     _table3(r)
     _llama2(r)
     _gopher(r)
+    _sft_data(r)
