@@ -8,6 +8,7 @@ is within half a unit of its last printed digit of the hand-worked value.
 
 from __future__ import annotations
 
+import math
 import re
 
 from distlab.core.results import Result
@@ -51,6 +52,16 @@ def printed_claim(r: Result, name: str, cells: list[tuple[str, float]]) -> None:
         shown, half = number(text)
         worst = max(worst, abs(shown - expected) / half)
     r.claim(f"{name}: printed cells = by hand to their last digit", worst, 1.0, relation="<=")
+
+
+def rounded_claim(r: Result, name: str, pairs: dict[str, tuple[float, float]], figures: int = 2) -> None:
+    """Whiteboard numbers: each shown value is its hand-worked exact value rounded to `figures` significant figures,
+    i.e. within half a unit of its last figure (so a rounding that moved at all fails)."""
+    worst = 0.0
+    for shown, exact in pairs.values():
+        half = 0.5 * 10.0 ** (math.floor(math.log10(abs(shown))) - figures + 1)
+        worst = max(worst, abs(shown - exact) / half)
+    r.claim(f"{name}: each = the exact value by hand to {figures} significant figures", worst, 1.0, relation="<=")
 
 
 def usd(r: Result, key: str) -> float:
