@@ -106,8 +106,9 @@ def claims(r: Result, steps: dict, plans: dict, *, bus: float) -> None:
         layouts.append((p.tp * p.pp * p.dp, g))
         layouts += [(p.dp * p.micro_batch * p.microbatches, SEQUENCES), (p.micro_batch, 1)]
         layouts.append((p.tp, min(g, PER_NODE) if key.startswith("tp") else 1))
+        layouts.append((p.zero, (1 if g > PER_NODE else 0) if key.startswith("tp") else 3))  # "ZeRO-1 replicas"
     r.claim(
-        "every plan runs on its row's GPUs, 64 sequences a step at micro-batch 1, TP inside a node (largest gap)",
+        "each plan: its row's GPUs, 64 sequences a step at micro-batch 1, TP in a node, its ZeRO stage (largest gap)",
         max(abs(a - b) for a, b in layouts),
         0,
     )
