@@ -9,6 +9,7 @@ from distlab.memory.model_states import add_state_bytes, checkpoint_bytes_per_pa
 from distlab.planner.config import Training, cluster
 from distlab.planner.planner_validation import claim_band, h100_optimism
 from distlab.planner.search import search
+from distlab.practice import checkpoint_interval_checks
 
 # ---------------------------------------------------------------- practice (f): checkpoint interval of a 70B run
 RESTART_70B_S = 900.0  # reschedule 128 nodes, load the checkpoint, warm up (an input)
@@ -132,6 +133,7 @@ def practice_checkpoint(device: str) -> Result:
     claim_band(r)  # the MFU bands this page quotes
     _whiteboard(r, m, c, tokens, per_token, best.time.mfu / ratio)
     _async_and_in_memory(r, state, c.gpus, mtbf, save)
+    checkpoint_interval_checks.claims(r, m, restart_s=RESTART_70B_S, restart_in_memory_s=RESTART_IN_MEMORY_S)
     return r
 
 

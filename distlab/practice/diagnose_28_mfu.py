@@ -15,6 +15,7 @@ from distlab.core.experiments import experiment
 from distlab.core.facts import value
 from distlab.core.results import Quantity, Result
 from distlab.planner.planner_validation import claim_band
+from distlab.practice import diagnose_28_mfu_checks
 
 MFU_OBSERVED = 0.28  # the question's premise: what the team's dashboard reports
 MODEL, GPU, NODES = "13B", "H100-SXM", 4
@@ -121,7 +122,36 @@ def practice_mfu_budget(device: str) -> Result:
         caption="The scenario: what the team runs (inputs, not results)",
     )
     claim_band(r)  # the MFU bands this page quotes
+    diagnose_28_mfu_checks.claims(r, _check_inputs(c, team["usable_bytes"]))
     return r
+
+
+def _check_inputs(c, usable: float) -> dict:
+    """The scenario and the other chapters' models at this job, for the by-hand checks."""
+    from distlab.interconnect.nccl_model import best, ib_cluster, nvlink_node
+    from distlab.interconnect.nic_affinity import path_bytes_per_s
+    from distlab.interconnect.topology import ASSUMED_MFU
+    from distlab.throughput.launch_overhead import step_ops
+
+    topos = {"node": nvlink_node(8), "cluster": ib_cluster(NODES)}
+    return {
+        "observed": MFU_OBSERVED,
+        "team_plan": TEAM_PLAN,
+        "loader_workers": LOADER_WORKERS,
+        "loader_seconds": LOADER_SECONDS,
+        "save_every_s": SAVE_EVERY_S,
+        "save_bytes_per_s": SAVE_BYTES_PER_S,
+        "restart_s": RESTART_S,
+        "throttled_clock": THROTTLED_CLOCK,
+        "busbw_alarm": BUSBW_ALARM,
+        "kernels_per_layer": step_ops(3) - step_ops(2),
+        "launch_s": value("launch_overheads.cpu-launch-typical.cpu_launch_us_high") * 1e-6,
+        "assumed_mfu": ASSUMED_MFU,
+        "allreduce_1gib": {k: (best("all-reduce", 2**30, t)[2], t.ranks) for k, t in topos.items()},
+        "nic_sys": path_bytes_per_s("SYS"),
+        "nic_pix": path_bytes_per_s("PIX"),
+        "usable": usable,
+    }
 
 
 def _arithmetic(r: Result, m, c) -> None:

@@ -22,6 +22,7 @@ from distlab.planner.config import Training, cluster, model, usable_bytes
 from distlab.planner.planner_validation import claim_band
 from distlab.planner.rules import MIN_HEADROOM
 from distlab.planner.search import PRETRAIN_BATCH_TOKENS, NothingFits, explain, search
+from distlab.practice import plan_70b_checks
 
 FAMILIES = {
     "FSDP only (TP 1)": lambda p: p.tp == 1 and p.pp == 1 and p.zero == 3 and p.offload == "none",
@@ -134,7 +135,7 @@ def _whiteboard(r: Result, m, c, t) -> None:
     )
 
 
-def _families(r: Result, net: str, m, c, t) -> None:
+def _families(r: Result, net: str, m, c, t, plans: dict) -> None:
     rows = []
     for fam, where in FAMILIES.items():
         try:
@@ -142,6 +143,7 @@ def _families(r: Result, net: str, m, c, t) -> None:
         except NothingFits:
             rows.append([fam, "nothing fits", "—", "—", "—", "—", "—", "—", "—"])
             continue
+        plans[f"{net}:{fam}"] = e  # for the by-hand checks
         sh = lambda part, e=e: getattr(e.time.breakdown, part) / e.step_seconds
         rows.append(
             [
@@ -184,13 +186,13 @@ def _families(r: Result, net: str, m, c, t) -> None:
     )
 
 
-def _answer(r: Result, net: str, m, c, t) -> None:
+def _answer(r: Result, net: str, m, c, t, plans: dict) -> None:
     """The recommended plan for the lead stack and over any one stack, with their verdicts."""
     for stack in (LEAD, "any"):
         tt = replace(t, framework=stack)
         ranked = search(m, c, tt)
         key = f"{net}_{'mc' if stack == LEAD else 'any'}"
-        best = ranked[0]
+        best = plans[key] = ranked[0]
         lo, hi = mfu_band(best.time.mfu)
         r.add(f"{key}_mfu", best.time.mfu, "fraction", f"{key}: the recommended plan's MFU by the model")
         r.add(f"{key}_mfu_low", lo, "fraction", f"{key}: its band, low")
@@ -232,13 +234,13 @@ def _answer(r: Result, net: str, m, c, t) -> None:
     )
 
 
-def _follow_ups(r: Result, m, t) -> None:
+def _follow_ups(r: Result, m, t, plans: dict) -> None:
     """An NVL72 rack (64 of its B200s in one NVLink domain) and FSDP + TP (torchtitan's stack)."""
     rack = cluster("B200", gpus_per_node=64, nodes=1, intra="NVSwitch-GB200-NVL72")
     lead = replace(t, framework=LEAD)
     ranked = search(m, rack, lead)
     add_advice(r, "nvl72", m, rack, lead, ranked, canonical=False)
-    best = ranked[0]
+    best = plans["nvl72"] = ranked[0]
     r.add("nvl72_step", best.step_seconds, "s", "NVL72, 64 B200s: the recommended plan's step")
     r.add("nvl72_tp", best.plan.tp, "", "its TP")
     r.add("nvl72_pp", best.plan.pp, "", "its PP")
@@ -256,6 +258,7 @@ def _follow_ups(r: Result, m, t) -> None:
     tt = replace(t, framework="torchtitan")
     fsdp = search(m, h100, tt, where=lambda p: p.pp == 1 and p.tp > 1 and p.zero == 3 and p.offload == "none")[0]
     add_advice(r, "fsdptp", m, h100, tt, [fsdp], canonical=False)
+    plans["fsdptp"] = fsdp
     r.add("fsdptp_step", fsdp.step_seconds, "s", "FSDP + TP (torchtitan, no pipeline): the recommended plan's step")
     r.add("fsdptp_tp", fsdp.plan.tp, "", "its TP")
     r.add("fsdptp_mfu", fsdp.time.mfu, "fraction", "its MFU by the model")
@@ -288,14 +291,17 @@ def practice_70b(device: str) -> Result:
     r = Result("practice-70b", kind="computed")
     m = model("70B")
     t = Training(global_batch_tokens=PRETRAIN_BATCH_TOKENS, seq=m.seq)
+    plans: dict = {}
+    setups: dict = {}  # each network's (model, cluster, training), for the by-hand checks
     for net, inter in (("ndr", "InfiniBand-NDR"), ("eth", "Ethernet-100G")):
         c = cluster("H100-SXM", nodes=8, inter=inter)
+        setups[net] = (m, c, t)
         if net == "ndr":
             _whiteboard(r, m, c, t)
-        _families(r, net, m, c, t)
-        _answer(r, net, m, c, t)
+        _families(r, net, m, c, t, plans)
+        _answer(r, net, m, c, t, plans)
         r.add(f"{net}_link", c.inter.bandwidth_bytes_per_s, "B/s", f"{inter}: per GPU, per direction")
-    _follow_ups(r, m, t)
+    _follow_ups(r, m, t, plans)
     r.add("batch_tokens", t.global_batch_tokens, "tokens", "global batch")
     add_state_bytes(r)  # the bytes per parameter the page quotes, claimed
     r.add("states_bytes", bytes_per_param() * m.params(), "B", "70B model state at the default bytes per parameter")
@@ -316,4 +322,5 @@ def practice_70b(device: str) -> Result:
         relation="<=",
     )
     claim_band(r)  # the MFU bands this page quotes
+    plan_70b_checks.claims(r, plans, setups, usable=hbm)
     return r

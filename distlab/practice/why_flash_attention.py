@@ -8,6 +8,7 @@ from distlab.planner.config import Training
 from distlab.planner.planner_validation import claim_band
 from distlab.planner.search import search
 from distlab.planner.worked_plan_7b import finetune
+from distlab.practice import why_flash_attention_checks
 
 
 # ---------------------------------------------------------------- practice (d): why FlashAttention is faster
@@ -113,6 +114,9 @@ def practice_flash(device: str) -> Result:
     _whiteboard(r, m, chip, t.seq, flops_std, flops_fa, bytes_std, t_fa)
     _scores_memory(r, m, t.seq)
     _follow_ups(r, m, chip, t.seq, flops_fa, t_fa)
+    why_flash_attention_checks.claims(
+        r, gemm_share=ge, hbm_share=MEMORY_EFFICIENCY, fa2_flops_per_s=flash_flops_per_s(chip, t.seq, m.head_dim)
+    )
     return r
 
 

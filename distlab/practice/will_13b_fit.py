@@ -11,7 +11,7 @@ from distlab.planner.planner_validation import claim_band
 from distlab.planner.rules import MIN_HEADROOM
 from distlab.planner.search import search
 from distlab.planner.worked_plan_7b import finetune, strategy_table
-from distlab.practice import peft_bytes
+from distlab.practice import peft_bytes, will_13b_fit_checks
 
 ROUNDING = 0.05  # two significant figures are within 5 % of the number they round
 
@@ -250,4 +250,5 @@ def practice_13b(device: str) -> Result:
         caption="The same fine-tune on fewer GPUs of one node: offloading to host memory makes few GPUs fit (computed)",
     )
     claim_band(r)  # the MFU bands this page quotes
+    will_13b_fit_checks.claims(r, usable=usable_bytes(c.gpu), rank=peft_bytes.LORA_RANK)
     return r

@@ -11,6 +11,7 @@ from distlab.planner.calibration import with_band
 from distlab.planner.config import Plan
 from distlab.planner.planner_validation import claim_band
 from distlab.planner.worked_plan_7b import finetune
+from distlab.practice import zero3_vs_tp_checks
 
 
 # ---------------------------------------------------------------- practice (c): ZeRO-3 versus tensor parallelism
@@ -21,12 +22,13 @@ from distlab.planner.worked_plan_7b import finetune
 )
 def practice_zero3_vs_tp(device: str) -> Result:
     from distlab.core.results import Quantity
+    from distlab.hardware.collectives import fitted_bus_bandwidth
     from distlab.planner.calibration import mfu_band
     from distlab.planner.cost import memory_per_gpu, step
     from distlab.sharding.zero import traffic_bytes_per_gpu
 
     r = Result("practice-zero3-vs-tp", kind="computed")
-    rows = []
+    rows, steps, plans = [], {}, {}
     for nodes in (1, 2):
         m, c, t = finetune("13B", gpu="H100-SXM", nodes=nodes)
         g = c.gpus
@@ -59,6 +61,7 @@ def practice_zero3_vs_tp(device: str) -> Result:
                 exposed = s.breakdown.exposed_tp + s.breakdown.exposed_dp
                 what = "weights, gradients, optimizer state and activations"
             key = f"{'z3' if p.zero == 3 else ('tpov' if tt.tp_overlap else 'tp')}_{g}"
+            steps[key], plans[key] = s, p  # for the by-hand checks
             lo, hi = mfu_band(s.mfu)
             rows.append(
                 [
@@ -130,7 +133,7 @@ def practice_zero3_vs_tp(device: str) -> Result:
         unit="B",
     )
     _whiteboard(r, m, c, t)
-    _global_batch(r)
+    plans["gb_z3_64"] = _global_batch(r)
     r.claim(
         "'ZeRO-3 wins on one node' (the answer): its step is shorter than TP 8's, with or without overlap",
         r.quantities["z3_8_step"].value,
@@ -139,6 +142,7 @@ def practice_zero3_vs_tp(device: str) -> Result:
         unit="s",
     )
     claim_band(r)  # the MFU bands this page quotes
+    zero3_vs_tp_checks.claims(r, steps, plans, bus=fitted_bus_bandwidth(c.intra))
     return r
 
 
@@ -184,7 +188,7 @@ def _whiteboard(r: Result, m, c, t) -> None:
     )
 
 
-def _global_batch(r: Result) -> None:
+def _global_batch(r: Result) -> Plan:
     """The global-batch argument for TP at scale: data parallelism needs at least one sequence per replica (and
     ZeRO-3 several micro-batches' worth of compute to hide behind), so the global batch caps pure FSDP's GPUs;
     TP t multiplies that cap by t. The 13B fine-tune's 64 sequences, and Llama 2's 4M-token pretraining batch."""
@@ -199,7 +203,8 @@ def _global_batch(r: Result) -> None:
     r.add("gb_pretrain_sequences", PRETRAIN_BATCH_TOKENS // 4096, "sequences", "Llama 2's 4M-token batch")
     r.add("gb_pretrain_tp8_max_gpus", 8 * (PRETRAIN_BATCH_TOKENS // 4096), "GPUs", "... TP 8 x FSDP's cap")
     g = c.gpus
-    z3 = step(m, c, t, Plan(dp=g, zero=3, micro_batch=1, microbatches=seqs // g))
+    z3_plan = Plan(dp=g, zero=3, micro_batch=1, microbatches=seqs // g)
+    z3 = step(m, c, t, z3_plan)
     r.add("gb_gpus", g, "GPUs", "the 13B fine-tune on 8 nodes")
     r.add("gb_z3_per_gpu", seqs // g, "sequences", "pure FSDP on 64 GPUs: sequences per GPU per step")
     r.add("gb_z3_step", z3.seconds, "s", "pure FSDP on 64 GPUs: step")
@@ -224,3 +229,4 @@ def _global_batch(r: Result) -> None:
         2,
         relation=">=",
     )
+    return z3_plan
