@@ -383,7 +383,9 @@ def _gpu_side(r: Result, dispatch: float, ops: int) -> None:
 
 def count_twelve_blocks(counter_cls) -> int:
     """Kernel-launching operators of one training step of a 12-block GPT counted directly, at a tiny width (the graph
-    of operators does not depend on the widths): batch 1 x 8 tokens, AdamW(foreach=True), the second step."""
+    of operators does not depend on the widths): batch 1 x 8 tokens, AdamW(foreach=True), the second step. Written
+    apart from step_ops on purpose: it is the reference K is claimed against, so a mistake in one must not be in
+    the other (the guard audit perturbs each alone)."""
     cfg = GPTConfig(vocab=32, seq=8, layers=12, hidden=16, heads=2)
     torch.manual_seed(0)
     model = GPT(cfg)
