@@ -18,6 +18,7 @@ Prose refers to a fact as `{{ fact gpus.H100-SXM.hbm_gb }}`; code calls `fact("g
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -107,3 +108,13 @@ def fact(path: str) -> Fact:
 
 def value(path: str):
     return fact(path).value
+
+
+def quoted(path: str, pattern: str) -> float:
+    """The number a fact's source prints in its own words: `pattern`'s first group in the quote its source's detail
+    holds. The quote is transcribed apart from the typed field, so a claim comparing the two fails on a typo in
+    either (a second transcription, not the same number read twice)."""
+    found = re.search(pattern, fact(path).source.detail)
+    if found is None:
+        raise ValueError(f"{path}: its source's detail no longer says {pattern!r}")
+    return float(found.group(1).replace(",", ""))

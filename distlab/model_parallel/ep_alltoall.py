@@ -16,6 +16,7 @@ from distlab.core.results import Quantity, Result
 from distlab.hardware.collectives import link_time_seconds
 from distlab.hardware.gpus import gpu
 from distlab.interconnect.topology import ASSUMED_MFU
+from distlab.model_parallel import ep_checks
 from distlab.model_parallel.expert_parallel_cost import (
     ALLTOALLS_PER_LAYER,
     SWIGLU_MATRICES,
@@ -32,16 +33,25 @@ from distlab.model_parallel.expert_parallel_cost import (
 
 TOKENS_PER_GPU = 4096  # one 4096-token sequence per GPU per micro-batch: a stated scenario, not a fact
 GPU = "H100-SXM"
-# (model, EP, GPUs of the group per node, node-limited routing, label)
+NODE = 8  # GPUs of an H100 node
+# (model, EP, GPUs of the group per node, node-limited routing): the layouts the page chooses to show
 LAYOUTS = (
-    ("Mixtral-8x7B", 8, 8, False, "EP 8 in one node"),
-    ("Mixtral-8x7B", 8, 4, False, "EP 8 over 2 nodes (4 GPUs each)"),
-    ("Mixtral-8x7B", 8, 1, False, "EP 8 over 8 nodes (1 GPU each)"),
-    ("DeepSeek-V3", 8, 8, False, "EP 8 in one node"),
-    ("DeepSeek-V3", 64, 8, False, "EP 64 over 8 nodes"),
-    ("DeepSeek-V3", 64, 8, True, "EP 64 over 8 nodes, node-limited routing"),
-    ("DeepSeek-V3", 256, 8, False, "EP 256 over 32 nodes"),
+    ("Mixtral-8x7B", 8, 8, False),
+    ("Mixtral-8x7B", 8, 4, False),
+    ("Mixtral-8x7B", 8, 1, False),
+    ("DeepSeek-V3", 8, 8, False),
+    ("DeepSeek-V3", 64, 8, False),
+    ("DeepSeek-V3", 64, 8, True),
+    ("DeepSeek-V3", 256, 8, False),
 )
+
+
+def _label(ep: int, g: int, limited: bool) -> str:
+    """The table's words for a layout, from its numbers (so the row says what was computed)."""
+    if ep <= g:
+        return f"EP {ep} in one node"
+    each = "" if g == NODE else f" ({g} GPU{'s' if g > 1 else ''} each)"
+    return f"EP {ep} over {ep // g} nodes{each}" + (", node-limited routing" if limited else "")
 
 
 def _key(model: str, ep: int, g: int, limited: bool) -> str:
@@ -61,7 +71,8 @@ def ep_alltoall(device: str) -> Result:
     r.add("assumed_mfu", ASSUMED_MFU, "fraction", "the expert compute's assumed MFU (chapter 9's)")
     _params(r)
     rows = []
-    for model, ep, g, limited, text in LAYOUTS:
+    for model, ep, g, limited in LAYOUTS:
+        text = _label(ep, g, limited)
         shape = moe_shape(model)
         t = alltoall_seconds(shape, ep, TOKENS_PER_GPU, gpus_per_node=g, node_limited=limited)
         compute = TOKENS_PER_GPU * expert_flops_per_token(shape) / (peak * ASSUMED_MFU)
@@ -128,6 +139,7 @@ def ep_alltoall(device: str) -> Result:
     _break_even(r, peak)
     _node_limited(r)
     _memory(r)
+    ep_checks.check(r, {_key(*layout): layout for layout in LAYOUTS}, ASSUMED_MFU)
     return r
 
 
@@ -225,6 +237,14 @@ def _node_limited(r: Result) -> None:
         rel_tol=0.01,
         unit="nodes",
         formula=f"M (1 - C((M-1)G, k)/C(MG, k)), {samples:,} simulated tokens",
+    )
+    r.claim(
+        "DeepSeek-V3, EP 64 over 8 nodes, node-limited: the all-to-all's network copies per token = the simulated "
+        "routing's remote nodes",
+        r.quantities["deepseek_ep64_g8_limited_copies"].value,
+        mc_remote,
+        rel_tol=0.015,
+        formula="network bytes / (S / k) against the Monte Carlo above",
     )
     r.claim(
         "DeepSeek-V3 routing: E[remote nodes] = E[distinct] (1 - 1/N) = Monte Carlo",

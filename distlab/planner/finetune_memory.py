@@ -8,10 +8,8 @@ torchtune's all-bf16 state, Megatron-Core's precision-aware optimizer, bitsandby
 
 from __future__ import annotations
 
-import re
-
+from distlab.core import facts
 from distlab.core.experiments import experiment
-from distlab.core.facts import fact
 from distlab.core.results import Result
 from distlab.models.shapes import ModelShape, preset
 from distlab.planner.config import FRAGMENTATION_FRACTION, Plan, Training, cluster, device_capacity_bytes
@@ -53,12 +51,9 @@ FUSED_LOSS_GRADIENT = r"then casts it to bf16 \(([0-9]+) B\)"  # the loss's back
 
 
 def quoted(path: str, pattern: str = "") -> float:
-    """The number a typed field's source prints in its own sentence (the source's detail in distlab/data, written
-    apart from the field: a typo in either shows), as distlab.precision.block_scaling's DEEPSEEK_QUOTES."""
-    found = re.search(pattern or QUOTES[path], fact(path).source.detail)
-    if found is None:
-        raise ValueError(f"{path}: its source's detail no longer says {pattern or QUOTES[path]!r}")
-    return float(found.group(1).replace(",", ""))
+    """The number a typed field's source prints in its own sentence (distlab.core.facts.quoted), by default with
+    the pattern QUOTES names for it."""
+    return facts.quoted(path, pattern or QUOTES[path])
 
 
 def by_hand(m: ModelShape) -> dict[str, dict[str, float]]:
