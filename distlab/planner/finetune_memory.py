@@ -8,7 +8,6 @@ torchtune's all-bf16 state, Megatron-Core's precision-aware optimizer, bitsandby
 
 from __future__ import annotations
 
-from distlab.core import facts
 from distlab.core.experiments import experiment
 from distlab.core.results import Result
 from distlab.models.shapes import ModelShape, preset
@@ -21,6 +20,7 @@ from distlab.planner.memory import (
     nf4_bytes_per_param,
     state_bytes_per_param,
 )
+from distlab.planner.memory_quotes import FUSED_LOSS_GRADIENT, quoted
 
 MODEL = "13B"
 SEQ = 4096  # an input: the sequence length the 13B table is priced at (its caption states it)
@@ -41,21 +41,6 @@ def _training(**kw) -> Training:
 
 
 # ---------------------------------------------------------------- the 13B table again, by hand
-QUOTES = {
-    # typed field: the number its source's own sentence prints, as transcribed into that source's detail
-    "planner.capacity-H100-SXM.reported_mib": r"0MiB / ([0-9]+)MiB",  # nvidia-smi's total
-    "planner.memory-reserve.cuda_context_mib": r"from zero to ([0-9]+) MiB",  # the first CUDA call's context
-    "memory_buffers.loss-fused.forward_bytes_per_logit": r"vocab-parallel loss saves the fp32 softmax \(([0-9]+) B\)",
-}
-FUSED_LOSS_GRADIENT = r"then casts it to bf16 \(([0-9]+) B\)"  # the loss's backward adds the logits' gradient
-
-
-def quoted(path: str, pattern: str = "") -> float:
-    """The number a typed field's source prints in its own sentence (distlab.core.facts.quoted), by default with
-    the pattern QUOTES names for it."""
-    return facts.quoted(path, pattern or QUOTES[path])
-
-
 def by_hand(m: ModelShape) -> dict[str, dict[str, float]]:
     """Each way's weights, gradients, optimizer state, phases, need and fit, in bytes, written out for one GPU with no
     parallelism from the shape and the sources' numbers: an independent reference for the 13B table (it calls nothing

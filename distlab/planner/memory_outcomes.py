@@ -16,17 +16,11 @@ from distlab.core.results import Quantity, Result
 from distlab.models.published import claim_checkpoint_count, claim_llama2_context
 from distlab.models.shapes import ModelShape, catalog, preset, published_params
 from distlab.planner.config import FRAGMENTATION_FRACTION, Plan, Training, cluster, device_capacity_bytes
-from distlab.planner.finetune_memory import quoted
 from distlab.planner.memory import activation_bytes, memory_per_gpu
+from distlab.planner.memory_quotes import A100_MIB, nccl_by_hand, quoted
 
 RECOMPUTE = {"none": ("none", ("core_attn",)), "full": ("full", ("core_attn",)), "selective-op": ("selective", ("op",))}
 # typed fields the table's need rests on, against the number their source's own sentence prints
-NCCL_QUOTES = {
-    "simple_buffsize_bytes": r"Default is ([0-9]+) \(4 MB\)",
-    "ll_buffsize_bytes": r"sizeof\(ncclLLFifoLine\) \(16\) = ([0-9,]+) B",
-    "ll128_buffsize_bytes": r"x 8 = ([0-9,]+) B",
-}
-A100_MIB = r"A100 80GB ([0-9,]+) MiB"  # NVML's total for the A100 80GB, in the capacity source's table
 EAGER_LOSS = (r"log_softmax saves its fp32 output \(([0-9]+) B\)", r"of the logits \([0-9]+ B\): ([0-9]+) B")
 
 
@@ -92,9 +86,7 @@ def by_hand(m: ModelShape, params: float, gpus: int, s: int, b: int, recompute: 
         held + gathered + grads + per_layer + working,  # backward's end: the first layer's activations left
         weights + opt + grads + temps,  # the optimizer step
     )
-    # one communicator (data parallel): 32 channels (NCCL issue 1685's log), a ring's and a tree's connection each,
-    # one buffer per protocol (Simple, LL, LL128)
-    nccl = 32 * 2 * sum(quoted(f"memory_buffers.nccl-defaults.{k}", q) for k, q in NCCL_QUOTES.items())
+    nccl = nccl_by_hand()  # one communicator (data parallel)
     capacity = quoted("planner.capacity-A100-SXM-80GB.reported_mib", A100_MIB) * 2**20
     outside = FRAGMENTATION_FRACTION * capacity + quoted("planner.memory-reserve.cuda_context_mib") * 2**20 + nccl
     return {"activations": acts, "need": max(phases) + outside, "capacity": capacity}

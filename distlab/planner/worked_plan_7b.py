@@ -172,7 +172,7 @@ def worked_plan_7b(device: str) -> Result:
         unit="B",
         formula="16Ψ",
     )
-    strategy_table(r, "strategies", m, c, t)
+    plans = strategy_table(r, "strategies", m, c, t)
     ranked = search(m, c, t)
     best = ranked[0]
     p = best.plan
@@ -333,6 +333,11 @@ def worked_plan_7b(device: str) -> Result:
     from distlab.planner.comms_checks import comms_by_hand
 
     comms_by_hand(r)  # the communication model under this page's numbers, by hand (issue 26)
+    from distlab.planner import worked_plan_checks
+    from distlab.planner.rules import MIN_HEADROOM
+
+    worked_plan_checks.check(r, plans, t.seq, t.sequences, MIN_HEADROOM)  # the memory, by hand (issue 26)
+    worked_plan_checks.check_words(r, ranked, t.seq, t.sequences, MIN_HEADROOM)
     return r
 
 

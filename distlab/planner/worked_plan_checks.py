@@ -1,0 +1,279 @@
+"""Chapter 14's numbers worked by hand: every plan's memory per GPU, the budget, the tables' cells and the numbers
+the "why" lines print, from Llama 2 7B's config as typed in distlab.memory.activation_checks, the sources' quoted
+sentences (the A100's NVML total, NCCL's buffer sizes, the fused loss's bytes per logit) and the closed forms the
+chapters derive: 16 bytes per parameter sharded by stage, Korthikanti et al.'s saved bytes per layer with
+FlashAttention, their p + (p - 1)/v micro-batches in flight on an interleaved pipeline's first stage. Nothing here
+calls distlab.planner.memory.
+
+The step times and MFUs come from the cost model (chapter 13 judges it against published runs); here the page's
+words about them are read back against the experiment's own figures.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from distlab.core.facts import value
+from distlab.core.results import Result
+from distlab.memory.activation_checks import LLAMA2_7B
+from distlab.planner.config import FRAGMENTATION_FRACTION, Plan
+from distlab.planner.memory_quotes import A100_MIB, FUSED_LOSS_GRADIENT, nccl_by_hand, quoted
+
+# each strategy's layout as its name states it: (tp, pp, zero, offloads)
+NAMED = {
+    "DDP": (1, 1, 0, False),
+    "ZeRO-1": (1, 1, 1, False),
+    "ZeRO-2": (1, 1, 2, False),
+    "ZeRO-3 / FSDP": (1, 1, 3, False),
+    "ZeRO-3 + CPU offload": (1, 1, 3, True),
+    "TP 8 (no ZeRO)": (8, 1, 0, False),
+    "TP 2 x ZeRO-3": (2, 1, 3, False),
+    "PP 4 x DP 2, ZeRO-1": (1, 4, 1, False),
+}
+
+
+def params() -> int:
+    """Llama 2 7B: per layer q, k, v, o (h x h), gate, up, down (h x f), two RMSNorm weights; the embedding and the
+    untied output head (V x h) and the final norm."""
+    h, f, v, layers = LLAMA2_7B["hidden"], LLAMA2_7B["ffn"], LLAMA2_7B["vocab"], LLAMA2_7B["layers"]
+    return layers * (4 * h * h + 3 * h * f + 2 * h) + 2 * v * h + h
+
+
+def budget() -> float:
+    """Usable bytes of an A100 80GB: NVML's total (MiB) less the fragmentation margin and the CUDA context."""
+    capacity = quoted("planner.capacity-A100-SXM-80GB.reported_mib", A100_MIB) * 2**20
+    return capacity * (1 - FRAGMENTATION_FRACTION) - quoted("planner.memory-reserve.cuda_context_mib") * 2**20
+
+
+def plan_memory(plan, seq: int) -> dict[str, float]:
+    """One plan's bytes per GPU on its first stage (the one holding the most micro-batches), Megatron's defaults:
+    mixed AdamW (2 + 2 + 12 bytes per parameter, ZeRO sharding them by stage; offload moves the optimizer state and
+    gradients to the host), FlashAttention with sequence parallelism under TP, the fused vocab-parallel loss."""
+    h, f, v, layers, a = (LLAMA2_7B[k] for k in ("hidden", "ffn", "vocab", "layers", "heads"))
+    tp, pp, dp, b = plan.tp, plan.pp, plan.dp, plan.micro_batch
+    layer_params = 4 * h * h + 3 * h * f + 2 * h
+    here = layers // pp
+    local = (here * layer_params + (v * h if pp > 1 else 2 * v * h + h)) / tp  # stage 0 holds the embedding
+    weights = 2 * local / (dp if plan.zero == 3 else 1)
+    grads = 0.0 if plan.offload != "none" else 2 * local / (dp if plan.zero >= 2 else 1)
+    opt = 0.0 if plan.offload != "none" else 12 * local / (dp if plan.zero >= 1 else 1)
+    sb = seq * b
+    # saved per layer with FlashAttention: the two norms' inputs, the q/k/v projections' input, q, k, v, O and the
+    # gate/up input (8 x 2sbh), the SiLU's input and output, up and down's input (4 x 2sbf), the norms' fp32 1/rms
+    # (2 x 4sb) and the fp32 log-sum-exp (4 a s b); all split over TP with sequence parallelism
+    rebuilt = (16 * h + 8 * f + 8) * sb / tp
+    flash = rebuilt + 4 * a * sb / tp
+    per_layer, working = (flash, 0.0) if plan.recompute == "none" else (2 * h * sb / tp, rebuilt)
+    in_flight = 1.0 if pp == 1 else min(pp + (pp - 1) / plan.virtual, plan.microbatches)
+    acts = per_layer * here * in_flight
+    logits = sb * v / tp if pp == 1 else 0.0  # the last stage's; stage 0 has none
+    fwd_logit = quoted("memory_buffers.loss-fused.forward_bytes_per_logit")
+    bwd_logit = quoted("memory_buffers.loss-fused.forward_bytes_per_logit", FUSED_LOSS_GRADIENT)
+    gather = 2 * 2 * layer_params / tp if plan.zero == 3 else 0.0  # the layer computing and the one prefetched
+    accumulated = grads if plan.microbatches > 1 else 0.0  # gradients accumulate from the first micro-batch on
+    held = weights + opt + gather
+    freed = per_layer * (here - 1) / plan.virtual  # backward's end: this micro-batch's layers but the first freed
+    phases = {
+        "forward": held + accumulated + acts + fwd_logit * logits,
+        "loss": held + accumulated + acts + (fwd_logit + bwd_logit) * logits,
+        "layer": held + accumulated + acts + working,
+        "end": held + grads + acts - min(freed, acts) + working,
+        "step": weights + opt + grads,
+    }
+    comm = nccl_by_hand() * sum(1 for n in (tp, pp, dp) if n > 1)  # one communicator per parallel dimension
+    device = max(phases.values()) + comm
+    return {"weights": weights, "gradients": grads, "optimizer": opt, "activations": acts, "device": device}
+
+
+def _worst(pairs: list[tuple[float, float]]) -> float:
+    """Largest relative gap of shown from expected; a missing (NaN) shown value makes it infinite."""
+    gaps = [abs(shown - want) / abs(want) if want else abs(shown) for shown, want in pairs]
+    return math.inf if any(math.isnan(g) for g in gaps) else max(gaps, default=0.0)
+
+
+def _percent(text: str) -> float:
+    return float(text.split("%")[0]) / 100
+
+
+def check(r: Result, plans: dict, seq: int, sequences: int, rule: float) -> None:
+    """Chapter 14's memory and the tables' cells against plan_memory; `plans` is the strategy table's
+    {name: (plan, memory, estimate or None)}, `rule` the headroom rule's fraction."""
+    q = {k: v.value for k, v in r.quantities.items()}
+    usable = budget()
+    pairs = [(q["budget"], usable), (q["states_bytes"], 16 * params()), (q["params"] * 1e9, params())]
+    wrong: list[str] = []
+    said = re.search(r"fits ([0-9.]+) GB\?", " ".join(r.tables["strategies"].columns))
+    pairs.append((float(said[1]) if said else math.nan, round(usable / 1e9, 1)))
+    for row in r.tables["strategies"].rows:
+        plan = plans[row[0]][0]
+        if (plan.tp, plan.pp, plan.zero, plan.offload != "none") != NAMED[row[0]]:
+            wrong.append(f"{row[0]}: {plan.label()}")
+        if row[1] != f"{plan.micro_batch} x {plan.microbatches}" or plan.dp * plan.micro_batch * plan.microbatches != (
+            sequences
+        ):
+            wrong.append(f"{row[0]}: {row[1]}")
+        want = plan_memory(plan, seq)
+        cells = dict(zip(("weights", "gradients", "optimizer", "activations", "device"), row[3:8], strict=True))
+        pairs += [(cells[k].value, want[k]) for k in cells]
+        free = (usable - want["device"]) / usable
+        verdict = ("yes" if free >= rule else "only just") if free >= 0 else "no"
+        if not row[8].startswith(verdict):
+            wrong.append(f"{row[0]}: {row[8]}")
+        if free >= 0:
+            pairs.append((_percent(row[9]) if row[9] != "—" else math.nan, round(free, 3)))
+    chosen = plans["ZeRO-1"][0]
+    for row in r.tables["micro_batches"].rows:
+        b, accumulation, recompute = row[0], row[1], row[2]
+        if chosen.dp * b * accumulation != sequences:
+            wrong.append(f"micro-batch {b} x {accumulation}")
+        plan = Plan(dp=chosen.dp, zero=chosen.zero, micro_batch=b, microbatches=accumulation, recompute=recompute)
+        want = plan_memory(plan, seq)["device"]
+        pairs.append((row[3].value, want))
+        if (row[4] == "yes") != (want <= usable):
+            wrong.append(f"micro-batch {b}, {recompute}: {row[4]}")
+    best = plan_memory(chosen, seq)
+    pairs += [
+        (q["best_memory"], best["device"]),
+        (q["best_activations"], best["activations"]),
+        (q["rec_headroom"], (usable - best["device"]) / usable),
+        (q["rec_headroom_gb"], usable - best["device"]),
+    ]
+    r.claim(
+        "chapter 14's memory, cell by cell (the strategies and micro-batch tables, the budget, the best plan, its "
+        "headroom) = each plan's bytes worked by hand: worst relative gap (percentages at their printed digit)",
+        _worst(pairs),
+        0.0,
+        abs_tol=1e-9,
+        formula="16 B/param sharded by ZeRO stage; per layer (16h + 8f + 8 + 4a) s b / tp; p + (p-1)/v in flight",
+    )
+    r.claim("the tables' layouts, batches and verdicts that disagree with their names and numbers", len(wrong), 0)
+
+
+LABEL = r"TP (\d+) x PP (\d+) x DP (\d+), ZeRO-(\d), micro-batch (\d+) x (\d+)"
+
+
+def _plan(match: re.Match | None, at: int = 1) -> Plan | None:
+    """The plan a label printed in the words names (no pipeline, no offload, no recomputation)."""
+    if match is None:
+        return None
+    tp, pp, dp, zero, b, acc = (int(match[at + i]) for i in range(6))
+    return Plan(tp=tp, pp=pp, dp=dp, zero=zero, micro_batch=b, microbatches=acc)
+
+
+def _step_of(ranked: list, plan: Plan | None) -> float:
+    """The step the search timed for the plan a label names (NaN when it timed none such)."""
+    return next((e.step_seconds for e in ranked if plan is not None and e.plan == plan), math.nan)
+
+
+def check_words(r: Result, ranked: list, seq: int, sequences: int, rule: float) -> None:
+    """The numbers the 'why' lines print, each at its printed digit, against the plans' bytes by hand, the time
+    table's seconds and the experiment's own step and MFU; the recommendation against the headroom rule re-applied
+    to the search's ranking; the job's hours, the ideal compute and the H100's slow step by hand."""
+    q = {k: v.value for k, v in r.quantities.items()}
+    why = " ".join(row[0] for row in r.tables["why"].rows)
+    usable = budget()
+    best = ranked[0]
+    chosen = plan_memory(best.plan, seq)
+    times = {row[0]: row[1].value for row in r.tables["time"].rows}
+    step = best.step_seconds
+    e_min, e_max = value("planner.mfu-band.error_min"), value("planner.mfu-band.error_max")
+    h, layers = LLAMA2_7B["hidden"], LLAMA2_7B["layers"]
+    n = params()
+    pairs: list[tuple[float, float]] = []
+
+    def said(pattern: str, wants: list[float]) -> None:
+        m = re.search(pattern, why)
+        found = [float(g.replace(",", "")) for g in m.groups()] if m else [math.nan] * len(wants)
+        pairs.extend(zip(found, wants, strict=True))
+
+    said(
+        r"Fits: ([\d.]+) GB of the ([\d.]+) GB usable per GPU \(weights ([\d.]+), gradients ([\d.]+), optimizer "
+        r"([\d.]+), activations ([\d.]+), NCCL buffers ([\d.]+) GB",
+        [round(x / 1e9, 1) for x in (chosen["device"], usable, chosen["weights"], chosen["gradients"])]
+        + [round(x / 1e9, 1) for x in (chosen["optimizer"], chosen["activations"], nccl_by_hand())],
+    )
+    free = (usable - chosen["device"]) / usable
+    said(r"Headroom ([\d.]+)% \(([\d.]+) GB free", [round(100 * free, 1), round((usable - chosen["device"]) / 1e9, 1)])
+    quick = re.search(r"fastest plan \(" + LABEL + r", ([\d.]+)% headroom\): ([\d.]+)% slower \(([\d.e-]+) s", why)
+    quick_plan = _plan(quick)
+    quick_mem = plan_memory(quick_plan, seq)["device"] if quick_plan else math.nan
+    quick_step = _step_of(ranked, quick_plan)
+    found = [float(quick[i]) for i in (7, 8, 9)] if quick else [math.nan] * 3
+    pairs += [
+        (found[0], round(100 * (usable - quick_mem) / usable, 1)),
+        (found[1], round(100 * (step / quick_step - 1), 1)),
+        (found[2], float(f"{step - quick_step:.3g}")),
+    ]
+    said(r"for ([\d.]+) GB less per GPU", [round((quick_mem - chosen["device"]) / 1e9, 1)])
+    said(r"model state alone would be ([\d.]+) GB", [round(16 * n / 1e9, 1)])
+    said(
+        r"Data parallelism (\d+) with ZeRO-(\d)[^:]*: its communication leaves ([\d.]+)% of the step exposed",
+        [best.plan.dp, best.plan.zero, round(100 * times.get("exposed dp", 0.0) / step, 1)],
+    )
+    said(
+        r"Micro-batch of (\d+) sequence\(s\), (\d+) accumulated per step: (\d+) sequences = ([\d,]+) tokens",
+        [best.plan.micro_batch, sequences // (best.plan.dp * best.plan.micro_batch), sequences, sequences * seq],
+    )
+    mfu = best.time.mfu
+    said(
+        r"Step ([\d.]+) s: compute (\d+)%; MFU ([\d.]+)% by the model \((\d+)%-(\d+)%[^)]*\), ([\d,]+) tokens/s",
+        [float(f"{step:.3g}"), round(100 * times["compute"] / step), round(100 * mfu, 1)]
+        + [round(100 * mfu / (1 + e_max)), round(100 * mfu / (1 + e_min)), round(sequences * seq / step)],
+    )
+    causal = mfu * (6 * n + 6 * layers * h * seq) / (6 * n + 12 * layers * h * seq)
+    said(r"\(6N \+ 6Lhs\): ([\d.]+)%", [round(100 * causal, 1)])
+    up = re.search(r"Runner-up: " + LABEL + r", ([\d.]+)% slower \(mostly ([a-z ]+); headroom ([\d.]+)%\)", why)
+    up_plan = _plan(up)
+    up_step = _step_of(ranked, up_plan)
+    up_est = next((e for e in ranked if e.plan == up_plan), None)
+    diffs = (
+        {}
+        if up_est is None
+        else {k: v - best.time.breakdown.as_dict()[k] for k, v in up_est.time.breakdown.as_dict().items()}
+    )
+    up_mem = plan_memory(up_plan, seq)["device"] if up_plan else math.nan
+    pairs += [
+        (float(up[7]) if up else math.nan, round(100 * (up_step / step - 1), 1)),
+        (float(up[9]) if up else math.nan, round(100 * (usable - up_mem) / usable, 1)),
+    ]
+    # the headroom rule re-applied: of the plans whose MFU lies within the band of the fastest's, the fastest with
+    # the rule's headroom
+    fastest = min(ranked, key=lambda e: e.step_seconds)
+    inside = sorted((e for e in ranked if e.time.mfu >= fastest.time.mfu * (1 + e_min)), key=lambda e: e.step_seconds)
+    roomy = [e for e in inside if (usable - plan_memory(e.plan, seq)["device"]) / usable >= rule]
+    pick = roomy[0] if roomy else max(inside, key=lambda e: usable - plan_memory(e.plan, seq)["device"])
+    wrong = [] if pick.plan == best.plan else [f"recommended {best.plan.label()}, the rule picks {pick.plan.label()}"]
+    if up is None or up[8].replace(" ", "_") != max(diffs, key=lambda k: diffs[k], default=""):
+        wrong.append("the runner-up's 'mostly ...'")
+    # the time table's shares, the micro-batch table's full-recompute MFU, the job's hours, the ideal compute, H100
+    for row in r.tables["time"].rows:
+        pairs.append((_percent(row[2]), round(row[1].value / step, 3)))
+    full = next((row for row in r.tables["micro_batches"].rows if row[0] == 1 and row[2] == "full"), None)
+    pairs.append((round(q["full_recompute_mfu"], 3), _percent(full[6]) if full else math.nan))
+    annotations, epochs = value("scaling_laws.Llama2-SFT.annotations"), value("scaling_laws.Llama2-SFT.epochs")
+    meta_turn = value("sft_data.llama2-pref-meta.tokens_per_prompt") + value(
+        "sft_data.llama2-pref-meta.tokens_per_response"
+    )
+    per_step = sequences * seq
+    pairs += [
+        (q["sft_hours_upper"], annotations * seq * epochs / per_step * step / 3600),  # every example fills a window
+        (q["sft_hours_lower"], annotations * meta_turn * epochs / per_step * step / 3600),  # one prompt and answer
+        (
+            q["best_compute_ideal"],
+            (6 * n + 6 * layers * h * seq)
+            * per_step
+            / (best.plan.tp * best.plan.pp * best.plan.dp * value("gpus.A100-SXM-80GB.bf16_mamf_tflops") * 1e12)
+            / value("planner.training-share.tensor_core_share"),
+        ),
+        (q["h100_step_high"], q["h100_step"] * (1 + e_max)),
+        (value("models.7B.params_published"), n),
+    ]
+    r.claim(
+        "chapter 14's words and scalars (the 'why' lines at their printed digits, the time shares, the job's hours, "
+        "the ideal compute, the H100's slow step) = the plans by hand and the tables' own figures: worst relative gap",
+        _worst(pairs),
+        0.0,
+        abs_tol=1e-9,
+    )
+    r.claim("the recommendation and the runner-up's cause that disagree with the rules re-applied", len(wrong), 0)
