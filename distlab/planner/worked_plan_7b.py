@@ -73,6 +73,12 @@ def fits_verdict(headroom: float) -> str:
     return "yes" if headroom >= MIN_HEADROOM else f"only just: under the {MIN_HEADROOM:.0%} rule"
 
 
+def _batches(plan) -> str:
+    """The micro-batch x accumulation cell; an interleaved pipeline adds its chunks per stage (its memory rests on
+    them: p + (p - 1)/v micro-batches in flight on the first stage)."""
+    return f"{plan.micro_batch} x {plan.microbatches}" + (f", v = {plan.virtual}" if plan.virtual > 1 else "")
+
+
 def strategy_table(r: Result, key: str, m, c, t, names=tuple(STRATEGIES)) -> dict:
     """Each strategy's best plan (or its leanest, when none fits): memory by category, fits, step, MFU."""
     from distlab.core.results import Quantity
@@ -95,7 +101,7 @@ def strategy_table(r: Result, key: str, m, c, t, names=tuple(STRATEGIES)) -> dic
         table.append(
             [
                 name,
-                f"{plan.micro_batch} x {plan.microbatches}",
+                _batches(plan),
                 plan.recompute,
                 *(Quantity(getattr(mem, k), "B") for k in ("weights", "gradients", "optimizer", "activations")),
                 Quantity(total, "B"),

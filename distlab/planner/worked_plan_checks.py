@@ -109,9 +109,9 @@ def check(r: Result, plans: dict, seq: int, sequences: int, rule: float) -> None
         plan = plans[row[0]][0]
         if (plan.tp, plan.pp, plan.zero, plan.offload != "none") != NAMED[row[0]]:
             wrong.append(f"{row[0]}: {plan.label()}")
-        if row[1] != f"{plan.micro_batch} x {plan.microbatches}" or plan.dp * plan.micro_batch * plan.microbatches != (
-            sequences
-        ):
+        chunks = f", v = {plan.virtual}" if plan.virtual > 1 else ""
+        batch = plan.dp * plan.micro_batch * plan.microbatches
+        if row[1] != f"{plan.micro_batch} x {plan.microbatches}{chunks}" or batch != sequences:
             wrong.append(f"{row[0]}: {row[1]}")
         want = plan_memory(plan, seq)
         cells = dict(zip(("weights", "gradients", "optimizer", "activations", "device"), row[3:8], strict=True))
