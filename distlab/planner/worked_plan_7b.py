@@ -189,7 +189,7 @@ def worked_plan_7b(device: str) -> Result:
         caption="distlab plan --model 7B --task finetune --gpu A100-SXM-80GB",
     )
     add_advice(r, "rec", m, c, t, ranked)
-    _phase_picture(r, best, budget, c.gpu.name)
+    _phase_picture(r, best, budget, c.gpu.name, t.seq)
     r.claim(
         "the Takeaway's 'no tensor or pipeline parallelism': the recommended plan has TP 1 and PP 1", p.tp * p.pp, 1
     )
@@ -397,7 +397,7 @@ def _h100_variant(r: Result) -> None:
     r.add("h100_step_high", best.step_seconds * best.time.mfu / lo, "s", "H100: the step at the band's low MFU")
 
 
-def _phase_picture(r: Result, best, budget: float, gpu: str) -> None:
+def _phase_picture(r: Result, best, budget: float, gpu: str, seq: int) -> None:
     """The recommended plan's memory, phase by phase, drawn; the drawn bars checked against the plan's own figure
     and against the optimizer step's bytes added up here from the breakdown's fields."""
     from distlab.planner.phase_picture import draw_phases
@@ -431,6 +431,9 @@ def _phase_picture(r: Result, best, budget: float, gpu: str) -> None:
         list(drawn).index(max(drawn, key=lambda k: drawn[k])),
         r.quantities["picture_peak_phase"].value,
     )
+    from distlab.planner import worked_plan_checks
+
+    worked_plan_checks.check_picture(r, fig, best.plan, seq, MIN_HEADROOM)
     r.figure(
         "phases",
         fig,

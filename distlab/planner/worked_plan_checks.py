@@ -221,6 +221,7 @@ def check_words(r: Result, ranked: list, seq: int, sequences: int, rule: float) 
         [float(f"{step:.3g}"), round(100 * times["compute"] / step), round(100 * mfu, 1)]
         + [round(100 * mfu / (1 + e_max)), round(100 * mfu / (1 + e_min)), round(sequences * seq / step)],
     )
+    per_step = sequences * seq
     causal = mfu * (6 * n + 6 * layers * h * seq) / (6 * n + 12 * layers * h * seq)
     said(r"\(6N \+ 6Lhs\): ([\d.]+)%", [round(100 * causal, 1)])
     up = re.search(r"Runner-up: " + LABEL + r", ([\d.]+)% slower \(mostly ([a-z ]+); headroom ([\d.]+)%\)", why)
@@ -255,7 +256,6 @@ def check_words(r: Result, ranked: list, seq: int, sequences: int, rule: float) 
     meta_turn = value("sft_data.llama2-pref-meta.tokens_per_prompt") + value(
         "sft_data.llama2-pref-meta.tokens_per_response"
     )
-    per_step = sequences * seq
     pairs += [
         (q["sft_hours_upper"], annotations * seq * epochs / per_step * step / 3600),  # every example fills a window
         (q["sft_hours_lower"], annotations * meta_turn * epochs / per_step * step / 3600),  # one prompt and answer
@@ -269,6 +269,17 @@ def check_words(r: Result, ranked: list, seq: int, sequences: int, rule: float) 
         (q["h100_step_high"], q["h100_step"] * (1 + e_max)),
         (value("models.7B.params_published"), n),
     ]
+    # the search's "no PP" line: ZeRO-1 at TP 1, one sequence per micro-batch, the batch accumulated
+    plain = Plan(dp=best.plan.dp, zero=1, micro_batch=1, microbatches=sequences // best.plan.dp)
+    need = plan_memory(plain, seq)["device"]
+    said(
+        r"no PP: at TP 1 ZeRO-1 fits without one \(([\d.]+) of ([\d.]+) GB, (\d+)% free\)",
+        [round(need / 1e9, 1), round(usable / 1e9, 1), round(100 * (1 - need / usable))],
+    )
+    said(r"no CP: ([\d,]+)-token sequences", [seq])
+    peak = value("gpus.A100-SXM-80GB.bf16_dense_tflops") * 1e12
+    pairs.append((mfu, (6 * n + 12 * layers * h * seq) * per_step / (step * best.plan.gpus * peak)))
+    _advice(r, ranked, seq, usable, rule, pairs, wrong)
     r.claim(
         "chapter 14's words and scalars (the 'why' lines at their printed digits, the time shares, the job's hours, "
         "the ideal compute, the H100's slow step) = the plans by hand and the tables' own figures: worst relative gap",
@@ -277,3 +288,110 @@ def check_words(r: Result, ranked: list, seq: int, sequences: int, rule: float) 
         abs_tol=1e-9,
     )
     r.claim("the recommendation and the runner-up's cause that disagree with the rules re-applied", len(wrong), 0)
+
+
+def _label(plan: Plan) -> str:
+    """A plan as the planner names it, written out here for the plans the page shows (no pipeline)."""
+    zero = f"ZeRO-{plan.zero}" if plan.zero else "DDP"
+    return f"TP {plan.tp} x PP {plan.pp} x DP {plan.dp}, {zero}, micro-batch {plan.micro_batch} x {plan.microbatches}"
+
+
+def _advice(r: Result, ranked: list, seq: int, usable: float, rule: float, pairs: list, wrong: list) -> None:
+    """The advice table's cells against the plans' bytes by hand and the steps the search timed."""
+    q = {k: v.value for k, v in r.quantities.items()}
+    cells = {row[0]: row[1] for row in r.tables["rec_advice"].rows}
+    best, step = ranked[0], ranked[0].step_seconds
+    chosen = plan_memory(best.plan, seq)["device"]
+    if cells.get("recommended") != _label(best.plan):
+        wrong.append(f"recommended: {cells.get('recommended')}")
+    if (cells.get("schedule") == "no pipeline") != (best.plan.pp == 1):
+        wrong.append(f"schedule: {cells.get('schedule')}")
+    if (cells.get("recomputation") == "fits without recomputation") != (best.plan.recompute == "none"):
+        wrong.append(f"recomputation: {cells.get('recomputation')}")
+
+    def cell(key: str, pattern: str, wants: list[float]) -> None:
+        m = re.search(pattern, cells.get(key, ""))
+        found = [float(g.replace(",", "")) for g in m.groups()] if m else [math.nan] * len(wants)
+        pairs.extend(zip(found, wants, strict=True))
+
+    cell("memory", r"([\d.]+) of ([\d.]+) GB usable", [round(chosen / 1e9, 1), round(usable / 1e9, 1)])
+    cell(
+        "headroom",
+        r"([\d.]+)% free \(the rule: at least (\d+)%\)",
+        [round(100 * (1 - chosen / usable), 1), round(100 * rule)],
+    )
+    cell("step", r"([\d.]+) s", [float(f"{step:.3g}")])
+    fast = re.search(
+        LABEL + r": ([\d.]+)% faster, ([\d.]+) GB more per GPU, ([\d.]+)% headroom", cells.get("fastest plan", "")
+    )
+    quick = _plan(fast)
+    quick_mem = plan_memory(quick, seq)["device"] if quick else math.nan
+    slower = step / _step_of(ranked, quick) - 1
+    found = [float(fast[i]) for i in (7, 8, 9)] if fast else [math.nan] * 3
+    pairs += [
+        (found[0], round(100 * slower, 1)),
+        (found[1], round((quick_mem - chosen) / 1e9, 1)),
+        (found[2], round(100 * (1 - quick_mem / usable), 1)),
+        (q["rec_fastest_slower"], slower),
+        (q["rec_fastest_extra_memory"], quick_mem - chosen),
+        (q["rec_fastest_headroom"], 1 - quick_mem / usable),
+    ]
+    can = re.search(
+        r"TP (\d+) x PP (\d+) x DP (\d+), DDP, micro-batch (\d+) x (\d+), sequence parallel: \+([\d.]+)% step time, "
+        r"([\d.]+)% headroom",
+        cells.get("canonical Megatron layout", ""),
+    )
+    canonical = (
+        None
+        if can is None
+        else Plan(tp=int(can[1]), pp=int(can[2]), dp=int(can[3]), micro_batch=int(can[4]), microbatches=int(can[5]))
+    )
+    can_mem = plan_memory(canonical, seq)["device"] if canonical else math.nan
+    gap = _step_of(ranked, canonical) / step - 1
+    pairs += [
+        (float(can[6]) if can else math.nan, round(100 * gap, 1)),
+        (float(can[7]) if can else math.nan, round(100 * (1 - can_mem / usable), 1)),
+        (q["rec_canonical_slower"], gap),
+        (q["rec_canonical_headroom"], 1 - can_mem / usable),
+    ]
+
+
+def check_picture(r: Result, fig, plan: Plan, seq: int, rule: float) -> None:
+    """The phase drawing read back: each bar's segments laid end to end from zero, the longest bar = the plan's
+    peak by hand (its title at three figures), the dashed line at the usable memory, the dotted one at the rule's."""
+    ax = fig.axes[0]
+    bars: dict[float, list] = {}
+    for patch in ax.patches:
+        if (patch.get_gid() or "").startswith("seg:"):
+            bars.setdefault(round(patch.get_y(), 6), []).append(patch)
+    gaps, ends = [], []
+    for segments in bars.values():
+        segments.sort(key=lambda p: p.get_x())
+        end = 0.0
+        for seg in segments:
+            gaps.append(abs(seg.get_x() - end))
+            end = seg.get_x() + seg.get_width()
+        ends.append(end)
+    usable = budget()
+    want = plan_memory(plan, seq)["device"] - nccl_by_hand() * sum(1 for n in (plan.tp, plan.pp, plan.dp) if n > 1)
+    title = re.search(r": ([\d.]+) GB", ax.get_title(loc="left"))
+    lines = sorted(line.get_xdata()[0] for line in ax.lines)
+    pairs = [
+        (max(ends, default=math.nan) * 1e9, want),
+        (float(title[1]) if title else math.nan, float(f"{want / 1e9:.3g}")),
+        (lines[0] if len(lines) == 2 else math.nan, (1 - rule) * usable / 1e9),
+        (lines[1] if len(lines) == 2 else math.nan, usable / 1e9),
+    ]
+    r.claim(
+        "drawing: segments end to end from zero (largest gap, GB)",
+        max(gaps, default=math.inf),
+        0.0,
+        abs_tol=1e-9,
+    )
+    r.claim(
+        "drawing: the longest bar and the title = the plan's peak by hand; the lines at the usable memory and the "
+        "headroom rule's: worst relative gap",
+        _worst(pairs),
+        0.0,
+        abs_tol=1e-9,
+    )
