@@ -18,6 +18,7 @@ from distlab.core.facts import value
 from distlab.core.results import Result
 from distlab.memory.activation_checks import LLAMA2_7B
 from distlab.planner.config import FRAGMENTATION_FRACTION, Plan
+from distlab.planner.kernels import MEMORY_EFFICIENCY
 from distlab.planner.memory_quotes import A100_MIB, FUSED_LOSS_GRADIENT, nccl_by_hand, quoted
 
 # each strategy's layout as its name states it: (tp, pp, zero, offloads)
@@ -279,6 +280,11 @@ def check_words(r: Result, ranked: list, seq: int, sequences: int, rule: float) 
     said(r"no CP: ([\d,]+)-token sequences", [seq])
     peak = value("gpus.A100-SXM-80GB.bf16_dense_tflops") * 1e12
     pairs.append((mfu, (6 * n + 12 * layers * h * seq) * per_step / (step * best.plan.gpus * peak)))
+    # the optimizer step: a memory-bound pass over the rank's shard, reading the bf16 gradient and the fp32 master
+    # and moments, writing them and the bf16 weight: 2 + 2 x 12 + 2 bytes per parameter at the HBM rate planned
+    shard = math.ceil(n / best.plan.dp) if best.plan.zero else n
+    hbm = value("gpus.A100-SXM-80GB.hbm_tbps") * 1e12 * MEMORY_EFFICIENCY
+    pairs.append((times.get("optimizer", math.nan), shard * (2 + 2 * 12 + 2) / hbm))
     _advice(r, ranked, seq, usable, rule, pairs, wrong)
     r.claim(
         "chapter 14's words and scalars (the 'why' lines at their printed digits, the time shares, the job's hours, "
