@@ -19,6 +19,7 @@ from distlab.planner.search import (
     MAX_MICRO_BATCH,
     PRETRAIN_BATCH_TOKENS,
     RESIMULATE,
+    VIRTUAL_CHUNKS,
     Estimate,
     explain,
     finetune_batch_sequences,
@@ -70,6 +71,13 @@ def planner(device: str) -> Result:
     r.add("cp_min_seq", LONG_SEQ, "tokens", "context parallelism is considered from this length")
     r.add("max_micro_batch", MAX_MICRO_BATCH, "sequences", "largest micro-batch searched")
     r.add("resimulate", RESIMULATE, "plans", "plans re-timed with the pipeline simulator")
+    r.add("virtual_min", min(VIRTUAL_CHUNKS), "", "fewest interleaved chunks per stage the search tries")
+    r.add("virtual_max", max(VIRTUAL_CHUNKS), "", "most interleaved chunks per stage the search tries")
+    r.claim(
+        "the page's 'from the fewest to the most chunks': counts between them that the search does not try",
+        len(set(range(min(VIRTUAL_CHUNKS), max(VIRTUAL_CHUNKS) + 1)) - set(VIRTUAL_CHUNKS)),
+        0,
+    )
     r.add("mtnlg_pp", value("megatron_runs.gpt-530b.pp"), "stages", "Narayanan et al.'s 530B run: pipeline stages")
     r.add("mtnlg_layers", value("megatron_runs.gpt-530b.layers"), "layers", "... of a model with this many layers")
     rows = []
