@@ -12,16 +12,10 @@ import math
 import re
 
 from distlab.core.facts import entries, source
-from distlab.core.results import Result
+from distlab.core.results import Result, worst_relative_gap
 
 # Llama 2 7B's released config.json (meta-llama/Llama-2-7b-hf): num_hidden_layers, hidden_size
 LLAMA2_7B = {"layers": 32, "hidden": 4096}
-
-
-def _gap(pairs: list[tuple[float, float]]) -> float:
-    """Largest relative gap of shown from expected over the pairs (0 when all agree; inf when one is missing)."""
-    gaps = [abs(m - e) / abs(e) if e else abs(m) for m, e in pairs]
-    return math.inf if any(math.isnan(g) for g in gaps) else max(gaps)
 
 
 def _quoted(data: str, key: str, pattern: str) -> float:
@@ -116,13 +110,13 @@ def packing(r: Result) -> None:
     r.claim(
         "waste table: wasted = 1 - 1/tokens; FLOPs = (1 - A) tokens + A pairs, A by hand from the pad row and "
         "Llama 2 7B; pad tokens = W / mean; no-mask pairs = pad pairs x packed/pad tokens; document mask 1",
-        _gap(pairs) + low,
+        worst_relative_gap(pairs) + low,
         0.0,
         abs_tol=1e-9,
     )
     r.claim(
         "the page's wastes, speed-up, FLOP ratio and no-mask pairs = the table's cells",
-        _gap(
+        worst_relative_gap(
             [
                 (get("pad_waste"), pad[1]),
                 (get("dynamic_waste"), cells["pad to the batch's longest"][1]),

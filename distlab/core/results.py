@@ -244,3 +244,11 @@ def _to_builtin(value):
         except (ValueError, RuntimeError):
             pass
     return value
+
+
+def worst_relative_gap(pairs) -> float:
+    """Largest |shown - expected| / |expected| over (shown, expected) pairs (|shown| where expected is 0), for a
+    claim that many cells equal their references. A NaN anywhere (a cell that is missing) makes it infinite, so the
+    claim fails rather than passes (`max` alone skips a NaN that is not first); so does an empty list."""
+    gaps = [abs(shown - want) / abs(want) if want else abs(shown) for shown, want in pairs]
+    return math.inf if not gaps or any(math.isnan(g) for g in gaps) else max(gaps)

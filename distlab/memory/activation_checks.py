@@ -14,19 +14,13 @@ import re
 from types import SimpleNamespace
 
 from distlab.core.facts import value
-from distlab.core.results import Result
+from distlab.core.results import Result, worst_relative_gap
 
 # Llama 2 7B's released config.json (meta-llama/Llama-2-7b-hf): num_hidden_layers, hidden_size,
 # num_attention_heads (= num_key_value_heads), intermediate_size, vocab_size; SwiGLU, RMSNorm, no dropout
 LLAMA2_7B = {"layers": 32, "hidden": 4096, "heads": 32, "ffn": 11008, "vocab": 32000}
 PAGE_T = 8  # the tensor-parallel size at which the page evaluates Table 2 ("at t = 8" in its prose)
 MAX_MICRO_BATCH = 64  # the largest micro-batch the fit search tries (the page's "0" means not even one fits)
-
-
-def _gap(pairs: list[tuple[float, float]]) -> float:
-    """Largest relative gap of shown from expected over the pairs (0 when all agree; inf when one is missing)."""
-    gaps = [abs(m - e) / abs(e) if e else abs(m) for m, e in pairs]
-    return math.inf if any(math.isnan(g) for g in gaps) else max(gaps)
 
 
 def _v(cell) -> float:
@@ -96,7 +90,9 @@ def activations_7b(r: Result) -> None:
     s = llama2_context()
     r.claim(
         "7B's shape and sequence = Llama 2 7B's config.json, Table 1's 4k",
-        _gap([(get("layers"), L), (get("hidden"), h), (get("heads"), a), (get("vocab"), V), (get("seq"), s)]),
+        worst_relative_gap(
+            [(get("layers"), L), (get("hidden"), h), (get("heads"), a), (get("vocab"), V), (get("seq"), s)]
+        ),
         0.0,
         abs_tol=1e-12,
     )
@@ -111,7 +107,7 @@ def activations_7b(r: Result) -> None:
         pairs += [(_v(c), L * table2(rc, sp, t, s, b, h, a)) for c, b in zip(row[3:], batches, strict=True)]
     r.claim(
         "Table 2's cells = L x the paper's expressions by hand, t = 1 or 8",
-        _gap(pairs) + wrong_t,
+        worst_relative_gap(pairs) + wrong_t,
         0.0,
         abs_tol=1e-12,
     )
@@ -132,7 +128,7 @@ def activations_7b(r: Result) -> None:
     ]
     r.claim(
         "7B totals (b = 1, 8) and ratios by hand: 5as/h = 160, saving 160/194, 97, 17, 2 x 354/194, 2",
-        _gap(pairs),
+        worst_relative_gap(pairs),
         0.0,
         abs_tol=1e-12,
     )
@@ -141,7 +137,7 @@ def activations_7b(r: Result) -> None:
     g3_s = float(re.search(r"= (\d+)", GPT3_QUOTES["context"]).group(1))
     r.claim(
         "core FLOP share 4s/(24h + 4s): 7B (1/7), GPT-3 (Table 2.1's d_model, n_ctx)",
-        _gap(
+        worst_relative_gap(
             [
                 (get("core_flop_share"), 4 * s / (24 * h + 4 * s)),
                 (get("gpt3_core_flop_share"), 4 * g3_s / (24 * g3["hidden"] + 4 * g3_s)),
@@ -157,7 +153,7 @@ def activations_7b(r: Result) -> None:
     none1 = L * table2("none", False, 1, s, 1, h, a)
     r.claim(
         "7B states over 8 GPUs = checkpoint's count x 16, 18, 20 B / 8; over MLPerf's 80 GB",
-        _gap(
+        worst_relative_gap(
             [
                 (get("states_zero3_8"), states),
                 (get("states_zero3_8_fp32_grads"), params * (2 + 4 + 12) / 8),
@@ -201,7 +197,7 @@ def activations_7b(r: Result) -> None:
     ]
     r.claim(
         "Llama 2 7B's own layer = L x appendix 03's closed form / t",
-        _gap(pairs) + wrong_t,
+        worst_relative_gap(pairs) + wrong_t,
         0.0,
         abs_tol=1e-12,
     )
@@ -229,7 +225,7 @@ def chunked_ce(r: Result) -> None:
     pairs += [(get("naive_bytes_per_logit") * n * v, naive[1]), (get("peak_ratio") * chunked[1], naive[1])]
     r.claim(
         "peak per logit x N x V = the peak (N, V as the caption prints), ratio x chunked = naive",
-        _gap(pairs),
+        worst_relative_gap(pairs),
         0.0,
         abs_tol=1e-12,
     )
@@ -237,7 +233,7 @@ def chunked_ce(r: Result) -> None:
     vocab = _quoted_int("llama3_models", "llama3-config", r"vocab_size ([0-9]+)")
     r.claim(
         "Llama 3 8B (README's 8192, config's 128256): naive = bytes per logit x s x V; chunk = c x V x 4 B",
-        _gap(
+        worst_relative_gap(
             [
                 (get("llama3_naive_peak"), naive[1] / (n * v) * s * vocab),
                 (get("llama3_chunk_logits"), get("chunk") * vocab * 4),
@@ -288,7 +284,7 @@ def activation_memory(r: Result) -> None:
     pairs.append((get("worst_relative_gap"), worst))
     r.claim(
         "sweep, every cell by hand: sbh(34 + 5as/h) + s² + 4sbk; without dropout 2sbh + 3as²b less",
-        _gap(pairs),
+        worst_relative_gap(pairs),
         0.0,
         abs_tol=1e-12,
     )
@@ -307,7 +303,7 @@ def activation_memory(r: Result) -> None:
     ]
     r.claim(
         "terms table's columns sum to the paper's and the block by hand; mask s², statistics 4sbk, params 2(12h² + 4h)",
-        _gap(pairs),
+        worst_relative_gap(pairs),
         0.0,
         abs_tol=1e-12,
     )
@@ -335,7 +331,7 @@ def per_token_figure(r: Result, ax, h: int, a: int, b: int, k: int) -> None:
             else:
                 want = paper + (s * s + 4 * s * b * k) / (s * b * h)
             pairs.append((float(y), want))
-    r.claim("per-token figure: every drawn point by hand (largest gap)", _gap(pairs), 0.0, abs_tol=1e-12)
+    r.claim("per-token figure: every drawn point by hand (largest gap)", worst_relative_gap(pairs), 0.0, abs_tol=1e-12)
 
 
 # ---------------------------------------------------------------- checkpointing
@@ -383,7 +379,10 @@ def tradeoff_figure(r: Result, fig) -> None:
         else:  # the vertical line at the chain's optimum, sqrt(64) = 8
             pairs += [(x, math.sqrt(n_chain)) for x in xs]
     r.claim(
-        "tradeoff figure: every drawn point and label by hand (largest gap)", _gap(pairs) + wrong, 0.0, abs_tol=1e-9
+        "tradeoff figure: every drawn point and label by hand (largest gap)",
+        worst_relative_gap(pairs) + wrong,
+        0.0,
+        abs_tol=1e-9,
     )
 
 
@@ -424,7 +423,7 @@ def checkpointing(r: Result) -> None:
     r.claim(
         "variants and sizes by hand: layer 34sbh + 5as²b + s² + 4sbk, input 2sbh, selective 34sbh + 4sbk, "
         "extra FLOPs 0, 1, 4s/(24h + 4s)",
-        _gap(pairs),
+        worst_relative_gap(pairs),
         0.0,
         abs_tol=1e-12,
     )
@@ -444,7 +443,7 @@ def checkpointing(r: Result) -> None:
     ]
     r.claim(
         "segments: held L/k inputs, peak (L/k - 1) inputs + k layers; chain: L/k - 1 + k, best k = 8 holding 15",
-        _gap(pairs),
+        worst_relative_gap(pairs),
         0.0,
         abs_tol=1e-12,
     )

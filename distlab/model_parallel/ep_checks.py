@@ -14,7 +14,7 @@ import math
 import re
 
 from distlab.core.facts import quoted, value
-from distlab.core.results import Result
+from distlab.core.results import Result, worst_relative_gap
 from distlab.interconnect.placement_checks import alpha_s
 from distlab.sharding.zero_checks import ndr_bytes_per_s
 
@@ -211,16 +211,10 @@ def _routing(r: Result, q: dict[str, float]) -> None:
     r.claim(
         "DeepSeek-V3 routing: distinct and remote nodes per token and network copies = the product of draws by hand "
         "and the plain EP 64 row's bytes: worst relative gap",
-        _worst(pairs),
+        worst_relative_gap(pairs),
         0.0,
         abs_tol=1e-9,
     )
-
-
-def _worst(pairs: list[tuple[float, float]]) -> float:
-    """Largest relative gap over (shown, expected) pairs; a missing (NaN) shown value makes it infinite."""
-    gaps = [abs(shown - want) / abs(want) if want else abs(shown) for shown, want in pairs]
-    return math.inf if any(math.isnan(g) for g in gaps) else max(gaps)
 
 
 LABEL = re.compile(r"EP (\d+) (?:in one node|over (\d+) nodes(?: \((\d+) GPUs? each\))?)(, node-limited routing)?$")
@@ -259,7 +253,7 @@ def _table(r: Result, layouts: dict[str, tuple[str, int, int, bool]], mfu: float
     r.claim(
         "the all-to-all table's cells (S, NVLink and NIC bytes, 4 all-to-alls, expert compute, ratio, caption MFU) "
         "= the hand-worked layouts: worst relative gap",
-        _worst(pairs),
+        worst_relative_gap(pairs),
         0.0,
         abs_tol=1e-9,
     )

@@ -15,7 +15,7 @@ import math
 import re
 
 from distlab.core.facts import value
-from distlab.core.results import Result
+from distlab.core.results import Result, worst_relative_gap
 from distlab.memory.activation_checks import LLAMA2_7B
 from distlab.planner.config import FRAGMENTATION_FRACTION, Plan
 from distlab.planner.kernels import MEMORY_EFFICIENCY
@@ -87,12 +87,6 @@ def plan_memory(plan, seq: int) -> dict[str, float]:
     return {"weights": weights, "gradients": grads, "optimizer": opt, "activations": acts, "device": device}
 
 
-def _worst(pairs: list[tuple[float, float]]) -> float:
-    """Largest relative gap of shown from expected; a missing (NaN) shown value makes it infinite."""
-    gaps = [abs(shown - want) / abs(want) if want else abs(shown) for shown, want in pairs]
-    return math.inf if any(math.isnan(g) for g in gaps) else max(gaps, default=0.0)
-
-
 def _percent(text: str) -> float:
     return float(text.split("%")[0]) / 100
 
@@ -129,9 +123,9 @@ def check(r: Result, plans: dict, seq: int, sequences: int, rule: float) -> None
         if chosen.dp * b * accumulation != sequences:
             wrong.append(f"micro-batch {b} x {accumulation}")
         plan = Plan(dp=chosen.dp, zero=chosen.zero, micro_batch=b, microbatches=accumulation, recompute=recompute)
-        want = plan_memory(plan, seq)["device"]
-        pairs.append((row[3].value, want))
-        if (row[4] == "yes") != (want <= usable):
+        need = plan_memory(plan, seq)["device"]
+        pairs.append((row[3].value, need))
+        if (row[4] == "yes") != (need <= usable):
             wrong.append(f"micro-batch {b}, {recompute}: {row[4]}")
     best = plan_memory(chosen, seq)
     pairs += [
@@ -143,7 +137,7 @@ def check(r: Result, plans: dict, seq: int, sequences: int, rule: float) -> None
     r.claim(
         "chapter 14's memory, cell by cell (the strategies and micro-batch tables, the budget, the best plan, its "
         "headroom) = each plan's bytes worked by hand: worst relative gap (percentages at their printed digit)",
-        _worst(pairs),
+        worst_relative_gap(pairs),
         0.0,
         abs_tol=1e-9,
         formula="16 B/param sharded by ZeRO stage; per layer (16h + 8f + 8 + 4a) s b / tp; p + (p-1)/v in flight",
@@ -289,7 +283,7 @@ def check_words(r: Result, ranked: list, seq: int, sequences: int, rule: float) 
     r.claim(
         "chapter 14's words and scalars (the 'why' lines at their printed digits, the time shares, the job's hours, "
         "the ideal compute, the H100's slow step) = the plans by hand and the tables' own figures: worst relative gap",
-        _worst(pairs),
+        worst_relative_gap(pairs),
         0.0,
         abs_tol=1e-9,
     )
@@ -397,7 +391,7 @@ def check_picture(r: Result, fig, plan: Plan, seq: int, rule: float) -> None:
     r.claim(
         "drawing: the longest bar and the title = the plan's peak by hand; the lines at the usable memory and the "
         "headroom rule's: worst relative gap",
-        _worst(pairs),
+        worst_relative_gap(pairs),
         0.0,
         abs_tol=1e-9,
     )

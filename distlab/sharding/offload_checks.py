@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 
 from distlab.core.facts import value
-from distlab.core.results import Result
+from distlab.core.results import Result, worst_relative_gap
 
 # The sources' statements, as host_links.toml's source details record the DGX guide's and Intel ARK's (a second
 # transcription beside the fields), and JEDEC's module name for DDR5-4800, PC5-38400: 38,400 MB/s per channel.
@@ -37,10 +37,6 @@ def host_bytes_per_s() -> float:
 def pcie_bytes_per_s() -> float:
     """PCIe 5.0 x16, one direction: 32 GT/s per lane x 16 lanes x 128/130 (encoding) / 8 bits."""
     return 32e9 * 16 * 128 / 130 / 8
-
-
-def _gap(pairs: list[tuple[float, float]]) -> float:
-    return max(abs(m - e) / abs(e) if e else abs(m) for m, e in pairs)
 
 
 def by_hand(r: Result, tokens: tuple[int, ...]) -> None:
@@ -88,7 +84,7 @@ def by_hand(r: Result, tokens: tuple[int, ...]) -> None:
     ref["swap_over_offload"] = ref["swap_s"] / t["zero_offload_s"]
     r.claim(
         "offload's bytes, seconds and break-evens by hand (largest gap over quantities)",
-        _gap([(q[k], v) for k, v in ref.items()]),
+        worst_relative_gap([(q[k], v) for k, v in ref.items()]),
         0.0,
         abs_tol=1e-12,
     )
@@ -98,7 +94,7 @@ def by_hand(r: Result, tokens: tuple[int, ...]) -> None:
         swap, zo = ref["swap_s"], t["zero_offload_s"]
         cells = [row[0], row[1].value, row[2].value, row[3], row[4].value, row[5]]
         rows += list(zip(cells, [tok, c, swap, swap / c, zo, zo / c], strict=True))
-    r.claim("per-step table by hand (largest gap over cells)", _gap(rows), 0.0, abs_tol=1e-12)
+    r.claim("per-step table by hand (largest gap over cells)", worst_relative_gap(rows), 0.0, abs_tol=1e-12)
     r.claim(
         "host_links.toml's DRAM fields = the quoted sources' (sockets, channels, MB/s per channel)",
         value("host_links.DGX-H100-host.sockets")

@@ -12,7 +12,7 @@ import math
 import re
 
 from distlab.core.facts import value
-from distlab.core.results import Result
+from distlab.core.results import Result, worst_relative_gap
 
 # Llama 2 70B's released config.json (meta-llama/Llama-2-70b-hf): hidden_size, num_attention_heads,
 # num_key_value_heads, intermediate_size, num_hidden_layers; SwiGLU, RMSNorm, no dropout
@@ -63,11 +63,6 @@ def nvlink_bytes_per_s() -> float:
     )
 
 
-def _gap(pairs: list[tuple[float, float]]) -> float:
-    """Largest relative gap of measured from expected over the pairs (0 when all agree)."""
-    return max(abs(m - e) / abs(e) if e else abs(m) for m, e in pairs)
-
-
 def llama2_70b_sequence_bytes(seq: int, micro: int) -> int:
     """One micro-batch's activations, all 70B layers, FlashAttention, no recomputation: appendix 03's hand-collected
     expression (Korthikanti et al.'s parts adapted to SwiGLU, RMSNorm and GQA, written apart from
@@ -91,7 +86,7 @@ def figure_claim(r: Result, ax, p: int, labels: dict[int, str]) -> None:
             pairs += [(y * 1e9, hbm_bytes()) for y in ys]
         else:
             pairs += [(y * 1e9, closed_form(p, int(x), z)["total"]) for x, y in zip(xs, ys)]
-    r.claim("per-GPU figure: drawn points = closed forms (largest gap)", _gap(pairs), 0.0, abs_tol=1e-12)
+    r.claim("per-GPU figure: drawn points = closed forms (largest gap)", worst_relative_gap(pairs), 0.0, abs_tol=1e-12)
 
 
 def by_hand(r: Result, *, micro: int, big_gpus: int, accum: int, hide_mfu: float, large_gpus: int) -> None:
@@ -105,7 +100,7 @@ def by_hand(r: Result, *, micro: int, big_gpus: int, accum: int, hide_mfu: float
     n, hbm = int(q["gpus"]), hbm_bytes()
     r.claim(
         "7B and 70B in billions = checkpoints' counts / 10^9 (largest gap)",
-        _gap([(q["params_billions"], p7 / 1e9), (q["70b_params_billions"], p70 / 1e9)]),
+        worst_relative_gap([(q["params_billions"], p7 / 1e9), (q["70b_params_billions"], p70 / 1e9)]),
         0.0,
         abs_tol=1e-12,
     )
@@ -121,7 +116,7 @@ def by_hand(r: Result, *, micro: int, big_gpus: int, accum: int, hide_mfu: float
     r.claim("7B table: cells differing from ZeRO / ZeRO-Offload closed forms", wrong, 0, unit="cells")
     # 70B on big_gpus
     big = [(q[f"70b_z{z}_bytes"], closed_form(p70, big_gpus, z)["total"]) for z in (1, 2, 3)]
-    r.claim("70B, ZeRO-1/2/3 per GPU = closed forms (largest gap)", _gap(big), 0.0, abs_tol=1e-12)
+    r.claim("70B, ZeRO-1/2/3 per GPU = closed forms (largest gap)", worst_relative_gap(big), 0.0, abs_tol=1e-12)
     r.claim("fewest GPUs holding 70B's 16Ψ = ⌈16Ψ / HBM⌉", q["70b_z3_min_gpus"], math.ceil(16 * p70 / hbm))
     # traffic times and compute
     s7 = ceil_div(p7, n)
@@ -130,7 +125,10 @@ def by_hand(r: Result, *, micro: int, big_gpus: int, accum: int, hide_mfu: float
     times = [(q[f"{k}_bytes_per_s"], bw) for k, bw in links.items()]
     times += [(q[f"{k}_z{z}_s"], {0: 2, 3: 3}[z] * phase / bw) for k, bw in links.items() for z in (0, 3)]
     r.claim(
-        "link rates, 7B's seconds of traffic = (2 or 3)(N-1)⌈Ψ/N⌉b / B (largest gap)", _gap(times), 0.0, abs_tol=1e-12
+        "link rates, 7B's seconds of traffic = (2 or 3)(N-1)⌈Ψ/N⌉b / B (largest gap)",
+        worst_relative_gap(times),
+        0.0,
+        abs_tol=1e-12,
     )
     peak = value("gpus.H100-SXM.bf16_dense_tflops") * 1e12
     # the traffic table: all-reduce, reduce-scatter, all-gather, sent, and the N -> ∞ volume (2Ψb, 2Ψb, 2Ψb, 3Ψb)
@@ -140,11 +138,11 @@ def by_hand(r: Result, *, micro: int, big_gpus: int, accum: int, hide_mfu: float
         ar, rs, ag = phases[z]
         ref = [ar * phase, rs * phase, ag * phase, (ar + rs + ag) * phase, (ar + rs + ag) * p7 * 2]
         cells += list(zip([c.value for c in row[1:6]], ref, strict=True))
-    r.claim("traffic table = ring phases x (N-1)⌈Ψ/N⌉b (largest gap)", _gap(cells), 0.0, abs_tol=1e-12)
+    r.claim("traffic table = ring phases x (N-1)⌈Ψ/N⌉b (largest gap)", worst_relative_gap(cells), 0.0, abs_tol=1e-12)
     r.claim("worked compute = 6ΨT / peak", q["worked_compute_s"], 6 * p7 * q["worked_tokens"] / peak, rel_tol=1e-12)
     r.claim("(N-1)/N = DDP's ring bytes / 2Ψb", q["factor"], 2 * phase / (2 * p7 * 2), rel_tol=1e-12, unit="")
     accum = [(q["z2_accum_over_ddp"], (accum + 1) / 2), (q["z3_accum_over_ddp"], 3 * accum / 2)]
-    r.claim("accumulation / DDP = (m+1)/2, 3m/2 (largest gap)", _gap(accum), 0.0, abs_tol=1e-12)
+    r.claim("accumulation / DDP = (m+1)/2, 3m/2 (largest gap)", worst_relative_gap(accum), 0.0, abs_tol=1e-12)
     # why not ZeRO-3 alone for 70B
     seq, s70 = llama2_context(), ceil_div(p70, big_gpus)
     comm = 3 * (big_gpus - 1) * s70 * 2 / ndr_bytes_per_s()
@@ -159,7 +157,10 @@ def by_hand(r: Result, *, micro: int, big_gpus: int, accum: int, hide_mfu: float
         (q["large_dp_batch_tokens"], large_gpus * micro * seq),
     ]
     r.claim(
-        "70B ZeRO-3 problem: seconds, sequences, bytes, tokens by hand (largest gap)", _gap(exact), 0.0, abs_tol=1e-12
+        "70B ZeRO-3 problem: seconds, sequences, bytes, tokens by hand (largest gap)",
+        worst_relative_gap(exact),
+        0.0,
+        abs_tol=1e-12,
     )
     batch = re.search(r"batch-size of (\d+)M tokens", LLAMA2_BATCH_QUOTE)
     assert batch is not None

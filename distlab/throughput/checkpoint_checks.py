@@ -13,14 +13,9 @@ import re
 import numpy as np
 
 from distlab.core.facts import value
-from distlab.core.results import Result
+from distlab.core.results import Result, worst_relative_gap
 
 DAY_S, HOUR_S, MINUTE_S = 86400.0, 3600.0, 60.0
-
-
-def _gap(pairs: list[tuple[float, float]]) -> float:
-    """Largest relative gap of measured from expected over the pairs (0 when all agree)."""
-    return max(abs(m - e) / abs(e) if e else abs(m) for m, e in pairs)
 
 
 def mtbf_s() -> float:
@@ -82,7 +77,7 @@ def simulators_claim(r: Result, naive, vectorised) -> None:
     pairs.append((float(vectorised(10.0, 4.0, 1.0, 1.0, 2.0, 1, ScriptedGaps([1e9]))[0]), 13.0))
     r.claim(
         "simulators on a hand-worked failure schedule: 18 s, and 13 s without failures (largest gap)",
-        _gap(pairs),
+        worst_relative_gap(pairs),
         0.0,
         abs_tol=1e-12,
     )
@@ -117,7 +112,7 @@ def scalars_claim(r: Result, *, jobs: int, work_mtbfs: int) -> None:
     ]
     r.claim(
         "checkpoint scalars: M, Young, Daly, lost fractions, 7B state, by hand (largest gap)",
-        _gap(pairs),
+        worst_relative_gap(pairs),
         0.0,
         abs_tol=1e-12,
     )
@@ -141,11 +136,11 @@ def sweep_claims(r: Result, ax, *, young_s: float, factors, jobs: int, work_mtbf
             marks += [(x, ref / MINUTE_S) for x in xs]
     r.claim(
         "sweep figure: exact line = T(τ) by hand at its minutes, Young and Daly marks (largest gap)",
-        _gap(exact + marks),
+        worst_relative_gap(exact + marks),
         0.0,
         abs_tol=1e-12,
     )
-    r.claim("sweep figure: Monte Carlo points within 5 % of T(τ) by hand", _gap(mc), 0.05, relation="<=")
+    r.claim("sweep figure: Monte Carlo points within 5 % of T(τ) by hand", worst_relative_gap(mc), 0.05, relation="<=")
     r.claim(
         "sweep figure: points drawn, exact and Monte Carlo = 2 x intervals swept",
         len(exact) + len(mc),
@@ -171,14 +166,16 @@ def sweep_claims(r: Result, ax, *, young_s: float, factors, jobs: int, work_mtbf
     cells.append((float(fig_m.group(1)), round(m / HOUR_S, 2)))
     r.claim(
         "sweep table and captions: cells = T(τ), first order and inputs by hand, as printed (largest gap)",
-        _gap(cells),
+        worst_relative_gap(cells),
         0.0,
         abs_tol=1e-12,
     )
     r.claim(
         "sweep table: intervals (× Young) = 2^(-2 + i/2), printed to 3 digits (half a unit of the third)",
-        _gap(sig3),
+        worst_relative_gap(sig3),
         0.005,
         relation="<=",
     )
-    r.claim("sweep table: Monte Carlo column within 5 % of T(τ) by hand", _gap(mc_cells), 0.05, relation="<=")
+    r.claim(
+        "sweep table: Monte Carlo column within 5 % of T(τ) by hand", worst_relative_gap(mc_cells), 0.05, relation="<="
+    )

@@ -1,5 +1,7 @@
 """Claims, quantities and their formatting: the vocabulary every page is built from."""
 
+import math
+
 import pytest
 
 from distlab.core.formatting import format_quantity
@@ -86,3 +88,15 @@ def test_a_name_added_twice_raises():
     r.claim("c", 1, 1)
     with pytest.raises(DuplicateName, match="claim 'c'"):
         r.claim("c", 2, 2)
+
+
+def test_worst_relative_gap_fails_on_a_missing_cell_wherever_it_sits():
+    """The largest |a - b| / |b| (|a| where b is 0); a NaN anywhere, or nothing at all, is infinite, so a claim of
+    "every cell equals its reference" can never pass by skipping one (max() alone keeps 0.1 over a later NaN)."""
+    from distlab.core.results import worst_relative_gap
+
+    assert worst_relative_gap([(1.1, 1.0), (3.0, 3.0), (0.25, 0.0)]) == pytest.approx(0.25, rel=1e-12)
+    assert worst_relative_gap([(2.0, 2.0), (-4.0, -4.0)]) == 0.0
+    assert worst_relative_gap([(1.1, 1.0), (math.nan, 2.0)]) == math.inf
+    assert worst_relative_gap([(math.nan, 2.0), (1.1, 1.0)]) == math.inf
+    assert worst_relative_gap([]) == math.inf
