@@ -24,6 +24,7 @@ from distlab.core.facts import entries, value
 from distlab.core.results import Quantity, Result
 from distlab.hardware.collectives import steps_and_factor
 from distlab.hardware.links import per_direction_bytes_per_s
+from distlab.interconnect import nccl_tests_checks
 
 SWEEP = "dgxc-h100-8gpu-all-reduce"
 A100_SWEEP = "mleng-a100-8gpu-all-reduce"
@@ -137,50 +138,9 @@ def _factors(r: Result) -> None:
     )
 
 
-def _check_columns(r: Result, name: str, row: dict) -> None:
-    """algbw = S / t within the printed rounding; busbw = algbw x 2(n-1)/n; the Avg line = the mean of busbw."""
-    s = np.array(row["bytes"], dtype=float)
-    n = row["ranks"]
-    for prefix in ("", "inplace_"):
-        if f"{prefix}time_us" not in row:
-            continue
-        t = np.array(row[f"{prefix}time_us"])
-        a = np.array(row[f"{prefix}algbw_gbps"])
-        b = np.array(row[f"{prefix}busbw_gbps"])
-        exact = s / t / 1e3  # GB/s
-        half_digit = 10 ** (np.floor(np.log10(t)) - 3) / 2  # the time is printed with 4 significant digits
-        allowed = 0.005 + exact * half_digit / t
-        what = "in-place" if prefix else "out-of-place"
-        r.claim(
-            f"{name}, {what}: algbw = size / time, every row",
-            float(np.max(np.abs(a - exact) / allowed)),
-            1.0,
-            relation="<=",
-            formula="|algbw - S/t| over what the printed rounding allows",
-        )
-        r.claim(
-            f"{name}, {what}: busbw = algbw x 2(n-1)/n, every row",
-            float(np.max(np.abs(b - a * 2 * (n - 1) / n))),
-            0.005 * (1 + 2 * (n - 1) / n),
-            relation="<=",
-            unit="GB/s",
-            formula="both columns printed to 0.01 GB/s",
-        )
-    if "avg_busbw_gbps" in row and "inplace_busbw_gbps" in row:
-        both = row["busbw_gbps"] + row["inplace_busbw_gbps"]
-        r.claim(
-            f"{name}: 'Avg bus bandwidth' = the mean busbw of every size, out-of-place and in-place",
-            float(np.mean(both)),
-            row["avg_busbw_gbps"],
-            abs_tol=0.0055,
-            unit="GB/s",
-            formula="nccl-tests averages every measurement it printed",
-        )
-
-
 def _read_sweep(r: Result) -> None:
     row = sweep(SWEEP)
-    _check_columns(r, SWEEP, row)
+    nccl_tests_checks.check_columns(r, SWEEP, row)
     sizes, n = row["bytes"], row["ranks"]
     best_t = [min(a, b) for a, b in zip(row["time_us"], row["inplace_time_us"])]
     busbw = [max(a, b) for a, b in zip(row["busbw_gbps"], row["inplace_busbw_gbps"])]
@@ -274,7 +234,7 @@ def _other_sweeps(r: Result) -> None:
     """The A100 sweep (another source, another chip) reaches the same fraction of its line rate as NCCL's stated
     effective H100 rate; the 2-node H200 sweep shows what a sweep cannot tell without the network's description."""
     a100 = sweep(A100_SWEEP)
-    _check_columns(r, A100_SWEEP, a100)
+    nccl_tests_checks.check_columns(r, A100_SWEEP, a100)
     a100_line = per_direction_bytes_per_s(a100["link"])
     a100_frac = max(a100["busbw_gbps"]) * 1e9 / a100_line
     h100_frac = (
@@ -294,7 +254,7 @@ def _other_sweeps(r: Result) -> None:
         formula="the same protocol overhead on two NVLink generations (two sources)",
     )
     two = sweep(TWO_NODE_SWEEP)
-    _check_columns(r, TWO_NODE_SWEEP, two)
+    nccl_tests_checks.check_columns(r, TWO_NODE_SWEEP, two)
     s1, s2 = two["bytes"][-2], two["bytes"][-1]
     t1, t2 = two["time_us"][-2] * 1e-6, two["time_us"][-1] * 1e-6
     inv_bw = (t2 - t1) / (s2 - s1)  # the alpha-beta line through the two largest points
