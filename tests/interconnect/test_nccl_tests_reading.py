@@ -5,8 +5,8 @@ import copy
 import pytest
 
 from distlab.core.results import Result
+from distlab.interconnect.nccl_tests_checks import check_columns
 from distlab.interconnect.nccl_tests_reading import (
-    _check_columns,
     data_factor,
     formula_factor,
     half_bandwidth_bytes,
@@ -40,9 +40,19 @@ def test_a_mistyped_row_breaks_the_column_checks():
     error in nccl_tests.toml)."""
     row = copy.deepcopy(sweep("dgxc-h100-8gpu-all-reduce"))
     ok = Result("x")
-    _check_columns(ok, "s", row)
+    check_columns(ok, "s", row)
     assert all(c.passed for c in ok.claims)
     row["busbw_gbps"][20] += 1.0
     bad = Result("y")
-    _check_columns(bad, "s", row)
+    check_columns(bad, "s", row)
     assert any(not c.passed for c in bad.claims)
+
+
+def test_a_size_typed_twice_as_large_breaks_the_doubling():
+    """nccl-tests -f 2 doubles each size: one size typed x2 must fail the doubling claim, and nothing else needs to."""
+    row = copy.deepcopy(sweep("dgxc-h100-8gpu-all-reduce"))
+    row["bytes"][19] *= 2
+    bad = Result("z")
+    check_columns(bad, "s", row)
+    failed = [c.name for c in bad.claims if not c.passed]
+    assert "s: each size is twice the one before, every row" in failed
