@@ -20,11 +20,16 @@ import math
 
 import torch
 
+from distlab.attention.flash_attention_checks import rounding_slack
 from distlab.core.experiments import experiment
-from distlab.core.results import Quantity, Result
+from distlab.core.results import Quantity, Result, worst_relative_gap
 from distlab.runtime.threads import one_core
 
 IMPLS = ("triton", "tiled", "naive")
+TILED_BLOCK = 64
+"""The tiled reference's default tile (block_m = block_n): an input the page prints (flash-attention-exact.block)."""
+TRACE_SCORES, TRACE_BLOCK, TRACE_SPREAD = 32, 8, 3.0
+"""The online-softmax trace's row: 32 standard-normal scores times 3, in blocks of 8 (inputs its caption prints)."""
 
 
 # ---------------------------------------------------------------- naive: S and P materialised
@@ -39,7 +44,9 @@ def naive_attention(q, k, v, causal: bool = False, scale: float | None = None):
 
 
 # ---------------------------------------------------------------- tiled: online softmax, O(N) memory
-def tiled_forward(q, k, v, causal: bool = False, scale: float | None = None, block_m: int = 64, block_n: int = 64):
+def tiled_forward(
+    q, k, v, causal: bool = False, scale: float | None = None, block_m: int = TILED_BLOCK, block_n: int = TILED_BLOCK
+):
     """FlashAttention's forward over (block_m x block_n) tiles. Returns O and the log-sum-exp L (B, H, N).
 
     Accumulates in float32 (float64 for float64 inputs), as the kernel does."""
@@ -71,7 +78,16 @@ def tiled_forward(q, k, v, causal: bool = False, scale: float | None = None, blo
 
 
 def tiled_backward(
-    q, k, v, o, lse, do, causal: bool = False, scale: float | None = None, block_m: int = 64, block_n: int = 64
+    q,
+    k,
+    v,
+    o,
+    lse,
+    do,
+    causal: bool = False,
+    scale: float | None = None,
+    block_m: int = TILED_BLOCK,
+    block_n: int = TILED_BLOCK,
 ):
     """FlashAttention's backward: P recomputed per tile from the saved L, never stored whole.
 
@@ -103,7 +119,7 @@ class TiledAttention(torch.autograd.Function):
     """The tiled reference as an autograd Function: saves Q, K, V, O and L (all O(N)), not P."""
 
     @staticmethod
-    def forward(ctx, q, k, v, causal, scale, block_m=64, block_n=64):
+    def forward(ctx, q, k, v, causal, scale, block_m=TILED_BLOCK, block_n=TILED_BLOCK):
         o, lse = tiled_forward(q, k, v, causal, scale, block_m, block_n)
         ctx.save_for_backward(q, k, v, o, lse)
         ctx.args = causal, scale, block_m, block_n
@@ -211,8 +227,10 @@ def online_softmax_trace(scores, block: int):
 
 
 def max_errors(outputs, reference) -> float:
-    """Largest |x - ref| over O, dQ, dK and dV."""
-    return max((a.double() - b.double()).abs().max().item() for a, b in zip(outputs, reference))
+    """Largest |x - ref| over O, dQ, dK and dV; inf where any is not finite (Python's max() would skip a NaN that
+    is not first, and a kernel's NaN gradient would pass as a small error)."""
+    errors = [(a.double() - b.double()).abs().max().item() for a, b in zip(outputs, reference)]
+    return max(errors) if all(math.isfinite(e) for e in errors) else math.inf
 
 
 def rounding_atol(reference, dtype) -> float:
@@ -229,14 +247,15 @@ def rounding_atol(reference, dtype) -> float:
 def flash_attention_exact(device: str) -> Result:
     r = Result("flash-attention-exact")
     g = torch.Generator().manual_seed(0)
-    row = (torch.randn(32, generator=g, dtype=torch.float64) * 3).tolist()
-    trace = online_softmax_trace(row, 8)
+    row = (torch.randn(TRACE_SCORES, generator=g, dtype=torch.float64) * TRACE_SPREAD).tolist()
+    trace = online_softmax_trace(row, TRACE_BLOCK)
     exact = sum(math.exp(x - max(row)) for x in row)
     r.table(
         "trace",
         ["block", "block max", "running max m", "rescale exp(m_old - m)", "running sum l"],
         [[b, f"{bm:.4f}", f"{m:.4f}", f"{a:.4g}", f"{s:.6f}"] for b, bm, m, a, s in trace],
-        caption="One row of 32 scores in blocks of 8: the state the kernel carries between key blocks.",
+        caption=f"One row of {TRACE_SCORES} scores (standard normal x {TRACE_SPREAD:g}) in blocks of "
+        f"{TRACE_BLOCK}: the state the kernel carries between key blocks.",
     )
     r.claim(
         "online softmax: final running sum = softmax denominator (float64)",
@@ -245,6 +264,7 @@ def flash_attention_exact(device: str) -> Result:
         rel_tol=1e-14,
         formula="sum_j exp(s_j - max s)",
     )
+    _claim_trace_table(r, row)
     b, h, n, d = (2, 4, 4096, 128) if device == "cuda" else (1, 2, 1000, 64)
     with one_core(device):
         for causal in (False, True):
@@ -259,7 +279,7 @@ def flash_attention_exact(device: str) -> Result:
         # The kernel runs where Triton can run it: interpreted on a CPU-only machine, compiled where a GPU
         # is visible (Triton picks one mode per process, at import).
         where = "cuda" if device == "cuda" or not INTERPRET else "cpu"
-        rows = []
+        rows, slack = [], {}
         n_kernel = 4096 if where == "cuda" else 257
         for dtype, name in ((torch.float32, "fp32"), (torch.bfloat16, "bf16"), (torch.float16, "fp16")):
             q, k, v, do = random_qkv(b, h, n_kernel, d, torch.float64, where, seed=1)
@@ -269,6 +289,7 @@ def flash_attention_exact(device: str) -> Result:
             torch_err = max_errors(forward_backward("naive", *low, True), ref)
             atol = rounding_atol(ref, dtype)
             rows.append([name, f"{ours:.3g}", f"{torch_err:.3g}", f"{ours / torch_err:.2f}", f"{atol:.3g}"])
+            slack[name] = rounding_slack([t.detach().cpu().numpy() for t in ref], name)
             r.add(f"kernel_err_{name}", ours, "", f"Triton kernel, {name}: max error vs float64 (O and gradients)")
             r.add(f"torch_err_{name}", torch_err, "", f"PyTorch naive attention in {name}: max error vs float64")
             r.claim(
@@ -286,9 +307,54 @@ def flash_attention_exact(device: str) -> Result:
         caption=f"Max |error| over O, dQ, dK, dV against float64 naive attention; B={b}, H={h}, N={n_kernel}, "
         f"d={d}, causal ({'compiled, on the GPU' if where == 'cuda' else 'Triton interpreter, CPU'}).",
     )
+    _claim_kernel_table(r, slack)
+    r.add("block", TILED_BLOCK, "", "the tiled reference's tile (block_m = block_n)")
     r.add("n_tiled", n, "", "sequence length of the float64 comparison")
     r.add("n_kernel", n_kernel, "", "sequence length of the kernel comparison")
     return r
+
+
+def _claim_trace_table(r: Result, row: list[float]) -> None:
+    """Every printed cell of the trace against the prefix's own max and exp-sum (flash_attention_checks), not the
+    recursion: after block k the state must be the softmax of the first k blocks."""
+    from distlab.attention.flash_attention_checks import softmax_prefix_rows
+
+    excess, previous = [], None
+    printed = r.tables["trace"].rows
+    for cells, (k, block_max, top, total) in zip(printed, softmax_prefix_rows(row, TRACE_BLOCK), strict=True):
+        rescale = 0.0 if previous is None else math.exp(previous - top)
+        excess += [abs(int(cells[0]) - k), abs(float(cells[1]) - block_max) - 5e-5, abs(float(cells[2]) - top) - 5e-5]
+        excess += [abs(float(cells[3]) - rescale) - 5e-4 * rescale, abs(float(cells[4]) - total) - 5e-7]
+        previous = top
+    excess.append(abs(len(printed) - TRACE_SCORES // TRACE_BLOCK))
+    r.claim(
+        "online-softmax trace: every printed cell is the prefix's own block max, max, rescale and exp-sum (largest "
+        "excess over the printed rounding)",
+        max(excess),
+        0.0,
+        relation="<=",
+        abs_tol=1e-12,
+        formula="after block k: m = max(s_1..s_8k), l = sum exp(s_j - m) over the prefix",
+    )
+
+
+def _claim_kernel_table(r: Result, slack: dict[str, float]) -> None:
+    """The kernel table's ratio column against its own printed errors, and its slack against the formats'
+    rounding written out by hand (flash_attention_checks.rounding_slack)."""
+    excess = []
+    for name, ours, torch_err, ratio, atol in r.tables["kernel"].rows:
+        printed = float(ours) / float(torch_err)  # each printed at 3 significant figures: 0.1 % each
+        excess += [abs(float(ratio) - printed) - 0.005 - 2e-3 * printed]
+        excess += [abs(float(atol) - slack[name]) - 5e-3 * slack[name]]
+    r.claim(
+        "kernel table: ratio = kernel error / PyTorch's, slack = 2 x the format's rounding of (x + 0.3) - 0.3 - x "
+        "worked by hand (largest excess over the printed rounding)",
+        max(excess),
+        0.0,
+        relation="<=",
+        abs_tol=1e-12,
+        formula="round to nearest even at 24, 8, 11 significand bits (fp32, bf16, fp16)",
+    )
 
 
 # ---------------------------------------------------------------- experiment: memory
@@ -348,6 +414,16 @@ def flash_attention_memory(device: str) -> Result:
     r.add("n_max", sizes[-1], "", "largest N measured")
     r.add("block", block, "", "tile size of the tiled reference")
     r.add("ratio", peaks["naive"][-1] / peaks["tiled"][-1], "", f"naive / tiled peak at N={sizes[-1]}")
+    # by hand: one N x N matrix for all heads, 4 B per fp32 score (CPU) or 2 B per bf16 one (GPU)
+    by_hand = [heads * n * n * {torch.float32: 4, torch.bfloat16: 2}[dtype] for n in sizes]
+    ratio = r.quantities["ratio"].value
+    r.claim(
+        "memory: the N x N column by hand, and the ratio of the largest N's printed peaks (largest relative gap)",
+        worst_relative_gap([*zip(score_bytes, by_hand), (ratio, peaks["naive"][-1] / peaks["tiled"][-1])]),
+        0.0,
+        abs_tol=1e-12,
+        formula="H N^2 x bytes per score",
+    )
     r.table(
         "peaks",
         ["N"] + [f"{impl} peak" for impl in impls] + ["one N x N matrix"],
@@ -374,6 +450,16 @@ def _memory_figure(r, sizes, peaks, score_bytes, device) -> None:
         if impl in peaks:
             ax.loglog(sizes, [p / 1e6 for p in peaks[impl]], marker + "-", label=impl)
     ax.loglog(sizes, [s / 1e6 for s in score_bytes], "k:", label="one N x N score matrix")
+    drawn = {line.get_label(): (list(line.get_xdata()), list(line.get_ydata())) for line in ax.get_lines()}
+    expected = {impl: peaks[impl] for impl in peaks} | {"one N x N score matrix": score_bytes}
+    pairs = [(y * 1e6, b) for label, b_list in expected.items() for y, b in zip(drawn[label][1], b_list, strict=True)]
+    pairs += [(x, n) for xs, _ in drawn.values() for x, n in zip(xs, sizes, strict=True)]
+    r.claim(
+        "memory figure: every point drawn is a measured peak (MB) at its N (largest relative gap)",
+        worst_relative_gap(pairs),
+        0.0,
+        abs_tol=1e-12,
+    )
     ax.set(xlabel="sequence length N", ylabel="peak MB above inputs (fwd + bwd)")
     ax.set_xticks(sizes, [str(n) for n in sizes])
     ax.minorticks_off()

@@ -164,3 +164,39 @@ def exp2_poly_rel_error(coeffs: list[float], xs: list[float]) -> float:
             p = p * f + c
         worst = max(worst, abs(p - 2.0**f) / 2.0**f)
     return worst
+
+
+# ---------------------------------------------------------------- flash-attention-exact and -memory, by hand
+MANTISSA_BITS = {"fp32": 24, "bf16": 8, "fp16": 11}
+"""Significand bits (the implicit one included) of each format: IEEE 754 binary32 and binary16, and bfloat16
+(binary32's exponent with 8 significand bits)."""
+
+
+def rounding_slack(references, fmt: str) -> float:
+    """The FlashAttention repository's slack, twice max |(x + 0.3) - 0.3 - x| in `fmt`, with the format's rounding
+    written out (round to nearest, ties to even, on float64 arrays) instead of calling a dtype cast. As PyTorch
+    computes a low-precision op with a Python scalar: in float32 with float32(0.3), then rounded to the format."""
+    import numpy as np
+
+    def rnd(x, bits: int):
+        m, e = np.frexp(x)
+        return np.ldexp(np.round(m * 2.0**bits) / 2.0**bits, e)
+
+    p, c, worst = MANTISSA_BITS[fmt], float(np.float32(0.3)), 0.0
+    for ref in references:
+        x = rnd(np.asarray(ref, dtype=np.float64).ravel(), p)
+        s = rnd(rnd(x + c, 24), p)
+        t = rnd(rnd(s - c, 24), p)
+        worst = max(worst, float(np.abs(rnd(rnd(t - x, 24), p)).max()))
+    return 2 * worst
+
+
+def softmax_prefix_rows(scores: list[float], block: int) -> list[tuple[int, float, float, float]]:
+    """What the online softmax's state must be after each block, from the prefix itself (not the recursion):
+    (block number, the block's max, the prefix's max, sum over the prefix of exp(s - prefix max)), math.fsum."""
+    rows = []
+    for k, j in enumerate(range(0, len(scores), block), start=1):
+        prefix = scores[: j + block]
+        top = max(prefix)
+        rows.append((k, max(scores[j : j + block]), top, math.fsum(math.exp(s - top) for s in prefix)))
+    return rows

@@ -260,3 +260,24 @@ def test_every_backward_autotune_config_is_correct(config):
     out, lse = flash_forward(q, k, v, True, config=(64, 32, 4, 2))
     grads = flash_backward(q, k, v, out, lse, do, True, config=config)
     assert max(max_err(grads, refs[1:])) < 1e-5
+
+
+def test_max_errors_a_nan_gradient_is_infinite_not_skipped():
+    """A kernel whose dQ is NaN must not pass as O's small error (Python's max() skips a NaN that is not first)."""
+    from distlab.attention.flash_attention import max_errors
+
+    ref = [torch.zeros(3) for _ in range(4)]
+    out = [torch.full((3,), 1e-7), torch.tensor([0.0, float("nan"), 0.0]), torch.zeros(3), torch.zeros(3)]
+    assert max_errors(out, ref) == math.inf
+    assert max_errors([torch.full((3,), 1e-7)] + ref[1:], ref) == pytest.approx(1e-7)
+
+
+@pytest.mark.parametrize(("dtype", "fmt"), [(torch.float32, "fp32"), (torch.bfloat16, "bf16"), (torch.float16, "fp16")])
+def test_rounding_slack_by_hand_equals_torch_casts(dtype, fmt):
+    """The slack with each format's rounding written out (ties to even at 24, 8, 11 bits) equals PyTorch's casts;
+    a bf16 slack computed as fp16 (11 bits) would differ."""
+    from distlab.attention.flash_attention_checks import rounding_slack
+
+    refs = [torch.randn(2000, generator=torch.Generator().manual_seed(s), dtype=torch.float64) * 3 for s in (0, 1)]
+    assert rounding_slack([t.numpy() for t in refs], fmt) == rounding_atol(refs, dtype)
+    assert rounding_slack([t.numpy() for t in refs], "fp16") != rounding_atol(refs, torch.bfloat16)
