@@ -13,6 +13,14 @@ from distlab.planner.calibration import with_band
 from distlab.planner.comms_checks import comms_by_hand
 from distlab.planner.config import FRAGMENTATION_FRACTION, Cluster, Plan, Training, cluster, model, usable_bytes
 from distlab.planner.cost import memory_per_gpu, step
+from distlab.planner.planner_checks import (
+    check_async_tp,
+    check_caption_tokens,
+    check_fixed,
+    check_fixed_compute,
+    check_seventy_table,
+    check_zero3,
+)
 from distlab.planner.planner_validation import claim_band
 from distlab.planner.rules import LONG_SEQ, MIN_HEADROOM
 from distlab.planner.search import (
@@ -28,6 +36,9 @@ from distlab.planner.search import (
 
 EXAMPLES = (("7B", "finetune", 1), ("13B", "finetune", 1), ("70B", "pretrain", 8), ("175B", "pretrain", 128))
 FIXED_70B = {"tp": 8, "pp": 1, "zero": 1, "micro_batch": 1}  # the issue's done-when command's layout
+# the long-context example: Llama 2 7B, 32 sequences of 128k tokens on 4 nodes, tensor 4 x context 4 x data 2, ZeRO-2
+LONG_NODES, LONG_SEQUENCES, LONG_SEQ_TOKENS = 4, 32, 131072
+LONG_PLAN = Plan(dp=2, tp=4, cp=4, zero=2, microbatches=16)
 
 
 @experiment(
@@ -67,7 +78,8 @@ def planner(device: str) -> Result:
     r.add("context_mib", value("planner.memory-reserve.cuda_context_mib"), "MiB", "CUDA context")
     r.add("nccl_gb", value("planner.memory-reserve.nccl_per_communicator_gb"), "GB", "NCCL buffers per communicator")
     r.add("nccl_channels", NCCL_CHANNELS, "SMs", "SMs an overlapped collective takes")
-    r.add("tile", TILE_M * TILE_N, "", "outputs per GEMM thread-block tile (128 x 256)")
+    r.add("tile_m", TILE_M, "", "rows of a GEMM thread-block's output tile")
+    r.add("tile_n", TILE_N, "", "columns of a GEMM thread-block's output tile")
     r.add("cp_min_seq", LONG_SEQ, "tokens", "context parallelism is considered from this length")
     r.add("max_micro_batch", MAX_MICRO_BATCH, "sequences", "largest micro-batch searched")
     r.add("resimulate", RESIMULATE, "plans", "plans re-timed with the pipeline simulator")
@@ -154,8 +166,10 @@ def planner(device: str) -> Result:
         caption="Mixed-precision AdamW (16 bytes per parameter of model state), FlashAttention; fine-tunes at 64 "
         f"sequences per step, pretraining at {PRETRAIN_BATCH_TOKENS / 2**20:g}M tokens (computed)",
     )
+    check_caption_tokens(r, PRETRAIN_BATCH_TOKENS)
     _consistency(r)
     _tp_overlap(r)
+    check_async_tp(r)
     comms_by_hand(r)
     claim_band(r)  # the MFU bands this page quotes
     return r
@@ -316,12 +330,20 @@ def _seventy(r: Result, m: ModelShape, c: Cluster, t: Training, ranked: list[Est
         vals = [getattr(e.time.breakdown, part) for e in top]
         ax.barh(range(len(top)), vals, left=left, label=part.replace("_", " "))
         left = [a + b for a, b in zip(left, vals)]
+    check_seventy_table(r, [{p: getattr(e.time.breakdown, p) for p in parts} for e in top], ax)
     ax.set_yticks(range(len(top)), [f"{i}. {e.plan.label()}" for i, e in enumerate(top, 1)], fontsize=7)
     ax.invert_yaxis()
     ax.set(xlabel="seconds per step", title="70B on 64 H100s: where each plan's step goes")
     ax.legend(fontsize=7, ncol=4, loc="lower right")
     fig.tight_layout()
     r.figure("seventy", fig, "Step time by cause for the six best plans (distlab.planner.cost, computed)")
+
+
+def _training_rate(c: Cluster) -> float:
+    """FLOP/s of a training step's matmuls: the sustained matmul share of the dense bf16 peak x the training share."""
+    from distlab.planner.kernels import matmul_fraction, training_share
+
+    return matmul_fraction(c.gpu) * c.gpu.peak_flops("bf16") * training_share()
 
 
 def _zero3(r: Result, m: ModelShape, c: Cluster, t: Training, best: Estimate) -> None:
@@ -340,8 +362,9 @@ def _zero3(r: Result, m: ModelShape, c: Cluster, t: Training, best: Estimate) ->
     r.add("zero3_step", e.step_seconds, "s", "its step")
     r.add("zero3_slower", e.step_seconds / best.step_seconds - 1, "fraction", "how much slower than the best plan")
     r.add("zero3_exposed_dp", e.time.breakdown.exposed_dp / e.step_seconds, "fraction", "its exposed ZeRO share")
-    r.add("zero3_gather_ms", gather * 1e3, "ms", "one layer's all-gather over the data-parallel group")
-    r.add("zero3_forward_ms", fwd * 1e3, "ms", "one layer's forward on one micro-batch")
+    r.add("zero3_gather", gather, "s", "one layer's all-gather over the data-parallel group")
+    r.add("zero3_forward", fwd, "s", "one layer's forward on one micro-batch")
+    check_zero3(r, e.time.breakdown.as_dict(), _training_rate(c), t.seq)
     r.claim(
         "70B, ZeRO-3 across 64 GPUs without a pipeline: the planner ranks it below the recommended plan",
         e.step_seconds,
@@ -372,6 +395,7 @@ def _fixed(r: Result, m: ModelShape, c: Cluster, t: Training) -> None:
     ov = search(m, c, replace(t, tp_overlap=True), fixed=FIXED_70B)[0]
     r.add("fixed_tp_share_overlap", ov.time.breakdown.exposed_tp / ov.step_seconds, "fraction", "... with overlap")
     r.add("fixed_step_overlap", ov.step_seconds, "s", "that plan's step with --tp-overlap")
+    check_fixed(r, b.as_dict(), ov.time.breakdown.as_dict())
     r.claim(
         "70B fixed TP 8 plan: overlap leaves less of TP's collectives exposed than none",
         ov.time.breakdown.exposed_tp,
@@ -384,13 +408,20 @@ def _fixed(r: Result, m: ModelShape, c: Cluster, t: Training) -> None:
     # a hand derivation of the compute: 6N + 6Lhs FLOPs per token (causal attention, the half FlashAttention
     # computes) at the sustained matmul rate; the planner's is larger by the memory-bound kernels and the
     # smaller GEMMs' waves, which at this size are a few per cent
-    from distlab.planner.kernels import matmul_fraction, training_share
+    from distlab.gpu.flops import flops_per_token
 
     n = m.params()
     flops = (6 * n + 6 * m.layers * m.hidden * t.seq) * t.global_batch_tokens / c.gpus
-    by_hand = flops / (matmul_fraction(c.gpu) * c.gpu.peak_flops("bf16") * training_share())
+    by_hand = flops / _training_rate(c)
     r.add("fixed_compute", b.compute, "s", "that plan's compute time per step")
     r.add("fixed_compute_by_hand", by_hand, "s", "6N + 6Lhs FLOPs per token at the training matmul rate")
+    check_fixed_compute(
+        r,
+        flops_per_token(n, m.layers, m.hidden, t.seq),
+        6 * m.layers * m.hidden * t.seq,
+        t.global_batch_tokens / c.gpus,
+        _training_rate(c),
+    )
     r.claim(
         "70B fixed plan: compute >= 6N + 6Lhs FLOPs per token at the sustained matmul rate x the training share",
         b.compute,
@@ -450,10 +481,19 @@ def _long_context(r: Result, m: ModelShape) -> None:
     that FlashAttention never computes."""
     from distlab.planner.kernels import matmul_fraction
 
-    c = cluster("H100-SXM", nodes=4)
-    t = Training(global_batch_tokens=32 * 131072, seq=131072)
-    e = step(m, c, t, Plan(dp=2, tp=4, cp=4, zero=2, microbatches=16))
+    c = cluster("H100-SXM", nodes=LONG_NODES)
+    t = Training(global_batch_tokens=LONG_SEQUENCES * LONG_SEQ_TOKENS, seq=LONG_SEQ_TOKENS)
+    p = LONG_PLAN
+    e = step(m, c, t, p)
     r.add("long_seq_tokens", t.seq, "", "the long-context example's sequence length, tokens")
+    r.add("long_gpus", c.gpus, "", "its GPUs")
+    for key in ("tp", "cp", "dp", "zero"):
+        r.add(f"long_{key}", getattr(p, key), "", f"its {key}")
+    r.claim(
+        "long-context example: its layout uses every GPU (tp x cp x dp = GPUs)",
+        p.tp * p.cp * p.dp * p.pp,
+        c.gpus,
+    )
     r.add("long_mfu", e.mfu, "fraction", "7B, 131k-token sequences on 32 H100s: MFU by 6N + 12Lhs")
     r.add("long_mfu_causal", e.mfu_causal, "fraction", "the same plan counting causal attention as half")
     from distlab.planner.calibration import mfu_band

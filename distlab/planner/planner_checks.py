@@ -1,0 +1,141 @@
+"""Chapter 12's derived figures against the relations the page states and against work by hand: each share and
+"slower" read back from the numbers printed beside it (the step is the sum of its causes, so a share is a cause
+over that sum), the headroom illustration read back from the 70B table's own cells, the breakdown figure's bars
+read back, and one layer's forward against its FLOPs from Llama 2 70B's config.json. Nothing here calls the cost
+model; the numbers it checks come from the planner experiment's result.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from distlab.core.results import Result, worst_relative_gap
+
+# Llama 2 70B's released config.json: hidden_size, num_key_value_heads x head dim (8 x 128), intermediate_size
+LLAMA2_70B = {"hidden": 8192, "kv": 8 * 128, "ffn": 28672}
+
+
+def layer_forward_flops(tp: int, tokens: int, seq: int) -> float:
+    """One Llama 2 70B layer's forward FLOPs on `tokens` tokens at tensor parallelism `tp`: 2 per weight per token
+    (q and o h x h, k and v h x 1024, gate, up, down h x 28672) and causal attention's half of 4 s h per token."""
+    h, kv, f = LLAMA2_70B["hidden"], LLAMA2_70B["kv"], LLAMA2_70B["ffn"]
+    weights = 2 * h * h + 2 * h * kv + 3 * h * f
+    return (2 * weights * tokens + 2 * seq * h * tokens) / tp
+
+
+def share_of_step(breakdown: dict[str, float], part: str) -> float:
+    """A cause's share of the step, the step taken as the sum of its causes (the planner claims they add up)."""
+    return breakdown[part] / math.fsum(breakdown.values())
+
+
+def check_zero3(r: Result, breakdown: dict[str, float], rate: float, seq: int) -> None:
+    """The ZeRO-3 answer's numbers: its 'slower' against the two printed steps, its exposed share against its
+    breakdown, one layer's forward against its FLOPs at the training matmul rate, and the page's 'it hides, just'."""
+    q = {k: v.value for k, v in r.quantities.items()}
+    ideal = layer_forward_flops(int(q["zero3_tp"]), int(q["zero3_micro_batch"]) * seq, seq) / rate
+    r.add("zero3_forward_by_hand", ideal, "s", "one 70B layer's forward FLOPs (config.json) at the training rate")
+    pairs = [
+        (q["zero3_slower"], q["zero3_step"] / q["70b_step"] - 1),
+        (q["zero3_exposed_dp"], share_of_step(breakdown, "exposed_dp")),
+    ]
+    r.claim(
+        "70B ZeRO-3 without a pipeline: 'slower' = its step over the recommended one's, its exposed share = its "
+        "exposed ZeRO time over the sum of its causes (largest relative gap)",
+        worst_relative_gap(pairs),
+        0.0,
+        abs_tol=1e-9,
+    )
+    r.claim(
+        "70B ZeRO-3: one layer's forward lies between its matmul and attention FLOPs at the training rate and 1.3x "
+        "that (partial waves, FlashAttention's lower rate, memory-bound work)",
+        q["zero3_forward"] / ideal,
+        1.15,
+        abs_tol=0.15,
+        formula="(2 x weights + 2 s h) x tokens / TP, Llama 2 70B's config.json",
+    )
+    r.claim(
+        "70B ZeRO-3: one layer's gather fits inside that layer's forward (the page's 'it hides, just')",
+        q["zero3_gather"],
+        q["zero3_forward"],
+        relation="<=",
+        unit="s",
+    )
+
+
+def check_fixed(r: Result, breakdown: dict[str, float], overlap_breakdown: dict[str, float]) -> None:
+    """The fixed TP 8 plan's exposed TP shares, with and without overlap, against their breakdowns."""
+    q = {k: v.value for k, v in r.quantities.items()}
+    pairs = [
+        (q["fixed_tp_share"], share_of_step(breakdown, "exposed_tp")),
+        (q["fixed_tp_share_overlap"], share_of_step(overlap_breakdown, "exposed_tp")),
+        (q["fixed_step_overlap"], math.fsum(overlap_breakdown.values())),
+    ]
+    r.claim(
+        "70B fixed TP 8 plan: exposed TP shares = exposed TP time over the sum of the step's causes (largest gap)",
+        worst_relative_gap(pairs),
+        0.0,
+        abs_tol=1e-9,
+    )
+
+
+def check_fixed_compute(r: Result, flops_per_token: float, causal_attention: float, tokens: float, rate: float):
+    """The fixed plan's ideal compute by chapter 2's flops_per_token (6N + 12Lhs) less the masked half of attention
+    (6Lhs), a second derivation of the page's 6N + 6Lhs."""
+    r.claim(
+        "70B fixed plan: the ideal compute = chapter 2's 6N + 12Lhs less the masked 6Lhs, at the training rate",
+        r.quantities["fixed_compute_by_hand"].value,
+        (flops_per_token - causal_attention) * tokens / rate,
+        rel_tol=1e-9,
+        unit="s",
+    )
+
+
+def check_async_tp(r: Result) -> None:
+    """The step speeds up by overlap, and less than the forward: backward has twice the matmuls to hide the same
+    collectives behind, and the optimizer and data-parallel time do not change (as the published 20 % forward and
+    8 % end-to-end)."""
+    q = {k: v.value for k, v in r.quantities.items()}
+    excess = [max(-q[f"async_tp_{k}_e2e"], q[f"async_tp_{k}_e2e"] - q[f"async_tp_{k}_forward"]) for k in ("70b", "8b")]
+    r.claim(
+        "async TP: 0 <= the step's speedup <= the forward's, for 70B and 8B (largest excess)",
+        max(excess),
+        0.0,
+        relation="<=",
+    )
+
+
+def check_seventy_table(r: Result, breakdowns: list[dict[str, float]], ax) -> None:
+    """The headroom paragraph's 'fills X (plan N)' read back from the 70B table's printed headroom column, and the
+    breakdown figure's bars read back: each bar a cause of its plan, each starting where the previous ended."""
+    q = {k: v.value for k, v in r.quantities.items()}
+    printed = [float(row[3].rstrip("%")) / 100 for row in r.tables["seventy"].rows]
+    rank = int(q["seventy_fullest_rank"])
+    excess = [abs((1 - q["seventy_fullest_used"]) - printed[rank - 1]) - 5e-4, min(printed) - printed[rank - 1]]
+    patches = [p for p in ax.patches]
+    parts = list(breakdowns[0])
+    for i, part in enumerate(parts):  # barh draws one container per cause, one bar per plan
+        for j, b in enumerate(breakdowns):
+            bar = patches[i * len(breakdowns) + j]
+            left = math.fsum(b[p] for p in parts[:i])
+            excess += [abs(bar.get_width() - b[part]) - 1e-9 * b[part], abs(bar.get_x() - left) - 1e-9 * left]
+    excess.append(abs(len(patches) - len(parts) * len(breakdowns)))
+    r.claim(
+        "70B: the fullest plan's fill and place are the table's, and every bar of the breakdown figure is its cause "
+        "at its place (largest excess over the printed rounding)",
+        max(excess),
+        0.0,
+        relation="<=",
+        abs_tol=1e-9,
+    )
+
+
+def check_caption_tokens(r: Result, tokens: int) -> None:
+    """The examples caption's 'pretraining at NM tokens' against the pretraining rows' tokens per step."""
+    said = re.search(r"pretraining at ([0-9.]+)M tokens", r.tables["examples"].caption)
+    r.claim(
+        "examples caption: its pretraining batch in M tokens (2^20) is the one the pretraining rows ran",
+        float(said[1]) * 2**20 if said else math.nan,
+        tokens,
+        rel_tol=1e-9,
+    )
