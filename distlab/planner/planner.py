@@ -18,6 +18,7 @@ from distlab.planner.planner_checks import (
     check_caption_tokens,
     check_fixed,
     check_fixed_compute,
+    check_memory,
     check_seventy_table,
     check_zero3,
 )
@@ -33,6 +34,7 @@ from distlab.planner.search import (
     finetune_batch_sequences,
     search,
 )
+from distlab.planner.worked_plan_checks import LLAMA2
 
 EXAMPLES = (("7B", "finetune", 1), ("13B", "finetune", 1), ("70B", "pretrain", 8), ("175B", "pretrain", 128))
 FIXED_70B = {"tp": 8, "pp": 1, "zero": 1, "micro_batch": 1}  # the issue's done-when command's layout
@@ -92,7 +94,8 @@ def planner(device: str) -> Result:
     )
     r.add("mtnlg_pp", value("megatron_runs.gpt-530b.pp"), "stages", "Narayanan et al.'s 530B run: pipeline stages")
     r.add("mtnlg_layers", value("megatron_runs.gpt-530b.layers"), "layers", "... of a model with this many layers")
-    rows = []
+    rows: list[list] = []
+    shown: dict[str, list] = {"examples": [], "seventy": [], "overlap": []}  # (model, plan) of each memory cell
     for name, task, nodes in EXAMPLES:
         m, c = model(name), cluster("H100-SXM", nodes=nodes)
         t = Training(
@@ -102,6 +105,7 @@ def planner(device: str) -> Result:
         )
         ranked = search(m, c, t)
         best = ranked[0]
+        shown["examples"].append((name if name in LLAMA2 else None, best.plan))
         key = name.lower()
         lo, hi = mfu_band(best.time.mfu)
         rows.append(
@@ -134,8 +138,10 @@ def planner(device: str) -> Result:
         r.add(f"{key}_memory", best.memory_bytes, "B", f"{name}: the best plan's memory per GPU")
         if name == "70B":
             _seventy(r, m, c, t, ranked)
+            shown["seventy"] = [(name, e.plan) for e in ranked[:6]]
             add_advice(r, "seventy", m, c, t, ranked)
-            _overlap_both(r, m, c, t)
+            shown["overlap"] = [(name, plan) for plan in _overlap_both(r, m, c, t)]
+            seventy_seq, per_node = t.seq, c.gpus_per_node
             free = search(m, c, t, rules=("cp-long-only",))[0]  # TP across nodes and pipelines everywhere allowed
             r.add("rules_tp", free.plan.tp, "", "70B: the best plan's TP with chapter 7's TP and PP rules lifted")
             r.claim(
@@ -167,6 +173,7 @@ def planner(device: str) -> Result:
         f"sequences per step, pretraining at {PRETRAIN_BATCH_TOKENS / 2**20:g}M tokens (computed)",
     )
     check_caption_tokens(r, PRETRAIN_BATCH_TOKENS)
+    check_memory(r, shown, seventy_seq, per_node)
     _consistency(r)
     _tp_overlap(r)
     check_async_tp(r)
@@ -203,11 +210,12 @@ def _tp_overlap(r: Result) -> None:
         )
 
 
-def _overlap_both(r: Result, m: ModelShape, c: Cluster, t: Training) -> None:
-    """70B on 64 H100s with TP overlap off (the default: every stack makes it opt-in) and on (--tp-overlap)."""
+def _overlap_both(r: Result, m: ModelShape, c: Cluster, t: Training) -> list[Plan]:
+    """70B on 64 H100s with TP overlap off (the default: every stack makes it opt-in) and on (--tp-overlap); returns
+    the two recommended plans."""
     from dataclasses import replace
 
-    rows = []
+    rows, plans = [], []
     for key, on in (("off", False), ("on", True)):
         e = search(m, c, replace(t, tp_overlap=on))[0]
         rows.append(
@@ -221,6 +229,7 @@ def _overlap_both(r: Result, m: ModelShape, c: Cluster, t: Training) -> None:
                 f"{e.time.breakdown.exposed_tp / e.step_seconds:.1%}",
             ]
         )
+        plans.append(e.plan)
         r.add(f"overlap_{key}_step", e.step_seconds, "s", f"70B, TP overlap {key}: the recommended plan's step")
         r.add(f"overlap_{key}_tp", e.plan.tp, "", f"70B, TP overlap {key}: its TP")
     r.claim(
@@ -237,6 +246,7 @@ def _overlap_both(r: Result, m: ModelShape, c: Cluster, t: Training) -> None:
         rows,
         caption="distlab plan --model 70B --nodes 8, with and without --tp-overlap (computed)",
     )
+    return plans
 
 
 def _seventy(r: Result, m: ModelShape, c: Cluster, t: Training, ranked: list[Estimate]) -> None:

@@ -139,3 +139,49 @@ def check_caption_tokens(r: Result, tokens: int) -> None:
         tokens,
         rel_tol=1e-9,
     )
+
+
+def check_memory(r: Result, shown: dict[str, list], seq: int, gpus_per_node: int) -> None:
+    """Every memory and headroom cell of the examples, 70B and overlap tables, and the numbers the 70B "why" lines
+    print, against each plan's bytes worked by hand (worked_plan_checks.plan_memory, from the models' config.json),
+    at their printed digits. `shown` maps a table to its plans as (model, Plan), row by row; the 175B row (GPT-3's
+    block, not Llama's) is left to the planner's own claims."""
+    from distlab.planner.worked_plan_checks import budget, plan_memory
+
+    usable = budget("H100-SXM")
+    pairs: list[tuple[float, float]] = []
+    columns = {"examples": (4, 5), "seventy": (2, 3), "overlap": (2, 3)}  # (memory, headroom) columns
+    for table, plans in shown.items():
+        mem_col, room_col = columns[table]
+        for row, (model, plan) in zip(r.tables[table].rows, plans, strict=True):
+            if model is None:
+                continue
+            want = plan_memory(plan, seq, model)["device"]
+            pairs += [
+                (row[mem_col].value, want),
+                (float(row[room_col].rstrip("%")), round(100 * (1 - want / usable), 1)),
+            ]
+    model, plan = shown["seventy"][0]
+    best = plan_memory(plan, seq, model)
+    why = " ".join(row[0] for row in r.tables["why"].rows)
+    found = re.search(
+        r"Fits: ([\d.]+) GB of the ([\d.]+) GB usable per GPU \(weights ([\d.]+), gradients ([\d.]+), optimizer "
+        r"([\d.]+), activations ([\d.]+), NCCL buffers ([\d.]+) GB.*Headroom ([\d.]+)% \(([\d.]+) GB free",
+        why,
+    )
+    free = usable - best["device"]
+    wants = [best["device"], usable, best["weights"], best["gradients"], best["optimizer"], best["activations"]]
+    wants = [round(x / 1e9, 1) for x in wants] + [round((best["device"] - best["peak"]) / 1e9, 1)]
+    wants += [round(100 * free / usable, 1), round(free / 1e9, 1)]
+    pairs += zip([float(g) for g in found.groups()] if found else [math.nan] * len(wants), wants, strict=True)
+    if plan.offload != "none":
+        host = re.search(r"host memory ([\d,]+) GB per node", why)
+        pairs.append((float(host[1].replace(",", "")) if host else math.nan, round(gpus_per_node * best["host"] / 1e9)))
+    r.claim(
+        "chapter 12's memory, cell by cell (the examples, 70B and overlap tables, the 70B 'why' lines) = each plan's "
+        "bytes worked by hand from its config.json: worst relative gap (percentages at their printed digit)",
+        worst_relative_gap(pairs),
+        0.0,
+        abs_tol=1e-9,
+        formula="16 B/param sharded by ZeRO stage; per layer (12h + 4kv + 8f + 8 + 4a) s b / tp; in flight by schedule",
+    )

@@ -41,57 +41,90 @@ def params() -> int:
     return layers * (4 * h * h + 3 * h * f + 2 * h) + 2 * v * h + h
 
 
-def budget() -> float:
-    """Usable bytes of an A100 80GB: NVML's total (MiB) less the fragmentation margin and the CUDA context."""
-    capacity = quoted("planner.capacity-A100-SXM-80GB.reported_mib", A100_MIB) * 2**20
+# the other Llama 2 models chapter 12 plans for, from their released config.json (hidden_size, num_attention_heads,
+# num_key_value_heads x head dim 128, intermediate_size, num_hidden_layers, vocab_size); 7B's from LLAMA2_7B
+LLAMA2 = {
+    "7B": {**LLAMA2_7B, "kv": LLAMA2_7B["hidden"]},
+    "13B": {"layers": 40, "hidden": 5120, "heads": 40, "kv": 40 * 128, "ffn": 13824, "vocab": 32000},
+    "70B": {"layers": 80, "hidden": 8192, "heads": 64, "kv": 8 * 128, "ffn": 28672, "vocab": 32000},
+}
+
+
+def budget(chip: str = "A100-SXM-80GB") -> float:
+    """Usable bytes of an 80 GB part: NVML's total (MiB, as its source prints it) less the fragmentation margin and
+    the CUDA context."""
+    path = f"planner.capacity-{chip}.reported_mib"
+    capacity = quoted(path, A100_MIB if chip == "A100-SXM-80GB" else "") * 2**20
     return capacity * (1 - FRAGMENTATION_FRACTION) - quoted("planner.memory-reserve.cuda_context_mib") * 2**20
 
 
-def plan_memory(plan, seq: int) -> dict[str, float]:
-    """One plan's bytes per GPU on its first stage (the one holding the most micro-batches), Megatron's defaults:
-    mixed AdamW (2 + 2 + 12 bytes per parameter, ZeRO sharding them by stage; offload moves the optimizer state and
-    gradients to the host), FlashAttention with sequence parallelism under TP, the fused vocab-parallel loss."""
-    h, f, v, layers, a = (LLAMA2_7B[k] for k in ("hidden", "ffn", "vocab", "layers", "heads"))
+def plan_memory(plan, seq: int, model: str = "7B") -> dict[str, float]:
+    """One plan's bytes per GPU on its fullest pipeline stage (the first, with the embedding and the most
+    micro-batches in flight, or the last, with the head and the logits), Megatron's defaults: mixed AdamW (2 + 2 +
+    12 bytes per parameter, ZeRO sharding them by stage over DP; under a pipeline ZeRO-3 keeps its stage gathered,
+    ZeRO-1's memory and two layers' gather buffers; offload moves the optimizer state, and from ZeRO-2 on the
+    gradients, to the host),
+    FlashAttention with sequence parallelism under TP, the fused vocab-parallel loss, gradients accumulating across
+    micro-batches. A Llama 2 model (LLAMA2), layers split evenly over the stages."""
+    cfg = LLAMA2[model]
+    h, f, v, layers, a, kv = (cfg[k] for k in ("hidden", "ffn", "vocab", "layers", "heads", "kv"))
     tp, pp, dp, b = plan.tp, plan.pp, plan.dp, plan.micro_batch
-    layer_params = 4 * h * h + 3 * h * f + 2 * h
+    assert layers % pp == 0, f"{layers} layers do not split evenly over {pp} stages"
+    layer_params = 2 * h * h + 2 * h * kv + 3 * h * f + 2 * h  # q, o; k, v; gate, up, down; two RMSNorm weights
     here = layers // pp
-    local = (here * layer_params + (v * h if pp > 1 else 2 * v * h + h)) / tp  # stage 0 holds the embedding
-    weights = 2 * local / (dp if plan.zero == 3 else 1)
-    grads = 0.0 if plan.offload != "none" else 2 * local / (dp if plan.zero >= 2 else 1)
-    opt = 0.0 if plan.offload != "none" else 12 * local / (dp if plan.zero >= 1 else 1)
+    zero = 1 if plan.zero == 3 and pp > 1 else plan.zero
     sb = seq * b
-    # saved per layer with FlashAttention: the two norms' inputs, the q/k/v projections' input, q, k, v, O and the
-    # gate/up input (8 x 2sbh), the SiLU's input and output, up and down's input (4 x 2sbf), the norms' fp32 1/rms
-    # (2 x 4sb) and the fp32 log-sum-exp (4 a s b); all split over TP with sequence parallelism
-    rebuilt = (16 * h + 8 * f + 8) * sb / tp
+    # saved per layer with FlashAttention: the two norms' inputs, the q/k/v projections' input, q, O and the
+    # gate/up input (6 x 2sbh), k and v (2 x 2 sb kv), the SiLU's input and output, up and down's input (4 x 2sbf),
+    # the norms' fp32 1/rms (2 x 4sb) and the fp32 log-sum-exp (4 a s b); all split over TP with sequence parallelism
+    rebuilt = (12 * h + 4 * kv + 8 * f + 8) * sb / tp
     flash = rebuilt + 4 * a * sb / tp
     per_layer, working = (flash, 0.0) if plan.recompute == "none" else (2 * h * sb / tp, rebuilt)
-    in_flight = 1.0 if pp == 1 else min(pp + (pp - 1) / plan.virtual, plan.microbatches)
-    acts = per_layer * here * in_flight
-    logits = sb * v / tp if pp == 1 else 0.0  # the last stage's; stage 0 has none
     fwd_logit = quoted("memory_buffers.loss-fused.forward_bytes_per_logit")
     bwd_logit = quoted("memory_buffers.loss-fused.forward_bytes_per_logit", FUSED_LOSS_GRADIENT)
-    gather = 2 * 2 * layer_params / tp if plan.zero == 3 else 0.0  # the layer computing and the one prefetched
-    accumulated = grads if plan.microbatches > 1 else 0.0  # gradients accumulate from the first micro-batch on
-    held = weights + opt + gather
-    freed = per_layer * (here - 1) / plan.virtual  # backward's end: this micro-batch's layers but the first freed
-    phases = {
-        "forward": held + accumulated + acts + fwd_logit * logits,
-        "loss": held + accumulated + acts + (fwd_logit + bwd_logit) * logits,
-        "layer": held + accumulated + acts + working,
-        "end": held + grads + acts - min(freed, acts) + working,
-        "step": weights + opt + grads,
-    }
+    gather = 2 * 2 * math.ceil(layer_params / tp) if plan.zero == 3 else 0.0  # the layer computing, the prefetched
     comm = nccl_by_hand() * sum(1 for n in (tp, pp, dp) if n > 1)  # one communicator per parallel dimension
-    peak = max(phases.values())
-    return {
-        "weights": weights,
-        "gradients": grads,
-        "optimizer": opt,
-        "activations": acts,
-        "peak": peak,
-        "device": peak + comm,
-    }
+    stages = []
+    for stage in sorted({0, pp - 1}):
+        first, last = stage == 0, stage == pp - 1
+        local = math.ceil((here * layer_params + (v * h if first else 0) + (h + v * h if last else 0)) / tp)
+        shard = math.ceil(local / dp)
+        weights = 2 * (shard if zero == 3 else local)
+        # offloaded, ZeRO-2 and 3 stream the reduced gradient shard to the host; ZeRO-1 accumulates them whole here
+        grads = 0.0 if plan.offload != "none" and zero >= 2 else 2 * (shard if zero >= 2 else local)
+        opt = 0.0 if plan.offload != "none" else 12 * (shard if zero >= 1 else local)
+        if pp == 1:
+            in_flight = 1.0
+        elif plan.schedule == "interleaved":  # the warm-up's 2(p - s - 1) + (v - 1)p chunks and the one computing
+            in_flight = min((2 * (pp - stage - 1) + (plan.virtual - 1) * pp + 1) / plan.virtual, plan.microbatches)
+        else:  # 1F1B and ZB-H1: p - s micro-batches
+            in_flight = min(pp - stage, plan.microbatches)
+        acts = per_layer * here * in_flight
+        logits = sb * v / tp if last else 0.0
+        accumulated = grads if plan.microbatches > 1 else 0.0  # gradients accumulate from the first micro-batch on
+        held = weights + opt + gather
+        freed = per_layer * (here - 1) / plan.virtual  # backward's end: this micro-batch's layers but the first freed
+        phases = {
+            "forward": held + accumulated + acts + fwd_logit * logits,
+            "loss": held + accumulated + acts + (fwd_logit + bwd_logit) * logits,
+            "layer": held + accumulated + acts + working,
+            "end": held + grads + acts - min(freed, acts) + working,
+            "step": weights + opt + grads,
+        }
+        peak = max(phases.values())
+        host = (12 + 2) * shard if plan.offload != "none" else 0.0  # fp32 master and moments, the bf16 gradients
+        stages.append(
+            {
+                "weights": weights,
+                "gradients": grads,
+                "optimizer": opt,
+                "activations": acts,
+                "peak": peak,
+                "device": peak + comm,
+                "host": host,
+            }
+        )
+    return max(stages, key=lambda st: st["device"])
 
 
 def _percent(text: str) -> float:
