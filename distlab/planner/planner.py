@@ -16,6 +16,7 @@ from distlab.planner.cost import memory_per_gpu, step
 from distlab.planner.planner_checks import (
     check_async_tp,
     check_caption_tokens,
+    check_fit_sets,
     check_fixed,
     check_fixed_compute,
     check_memory,
@@ -96,6 +97,7 @@ def planner(device: str) -> Result:
     r.add("mtnlg_layers", value("megatron_runs.gpt-530b.layers"), "layers", "... of a model with this many layers")
     rows: list[list] = []
     shown: dict[str, list] = {"examples": [], "seventy": [], "overlap": []}  # (model, plan) of each memory cell
+    requests: list[tuple] = []  # (model, candidates, kept plans, seq, host bytes per GPU) for the fit sets
     for name, task, nodes in EXAMPLES:
         m, c = model(name), cluster("H100-SXM", nodes=nodes)
         t = Training(
@@ -106,6 +108,8 @@ def planner(device: str) -> Result:
         ranked = search(m, c, t)
         best = ranked[0]
         shown["examples"].append((name if name in LLAMA2 else None, best.plan))
+        if name in LLAMA2:
+            requests.append((name, _allowed(m, c, t), [e.plan for e in ranked], t.seq, c.host_bytes / c.gpus_per_node))
         key = name.lower()
         lo, hi = mfu_band(best.time.mfu)
         rows.append(
@@ -174,6 +178,10 @@ def planner(device: str) -> Result:
     )
     check_caption_tokens(r, PRETRAIN_BATCH_TOKENS)
     check_memory(r, shown, seventy_seq, per_node)
+    from distlab.planner.worked_plan_checks import budget
+
+    usable = budget("H100-SXM")
+    check_fit_sets(r, [(n, cands, kept, seq, usable, host) for n, cands, kept, seq, host in requests], MIN_HEADROOM)
     _consistency(r)
     _tp_overlap(r)
     check_async_tp(r)
@@ -347,6 +355,14 @@ def _seventy(r: Result, m: ModelShape, c: Cluster, t: Training, ranked: list[Est
     ax.legend(fontsize=7, ncol=4, loc="lower right")
     fig.tight_layout()
     r.figure("seventy", fig, "Step time by cause for the six best plans (distlab.planner.cost, computed)")
+
+
+def _allowed(m: ModelShape, c: Cluster, t: Training) -> list[Plan]:
+    """The candidates a default search sizes: chapter 7's rules, and what one stack ships whole."""
+    from distlab.planner.search import candidates
+    from distlab.planner.stacks import allows
+
+    return [p for p in candidates(m, c, t) if allows(t.framework, p, t.tp_overlap)]
 
 
 def _training_rate(c: Cluster) -> float:

@@ -185,3 +185,52 @@ def check_memory(r: Result, shown: dict[str, list], seq: int, gpus_per_node: int
         abs_tol=1e-9,
         formula="16 B/param sharded by ZeRO stage; per layer (12h + 4kv + 8f + 8 + 4a) s b / tp; in flight by schedule",
     )
+
+
+RECOMPUTE_ORDER, OFFLOAD_ORDER = ("none", "selective", "full"), ("none", "optimizer", "params")
+
+
+def expressible(plan) -> bool:
+    """Plans worked_plan_checks.plan_memory can size by hand: no context or expert parallelism."""
+    return plan.cp == 1 and plan.ep == 1
+
+
+def kept_by_hand(plans: list, seq: int, model: str, usable: float, host_per_gpu: float, rule: float) -> set:
+    """The plans a search keeps, decided with bytes worked by hand: those that fit (device bytes within the usable
+    memory, host bytes within 90 % of the host's share), less each one a variant with less recomputation and less
+    offload makes needless (it fits and leaves `rule` of the usable memory free)."""
+    from distlab.planner.worked_plan_checks import plan_memory
+
+    sized = {p: plan_memory(p, seq, model) for p in plans}
+    fit = {p for p, mem in sized.items() if mem["device"] <= usable and mem["host"] <= 0.9 * host_per_gpu}
+
+    def layout(p):
+        return tuple(v for k, v in sorted(vars(p).items()) if k not in ("recompute", "offload"))
+
+    def lighter(q, p) -> bool:  # q trades less: no more recomputation, no more offload, and not p itself
+        less = RECOMPUTE_ORDER.index(q.recompute) <= RECOMPUTE_ORDER.index(p.recompute)
+        return q != p and less and OFFLOAD_ORDER.index(q.offload) <= OFFLOAD_ORDER.index(p.offload)
+
+    roomy = (1 - rule) * usable
+    groups: dict[tuple, list] = {}
+    for p in fit:
+        groups.setdefault(layout(p), []).append(p)
+    return {p for p in fit if not any(lighter(q, p) and sized[q]["device"] <= roomy for q in groups[layout(p)])}
+
+
+def check_fit_sets(r: Result, requests: list[tuple[str, list, list, int, float, float]], rule: float) -> None:
+    """Which plans fit, request by request: the search's kept plans (those plan_memory can size by hand) against the
+    same candidates kept by bytes worked by hand. `requests` holds (model, candidates the stacks allow, the search's
+    kept plans, sequence length, usable bytes, host bytes per GPU)."""
+    misses = []
+    for model, candidates, kept, seq, usable, host in requests:
+        mine = kept_by_hand([p for p in candidates if expressible(p)], seq, model, usable, host, rule)
+        theirs = {p for p in kept if expressible(p)}
+        misses += [f"{model}: {p.label()}" for p in sorted(mine ^ theirs, key=lambda p: p.label())]
+    r.claim(
+        "the plans that fit, request by request (7B, 13B, 70B): the search's against the same candidates sized by "
+        "hand, with the same headroom rule's pruning (plans in one set and not the other)",
+        len(misses),
+        0,
+        formula="; ".join(misses[:5]),
+    )

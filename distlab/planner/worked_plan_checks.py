@@ -63,15 +63,13 @@ def plan_memory(plan, seq: int, model: str = "7B") -> dict[str, float]:
     micro-batches in flight, or the last, with the head and the logits), Megatron's defaults: mixed AdamW (2 + 2 +
     12 bytes per parameter, ZeRO sharding them by stage over DP; under a pipeline ZeRO-3 keeps its stage gathered,
     ZeRO-1's memory and two layers' gather buffers; offload moves the optimizer state, and from ZeRO-2 on the
-    gradients, to the host),
+    gradients, to the host, and parameter offload ZeRO-3's weight shard; hybrid sharding shards inside a replica),
     FlashAttention with sequence parallelism under TP, the fused vocab-parallel loss, gradients accumulating across
-    micro-batches. A Llama 2 model (LLAMA2), layers split evenly over the stages."""
+    micro-batches. A Llama 2 model (LLAMA2); a split that is not even gives the first stages the extra layers."""
     cfg = LLAMA2[model]
     h, f, v, layers, a, kv = (cfg[k] for k in ("hidden", "ffn", "vocab", "layers", "heads", "kv"))
     tp, pp, dp, b = plan.tp, plan.pp, plan.dp, plan.micro_batch
-    assert layers % pp == 0, f"{layers} layers do not split evenly over {pp} stages"
     layer_params = 2 * h * h + 2 * h * kv + 3 * h * f + 2 * h  # q, o; k, v; gate, up, down; two RMSNorm weights
-    here = layers // pp
     zero = 1 if plan.zero == 3 and pp > 1 else plan.zero
     sb = seq * b
     # saved per layer with FlashAttention: the two norms' inputs, the q/k/v projections' input, q, O and the
@@ -83,13 +81,14 @@ def plan_memory(plan, seq: int, model: str = "7B") -> dict[str, float]:
     fwd_logit = quoted("memory_buffers.loss-fused.forward_bytes_per_logit")
     bwd_logit = quoted("memory_buffers.loss-fused.forward_bytes_per_logit", FUSED_LOSS_GRADIENT)
     gather = 2 * 2 * math.ceil(layer_params / tp) if plan.zero == 3 else 0.0  # the layer computing, the prefetched
-    comm = nccl_by_hand() * sum(1 for n in (tp, pp, dp) if n > 1)  # one communicator per parallel dimension
+    comm = nccl_by_hand() * sum(1 for n in (tp, pp, dp, plan.dp_replicate) if n > 1)  # one per parallel dimension
     stages = []
     for stage in sorted({0, pp - 1}):
         first, last = stage == 0, stage == pp - 1
+        here = -(-layers // pp) if first else layers // pp  # an uneven split gives the first stages one layer more
         local = math.ceil((here * layer_params + (v * h if first else 0) + (h + v * h if last else 0)) / tp)
-        shard = math.ceil(local / dp)
-        weights = 2 * (shard if zero == 3 else local)
+        shard = math.ceil(local / (dp // plan.dp_replicate))  # hybrid sharding: ZeRO shards inside one replica
+        weights = 0.0 if plan.offload == "params" else 2 * (shard if zero == 3 else local)
         # offloaded, ZeRO-2 and 3 stream the reduced gradient shard to the host; ZeRO-1 accumulates them whole here
         grads = 0.0 if plan.offload != "none" and zero >= 2 else 2 * (shard if zero >= 2 else local)
         opt = 0.0 if plan.offload != "none" else 12 * (shard if zero >= 1 else local)
@@ -112,7 +111,8 @@ def plan_memory(plan, seq: int, model: str = "7B") -> dict[str, float]:
             "step": weights + opt + grads,
         }
         peak = max(phases.values())
-        host = (12 + 2) * shard if plan.offload != "none" else 0.0  # fp32 master and moments, the bf16 gradients
+        # the host: fp32 master and moments, the bf16 gradient shard; with parameter offload the bf16 weights too
+        host = (12 + 2 + (2 if plan.offload == "params" else 0)) * shard if plan.offload != "none" else 0.0
         stages.append(
             {
                 "weights": weights,
