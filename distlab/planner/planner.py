@@ -21,6 +21,7 @@ from distlab.planner.planner_checks import (
     check_fixed_compute,
     check_memory,
     check_seventy_table,
+    check_why,
     check_zero3,
 )
 from distlab.planner.planner_validation import claim_band
@@ -142,6 +143,7 @@ def planner(device: str) -> Result:
         r.add(f"{key}_memory", best.memory_bytes, "B", f"{name}: the best plan's memory per GPU")
         if name == "70B":
             _seventy(r, m, c, t, ranked)
+            check_why(r, ranked, t.seq, t.global_batch_tokens, c.gpus_per_node)
             shown["seventy"] = [(name, e.plan) for e in ranked[:6]]
             add_advice(r, "seventy", m, c, t, ranked)
             shown["overlap"] = [(name, plan) for plan in _overlap_both(r, m, c, t)]

@@ -11,6 +11,7 @@ import math
 import re
 
 from distlab.core.results import Result, worst_relative_gap
+from distlab.planner.config import Plan
 
 # Llama 2 70B's released config.json: hidden_size, num_key_value_heads x head dim (8 x 128), intermediate_size
 LLAMA2_70B = {"hidden": 8192, "kv": 8 * 128, "ffn": 28672}
@@ -233,4 +234,88 @@ def check_fit_sets(r: Result, requests: list[tuple[str, list, list, int, float, 
         len(misses),
         0,
         formula="; ".join(misses[:5]),
+    )
+
+
+def check_why(r: Result, ranked: list, seq: int, tokens: int, gpus_per_node: int) -> None:
+    """The 70B 'why' lines' other numbers at their printed digits: each share of the step against the breakdown's
+    sum, the step, MFU and tokens/s against the 70B table and the step's tokens, the layout's numbers against the
+    plan, the batch arithmetic, DDP's model state by hand (16 B per local parameter of the first stage, Llama 2 70B's
+    config.json), the unsharded ZeRO-1 plan's bytes by hand, the heads and FFN width against config.json, and the
+    runner-up against the 70B table's own row (its place, its 'slower' from the printed steps, its headroom)."""
+    from distlab.planner.worked_plan_checks import LLAMA2, budget, plan_memory
+
+    best, cfg, usable = ranked[0], LLAMA2["70B"], budget("H100-SXM")
+    p, parts = best.plan, best.time.breakdown.as_dict()
+    why = " ".join(row[0] for row in r.tables["why"].rows)
+    pairs: list[tuple[float, float]] = []
+
+    def said(pattern: str, wants: list[float]) -> None:
+        found = re.search(pattern, why)
+        got = [float(g.replace(",", "")) for g in found.groups()] if found else [math.nan] * len(wants)
+        pairs.extend(zip(got, wants, strict=True))
+
+    def pct(part: str, digits: int = 1) -> float:
+        return round(100 * share_of_step(parts, part), digits)
+
+    h, f, layers, v = cfg["hidden"], cfg["ffn"], cfg["layers"], cfg["vocab"]
+    stage0 = (-(-layers // p.pp) * (2 * h * h + 2 * h * cfg["kv"] + 3 * h * f + 2 * h) + v * h) / p.tp
+    dp = p.dp * p.pp  # the rule's pipeline-free plan: ZeRO-1, one sequence per micro-batch, no recomputation
+    flat = plan_memory(Plan(tp=p.tp, dp=dp, zero=1, micro_batch=1, microbatches=tokens // (dp * seq)), seq, "70B")
+    said(r"divide the (\d+) heads, (\d+) KV heads and FFN width (\d+)", [cfg["heads"], cfg["kv"] // 128, f])
+    said(
+        r"at TP (\d+) ZeRO-1 without one needs ([\d.]+) GB of ([\d.]+)",
+        [p.tp, round(flat["device"] / 1e9), round(usable / 1e9, 1)],
+    )
+    said(
+        r"Tensor parallelism (\d+) stays inside one (\d+)-GPU .* leave ([\d.]+)% of the step exposed",
+        [p.tp, gpus_per_node, pct("exposed_tp")],
+    )
+    said(
+        r"(\d+) pipeline stages, the \S+ schedule, (\d+) micro-batches each: the bubble is ([\d.]+)%",
+        [p.pp, p.microbatches, pct("pipeline_bubble")],
+    )
+    said(r"model state alone would be ([\d.]+) GB per GPU", [round(16 * stage0 / 1e9, 1)])
+    said(
+        r"Data parallelism (\d+) with ZeRO-(\d).*?leaves ([\d.]+)% of the step exposed",
+        [p.dp, p.zero, pct("exposed_dp")],
+    )
+    said(
+        r"Micro-batch of (\d+) sequence\(s\), (\d+) accumulated per step: (\d+) sequences = ([\d,]+) tokens",
+        [p.micro_batch, p.microbatches, tokens // seq, tokens],
+    )
+    if p.offload != "none":
+        said(r"cost ([\d.]+)% of the step", [pct("offload")])
+    said(
+        r"Step ([\d.]+) s: compute (\d+)%; MFU ([\d.]+)%.*?, ([\d,]+) tokens/s",
+        [
+            float(f"{best.step_seconds:.3g}"),
+            pct("compute", 0),
+            round(100 * best.time.mfu, 1),
+            round(tokens / best.step_seconds),
+        ],
+    )
+    if "seventy_unrestricted_faster" in r.quantities:
+        said(r"would be ([\d.]+)% faster", [round(100 * r.quantities["seventy_unrestricted_faster"].value, 1)])
+    runner = re.search(r"Runner-up: (.*?), ([\d.]+)% slower \(mostly ([a-z ]+); headroom ([\d.]+)%\)", why)
+    rows = {row[1]: row for row in r.tables["seventy"].rows}
+    row = rows.get(runner[1]) if runner else None
+    if runner and row is not None:
+        step0 = r.tables["seventy"].rows[0][4].value
+        pairs += [
+            (float(runner[2]), round(100 * (row[4].value / step0 - 1), 1)),
+            (float(runner[4]), float(row[3].rstrip("%"))),
+        ]
+        other = next(e for e in ranked if e.plan.label() == runner[1]).time.breakdown.as_dict()
+        most = max(parts, key=lambda k: other[k] - parts[k]).replace("_", " ")
+        pairs.append((float(runner[3] == most), 1.0))
+    else:
+        pairs.append((math.nan, 0.0))
+    r.claim(
+        "70B 'why' lines: shares, step, MFU, tokens/s, layout, batch, DDP's state and the runner-up, each against its "
+        "reference at the printed digit (worst relative gap)",
+        worst_relative_gap(pairs),
+        0.0,
+        abs_tol=1e-9,
+        formula="a share = its cause over the sum of the step's causes; 16 B x (L/p layers + embedding) / t",
     )
