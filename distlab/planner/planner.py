@@ -21,6 +21,7 @@ from distlab.planner.planner_checks import (
     check_fixed_compute,
     check_memory,
     check_seventy_table,
+    check_throughput_cells,
     check_why,
     check_zero3,
 )
@@ -99,6 +100,7 @@ def planner(device: str) -> Result:
     rows: list[list] = []
     shown: dict[str, list] = {"examples": [], "seventy": [], "overlap": []}  # (model, plan) of each memory cell
     requests: list[tuple] = []  # (model, candidates, kept plans, seq, host bytes per GPU) for the fit sets
+    throughput: dict[str, list] = {"examples": [], "seventy": [], "overlap": []}  # (model, GPUs, tokens, seq)
     for name, task, nodes in EXAMPLES:
         m, c = model(name), cluster("H100-SXM", nodes=nodes)
         t = Training(
@@ -109,6 +111,7 @@ def planner(device: str) -> Result:
         ranked = search(m, c, t)
         best = ranked[0]
         shown["examples"].append((name if name in LLAMA2 else None, best.plan))
+        throughput["examples"].append((name, c.gpus, t.global_batch_tokens, t.seq))
         if name in LLAMA2:
             requests.append((name, _allowed(m, c, t), [e.plan for e in ranked], t.seq, c.host_bytes / c.gpus_per_node))
         key = name.lower()
@@ -145,8 +148,10 @@ def planner(device: str) -> Result:
             _seventy(r, m, c, t, ranked)
             check_why(r, ranked, t.seq, t.global_batch_tokens, c.gpus_per_node)
             shown["seventy"] = [(name, e.plan) for e in ranked[:6]]
+            throughput["seventy"] = [(name, c.gpus, t.global_batch_tokens, t.seq)] * len(shown["seventy"])
             add_advice(r, "seventy", m, c, t, ranked)
             shown["overlap"] = [(name, plan) for plan in _overlap_both(r, m, c, t)]
+            throughput["overlap"] = [(name, c.gpus, t.global_batch_tokens, t.seq)] * len(shown["overlap"])
             seventy_seq, per_node = t.seq, c.gpus_per_node
             free = search(m, c, t, rules=("cp-long-only",))[0]  # TP across nodes and pipelines everywhere allowed
             r.add("rules_tp", free.plan.tp, "", "70B: the best plan's TP with chapter 7's TP and PP rules lifted")
@@ -175,10 +180,12 @@ def planner(device: str) -> Result:
             "tokens/s",
         ],
         rows,
-        caption="Mixed-precision AdamW (16 bytes per parameter of model state), FlashAttention; fine-tunes at 64 "
+        caption="Mixed-precision AdamW (16 bytes per parameter of model state), FlashAttention; fine-tunes at "
+        f"{finetune_batch_sequences()} "
         f"sequences per step, pretraining at {PRETRAIN_BATCH_TOKENS / 2**20:g}M tokens (computed)",
     )
-    check_caption_tokens(r, PRETRAIN_BATCH_TOKENS)
+    check_caption_tokens(r, PRETRAIN_BATCH_TOKENS, finetune_batch_sequences())
+    check_throughput_cells(r, throughput)
     check_memory(r, shown, seventy_seq, per_node)
     from distlab.planner.worked_plan_checks import budget
 

@@ -131,14 +131,18 @@ def check_seventy_table(r: Result, breakdowns: list[dict[str, float]], ax) -> No
     )
 
 
-def check_caption_tokens(r: Result, tokens: int) -> None:
-    """The examples caption's 'pretraining at NM tokens' against the pretraining rows' tokens per step."""
-    said = re.search(r"pretraining at ([0-9.]+)M tokens", r.tables["examples"].caption)
+def check_caption_tokens(r: Result, tokens: int, sequences: int) -> None:
+    """The examples caption's 'fine-tunes at N sequences' and 'pretraining at NM tokens' against what the rows ran."""
+    said = re.search(
+        r"fine-tunes at (\d+) sequences per step, pretraining at ([0-9.]+)M tokens", r.tables["examples"].caption
+    )
     r.claim(
-        "examples caption: its pretraining batch in M tokens (2^20) is the one the pretraining rows ran",
-        float(said[1]) * 2**20 if said else math.nan,
-        tokens,
-        rel_tol=1e-9,
+        "examples caption: its fine-tuning batch (sequences) and pretraining batch (M tokens, 2^20) are the rows'",
+        worst_relative_gap(
+            [(float(said[1]), sequences), (float(said[2]) * 2**20, tokens)] if said else [(math.nan, 1)]
+        ),
+        0.0,
+        abs_tol=1e-9,
     )
 
 
@@ -318,4 +322,50 @@ def check_why(r: Result, ranked: list, seq: int, tokens: int, gpus_per_node: int
         0.0,
         abs_tol=1e-9,
         formula="a share = its cause over the sum of the step's causes; 16 B x (L/p layers + embedding) / t",
+    )
+
+
+def llama_params(model: str) -> int:
+    """A Llama 2 model's parameters from its config.json: per layer q, o (h x h), k, v (h x kv), gate, up, down
+    (h x f) and two RMSNorm weights; the embedding, the untied head and the final norm."""
+    from distlab.planner.worked_plan_checks import LLAMA2
+
+    c = LLAMA2[model]
+    h, kv, f = c["hidden"], c["kv"], c["ffn"]
+    return c["layers"] * (2 * h * h + 2 * h * kv + 3 * h * f + 2 * h) + 2 * c["vocab"] * h + h
+
+
+def check_throughput_cells(r: Result, rows: dict[str, list]) -> None:
+    """Every tokens/s and MFU (band) cell of the examples, 70B and overlap tables: tokens/s = the step's tokens over
+    its printed step; MFU = (6N + 12 L h s) x tokens/s / (GPUs x the datasheet's dense bf16 peak), N from config.json
+    (chapter 2's convention); the band = MFU / (1 + the largest and smallest error on published runs).
+    `rows` maps a table to its rows' (model, GPUs, tokens per step, sequence length); 175B's MFU is left out."""
+    from distlab.core.facts import value
+    from distlab.planner.worked_plan_checks import LLAMA2
+
+    e_min, e_max = value("planner.mfu-band.error_min"), value("planner.mfu-band.error_max")
+    peak_flops = value("gpus.H100-SXM.bf16_dense_tflops") * 1e12  # every request here runs on H100 SXMs
+    columns = {"examples": (6, 7, 8), "seventy": (4, 5, None), "overlap": (4, 5, None)}  # step, MFU, tokens/s
+    pairs: list[tuple[float, float]] = []
+    for table, shapes in rows.items():
+        step_col, mfu_col, tps_col = columns[table]
+        for row, (model, gpus, tokens, seq) in zip(r.tables[table].rows, shapes, strict=True):
+            rate = tokens / row[step_col].value
+            if tps_col is not None:
+                pairs.append((float(row[tps_col].replace(",", "")), round(rate)))
+            if model not in LLAMA2:
+                continue
+            c = LLAMA2[model]
+            mfu = (6 * llama_params(model) + 12 * c["layers"] * c["hidden"] * seq) * rate / (gpus * peak_flops)
+            found = re.fullmatch(r"([\d.]+)% \((\d+)%-(\d+)%\)", row[mfu_col])
+            got = [float(g) for g in found.groups()] if found else [math.nan] * 3
+            want = [round(100 * mfu, 1), round(100 * mfu / (1 + e_max)), round(100 * mfu / (1 + e_min))]
+            pairs += zip(got, want, strict=True)
+    r.claim(
+        "tokens/s and MFU (band) cells of the examples, 70B and overlap tables against the printed steps, "
+        "6N + 12Lhs with N from config.json and the datasheet's peak (worst relative gap at the printed digit)",
+        worst_relative_gap(pairs),
+        0.0,
+        abs_tol=1e-9,
+        formula="MFU = (6N + 12 L h s) tokens/s / (GPUs x peak); band = MFU / (1 + e)",
     )
