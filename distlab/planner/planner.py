@@ -37,7 +37,7 @@ from distlab.planner.search import (
     finetune_batch_sequences,
     search,
 )
-from distlab.planner.worked_plan_checks import LLAMA2
+from distlab.planner.worked_plan_checks import CONFIGS
 
 EXAMPLES = (("7B", "finetune", 1), ("13B", "finetune", 1), ("70B", "pretrain", 8), ("175B", "pretrain", 128))
 FIXED_70B = {"tp": 8, "pp": 1, "zero": 1, "micro_batch": 1}  # the issue's done-when command's layout
@@ -98,7 +98,7 @@ def planner(device: str) -> Result:
     r.add("mtnlg_pp", value("megatron_runs.gpt-530b.pp"), "stages", "Narayanan et al.'s 530B run: pipeline stages")
     r.add("mtnlg_layers", value("megatron_runs.gpt-530b.layers"), "layers", "... of a model with this many layers")
     rows: list[list] = []
-    shown: dict[str, list] = {"examples": [], "seventy": [], "overlap": []}  # (model, plan) of each memory cell
+    shown: dict[str, list] = {"examples": [], "seventy": [], "overlap": []}  # (model, plan, seq) per memory cell
     requests: list[tuple] = []  # (model, candidates, kept plans, seq, host bytes per GPU) for the fit sets
     throughput: dict[str, list] = {"examples": [], "seventy": [], "overlap": []}  # (model, GPUs, tokens, seq)
     for name, task, nodes in EXAMPLES:
@@ -110,9 +110,9 @@ def planner(device: str) -> Result:
         )
         ranked = search(m, c, t)
         best = ranked[0]
-        shown["examples"].append((name if name in LLAMA2 else None, best.plan))
+        shown["examples"].append((name, best.plan, t.seq))
         throughput["examples"].append((name, c.gpus, t.global_batch_tokens, t.seq))
-        if name in LLAMA2:
+        if name in CONFIGS:
             requests.append((name, _allowed(m, c, t), [e.plan for e in ranked], t.seq, c.host_bytes / c.gpus_per_node))
         key = name.lower()
         lo, hi = mfu_band(best.time.mfu)
@@ -147,12 +147,12 @@ def planner(device: str) -> Result:
         if name == "70B":
             _seventy(r, m, c, t, ranked)
             check_why(r, ranked, t.seq, t.global_batch_tokens, c.gpus_per_node)
-            shown["seventy"] = [(name, e.plan) for e in ranked[:6]]
+            shown["seventy"] = [(name, e.plan, t.seq) for e in ranked[:6]]
             throughput["seventy"] = [(name, c.gpus, t.global_batch_tokens, t.seq)] * len(shown["seventy"])
             add_advice(r, "seventy", m, c, t, ranked)
-            shown["overlap"] = [(name, plan) for plan in _overlap_both(r, m, c, t)]
+            shown["overlap"] = [(name, plan, t.seq) for plan in _overlap_both(r, m, c, t)]
             throughput["overlap"] = [(name, c.gpus, t.global_batch_tokens, t.seq)] * len(shown["overlap"])
-            seventy_seq, per_node = t.seq, c.gpus_per_node
+            per_node = c.gpus_per_node
             free = search(m, c, t, rules=("cp-long-only",))[0]  # TP across nodes and pipelines everywhere allowed
             r.add("rules_tp", free.plan.tp, "", "70B: the best plan's TP with chapter 7's TP and PP rules lifted")
             r.claim(
@@ -186,7 +186,7 @@ def planner(device: str) -> Result:
     )
     check_caption_tokens(r, PRETRAIN_BATCH_TOKENS, finetune_batch_sequences())
     check_throughput_cells(r, throughput)
-    check_memory(r, shown, seventy_seq, per_node)
+    check_memory(r, shown, per_node)
     from distlab.planner.worked_plan_checks import budget
 
     usable = budget("H100-SXM")

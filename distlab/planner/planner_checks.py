@@ -146,11 +146,10 @@ def check_caption_tokens(r: Result, tokens: int, sequences: int) -> None:
     )
 
 
-def check_memory(r: Result, shown: dict[str, list], seq: int, gpus_per_node: int) -> None:
+def check_memory(r: Result, shown: dict[str, list], gpus_per_node: int) -> None:
     """Every memory and headroom cell of the examples, 70B and overlap tables, and the numbers the 70B "why" lines
     print, against each plan's bytes worked by hand (worked_plan_checks.plan_memory, from the models' config.json),
-    at their printed digits. `shown` maps a table to its plans as (model, Plan), row by row; the 175B row (GPT-3's
-    block, not Llama's) is left to the planner's own claims."""
+    at their printed digits. `shown` maps a table to its plans as (model, Plan, sequence length), row by row."""
     from distlab.planner.worked_plan_checks import budget, plan_memory
 
     usable = budget("H100-SXM")
@@ -158,15 +157,13 @@ def check_memory(r: Result, shown: dict[str, list], seq: int, gpus_per_node: int
     columns = {"examples": (4, 5), "seventy": (2, 3), "overlap": (2, 3)}  # (memory, headroom) columns
     for table, plans in shown.items():
         mem_col, room_col = columns[table]
-        for row, (model, plan) in zip(r.tables[table].rows, plans, strict=True):
-            if model is None:
-                continue
+        for row, (model, plan, seq) in zip(r.tables[table].rows, plans, strict=True):
             want = plan_memory(plan, seq, model)["device"]
             pairs += [
                 (row[mem_col].value, want),
                 (float(row[room_col].rstrip("%")), round(100 * (1 - want / usable), 1)),
             ]
-    model, plan = shown["seventy"][0]
+    model, plan, seq = shown["seventy"][0]
     best = plan_memory(plan, seq, model)
     why = " ".join(row[0] for row in r.tables["why"].rows)
     found = re.search(
@@ -188,7 +185,8 @@ def check_memory(r: Result, shown: dict[str, list], seq: int, gpus_per_node: int
         worst_relative_gap(pairs),
         0.0,
         abs_tol=1e-9,
-        formula="16 B/param sharded by ZeRO stage; per layer (12h + 4kv + 8f + 8 + 4a) s b / tp; in flight by schedule",
+        formula="16 B/param by ZeRO stage; per layer (12h + 4kv + 8f + 8 + 4a) sb/t (Llama), (32h + 16 + 4a) sb/t "
+        "(GPT-3)",
     )
 
 
@@ -233,8 +231,8 @@ def check_fit_sets(r: Result, requests: list[tuple[str, list, list, int, float, 
         theirs = {p for p in kept if expressible(p)}
         misses += [f"{model}: {p.label()}" for p in sorted(mine ^ theirs, key=lambda p: p.label())]
     r.claim(
-        "the plans that fit, request by request (7B, 13B, 70B): the search's against the same candidates sized by "
-        "hand, with the same headroom rule's pruning (plans in one set and not the other)",
+        "the plans that fit, request by request (7B, 13B, 70B, 175B): the search's against the same candidates sized "
+        "by hand, with the same headroom rule's pruning (plans in one set and not the other)",
         len(misses),
         0,
         formula="; ".join(misses[:5]),
@@ -247,9 +245,9 @@ def check_why(r: Result, ranked: list, seq: int, tokens: int, gpus_per_node: int
     plan, the batch arithmetic, DDP's model state by hand (16 B per local parameter of the first stage, Llama 2 70B's
     config.json), the unsharded ZeRO-1 plan's bytes by hand, the heads and FFN width against config.json, and the
     runner-up against the 70B table's own row (its place, its 'slower' from the printed steps, its headroom)."""
-    from distlab.planner.worked_plan_checks import LLAMA2, budget, plan_memory
+    from distlab.planner.worked_plan_checks import CONFIGS, budget, plan_memory
 
-    best, cfg, usable = ranked[0], LLAMA2["70B"], budget("H100-SXM")
+    best, cfg, usable = ranked[0], CONFIGS["70B"], budget("H100-SXM")
     p, parts = best.plan, best.time.breakdown.as_dict()
     why = " ".join(row[0] for row in r.tables["why"].rows)
     pairs: list[tuple[float, float]] = []
@@ -325,23 +323,20 @@ def check_why(r: Result, ranked: list, seq: int, tokens: int, gpus_per_node: int
     )
 
 
-def llama_params(model: str) -> int:
-    """A Llama 2 model's parameters from its config.json: per layer q, o (h x h), k, v (h x kv), gate, up, down
-    (h x f) and two RMSNorm weights; the embedding, the untied head and the final norm."""
-    from distlab.planner.worked_plan_checks import LLAMA2
+def model_params(model: str, seq: int) -> int:
+    """A model's parameters by hand (worked_plan_checks.CONFIGS): its blocks and both ends, the tied head once."""
+    from distlab.planner.worked_plan_checks import CONFIGS, edge_params, layer_params
 
-    c = LLAMA2[model]
-    h, kv, f = c["hidden"], c["kv"], c["ffn"]
-    return c["layers"] * (2 * h * h + 2 * h * kv + 3 * h * f + 2 * h) + 2 * c["vocab"] * h + h
+    return CONFIGS[model]["layers"] * layer_params(model) + edge_params(model, seq, True, True, 1)
 
 
 def check_throughput_cells(r: Result, rows: dict[str, list]) -> None:
     """Every tokens/s and MFU (band) cell of the examples, 70B and overlap tables: tokens/s = the step's tokens over
     its printed step; MFU = (6N + 12 L h s) x tokens/s / (GPUs x the datasheet's dense bf16 peak), N from config.json
     (chapter 2's convention); the band = MFU / (1 + the largest and smallest error on published runs).
-    `rows` maps a table to its rows' (model, GPUs, tokens per step, sequence length); 175B's MFU is left out."""
+    `rows` maps a table to its rows' (model, GPUs, tokens per step, sequence length)."""
     from distlab.core.facts import value
-    from distlab.planner.worked_plan_checks import LLAMA2
+    from distlab.planner.worked_plan_checks import CONFIGS
 
     e_min, e_max = value("planner.mfu-band.error_min"), value("planner.mfu-band.error_max")
     peak_flops = value("gpus.H100-SXM.bf16_dense_tflops") * 1e12  # every request here runs on H100 SXMs
@@ -353,10 +348,8 @@ def check_throughput_cells(r: Result, rows: dict[str, list]) -> None:
             rate = tokens / row[step_col].value
             if tps_col is not None:
                 pairs.append((float(row[tps_col].replace(",", "")), round(rate)))
-            if model not in LLAMA2:
-                continue
-            c = LLAMA2[model]
-            mfu = (6 * llama_params(model) + 12 * c["layers"] * c["hidden"] * seq) * rate / (gpus * peak_flops)
+            c = CONFIGS[model]
+            mfu = (6 * model_params(model, seq) + 12 * c["layers"] * c["hidden"] * seq) * rate / (gpus * peak_flops)
             found = re.fullmatch(r"([\d.]+)% \((\d+)%-(\d+)%\)", row[mfu_col])
             got = [float(g) for g in found.groups()] if found else [math.nan] * 3
             want = [round(100 * mfu, 1), round(100 * mfu / (1 + e_max)), round(100 * mfu / (1 + e_min))]

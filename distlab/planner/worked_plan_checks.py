@@ -41,13 +41,39 @@ def params() -> int:
     return layers * (4 * h * h + 3 * h * f + 2 * h) + 2 * v * h + h
 
 
-# the other Llama 2 models chapter 12 plans for, from their released config.json (hidden_size, num_attention_heads,
-# num_key_value_heads x head dim 128, intermediate_size, num_hidden_layers, vocab_size); 7B's from LLAMA2_7B
-LLAMA2 = {
+# the models chapter 12 plans for: the Llama 2s from their released config.json (hidden_size, num_attention_heads,
+# num_key_value_heads x head dim 128, intermediate_size, num_hidden_layers, vocab_size; 7B's from LLAMA2_7B), and
+# GPT-3 175B from Brown et al. 2020, Table 2.1 (96 layers, d_model 12288, 96 heads, context 2048; the feed-forward
+# 4 x d_model) with GPT-2's vocabulary of 50257 and learned positions, the embedding tied to the output
+CONFIGS: dict[str, dict[str, int]] = {
     "7B": {**LLAMA2_7B, "kv": LLAMA2_7B["hidden"]},
     "13B": {"layers": 40, "hidden": 5120, "heads": 40, "kv": 40 * 128, "ffn": 13824, "vocab": 32000},
     "70B": {"layers": 80, "hidden": 8192, "heads": 64, "kv": 8 * 128, "ffn": 28672, "vocab": 32000},
+    "175B": {"layers": 96, "hidden": 12288, "heads": 96, "kv": 12288, "ffn": 4 * 12288, "vocab": 50257},
 }
+GPT_BLOCKS = {"175B"}  # LayerNorm, biases, a GeLU MLP, tied embedding and learned positions; the rest are Llama's
+
+
+def layer_params(model: str) -> int:
+    """One block's parameters. Llama: q, o (h x h), k, v (h x kv), gate, up, down (h x f), two RMSNorm weights.
+    GPT: q, k, v and o with biases (4h^2 + 4h), the MLP's two matrices with biases (2hf + f + h), two LayerNorms'
+    weights and biases (4h)."""
+    c = CONFIGS[model]
+    h, kv, f = c["hidden"], c["kv"], c["ffn"]
+    if model in GPT_BLOCKS:
+        return 4 * h * h + 4 * h + 2 * h * f + f + h + 4 * h
+    return 2 * h * h + 2 * h * kv + 3 * h * f + 2 * h
+
+
+def edge_params(model: str, seq: int, first: bool, last: bool, pp: int) -> int:
+    """What the first and last stages hold beyond their blocks. Llama: the embedding (V x h); the final RMSNorm and
+    the untied head. GPT: the token and learned position embeddings (V x h + s x h); the final LayerNorm (2h), and the
+    tied head's own copy of the embedding when it sits on another stage (Megatron keeps one on the last stage)."""
+    c = CONFIGS[model]
+    h, v = c["hidden"], c["vocab"]
+    if model in GPT_BLOCKS:
+        return (v * h + seq * h if first else 0) + (2 * h + (v * h if pp > 1 else 0) if last else 0)
+    return (v * h if first else 0) + (h + v * h if last else 0)
 
 
 def budget(chip: str = "A100-SXM-80GB") -> float:
@@ -65,28 +91,34 @@ def plan_memory(plan, seq: int, model: str = "7B") -> dict[str, float]:
     ZeRO-1's memory and two layers' gather buffers; offload moves the optimizer state, and from ZeRO-2 on the
     gradients, to the host, and parameter offload ZeRO-3's weight shard; hybrid sharding shards inside a replica),
     FlashAttention with sequence parallelism under TP, the fused vocab-parallel loss, gradients accumulating across
-    micro-batches. A Llama 2 model (LLAMA2); a split that is not even gives the first stages the extra layers."""
-    cfg = LLAMA2[model]
+    micro-batches. A model of CONFIGS; a split that is not even gives the first stages the extra layers."""
+    cfg = CONFIGS[model]
     h, f, v, layers, a, kv = (cfg[k] for k in ("hidden", "ffn", "vocab", "layers", "heads", "kv"))
     tp, pp, dp, b = plan.tp, plan.pp, plan.dp, plan.micro_batch
-    layer_params = 2 * h * h + 2 * h * kv + 3 * h * f + 2 * h  # q, o; k, v; gate, up, down; two RMSNorm weights
+    block = layer_params(model)
     zero = 1 if plan.zero == 3 and pp > 1 else plan.zero
     sb = seq * b
-    # saved per layer with FlashAttention: the two norms' inputs, the q/k/v projections' input, q, O and the
-    # gate/up input (6 x 2sbh), k and v (2 x 2 sb kv), the SiLU's input and output, up and down's input (4 x 2sbf),
-    # the norms' fp32 1/rms (2 x 4sb) and the fp32 log-sum-exp (4 a s b); all split over TP with sequence parallelism
-    rebuilt = (12 * h + 4 * kv + 8 * f + 8) * sb / tp
+    if model in GPT_BLOCKS:
+        # Korthikanti et al. 2022, Table 2 with sequence parallelism and no score matrix (FlashAttention): 34 sbh
+        # less the two 1-byte dropout masks (sbh each; the planner trains without dropout), plus the two
+        # LayerNorms' fp32 mean and 1/std (2 x 2 x 4sb)
+        rebuilt = (34 * h - 2 * h + 16) * sb / tp
+    else:
+        # the two norms' inputs, the q/k/v projections' input, q, O and the gate/up input (6 x 2sbh), k and v
+        # (2 x 2 sb kv), the SiLU's input and output, up and down's input (4 x 2sbf), the norms' fp32 1/rms (2 x 4sb)
+        rebuilt = (12 * h + 4 * kv + 8 * f + 8) * sb / tp
+    # with FlashAttention's fp32 log-sum-exp (4 a s b); all split over TP with sequence parallelism
     flash = rebuilt + 4 * a * sb / tp
     per_layer, working = (flash, 0.0) if plan.recompute == "none" else (2 * h * sb / tp, rebuilt)
     fwd_logit = quoted("memory_buffers.loss-fused.forward_bytes_per_logit")
     bwd_logit = quoted("memory_buffers.loss-fused.forward_bytes_per_logit", FUSED_LOSS_GRADIENT)
-    gather = 2 * 2 * math.ceil(layer_params / tp) if plan.zero == 3 else 0.0  # the layer computing, the prefetched
+    gather = 2 * 2 * math.ceil(block / tp) if plan.zero == 3 else 0.0  # the layer computing, the prefetched
     comm = nccl_by_hand() * sum(1 for n in (tp, pp, dp, plan.dp_replicate) if n > 1)  # one per parallel dimension
     stages = []
     for stage in sorted({0, pp - 1}):
         first, last = stage == 0, stage == pp - 1
         here = -(-layers // pp) if first else layers // pp  # an uneven split gives the first stages one layer more
-        local = math.ceil((here * layer_params + (v * h if first else 0) + (h + v * h if last else 0)) / tp)
+        local = math.ceil((here * block + edge_params(model, seq, first, last, pp)) / tp)
         shard = math.ceil(local / (dp // plan.dp_replicate))  # hybrid sharding: ZeRO shards inside one replica
         weights = 0.0 if plan.offload == "params" else 2 * (shard if zero == 3 else local)
         # offloaded, ZeRO-2 and 3 stream the reduced gradient shard to the host; ZeRO-1 accumulates them whole here
