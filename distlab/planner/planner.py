@@ -20,6 +20,7 @@ from distlab.planner.planner_checks import (
     check_fixed,
     check_fixed_compute,
     check_memory,
+    check_scalars,
     check_seventy_table,
     check_throughput_cells,
     check_why,
@@ -101,6 +102,7 @@ def planner(device: str) -> Result:
     shown: dict[str, list] = {"examples": [], "seventy": [], "overlap": []}  # (model, plan, seq) per memory cell
     requests: list[tuple] = []  # (model, candidates, kept plans, seq, host bytes per GPU) for the fit sets
     throughput: dict[str, list] = {"examples": [], "seventy": [], "overlap": []}  # (model, GPUs, tokens, seq)
+    tokens, gpus, seqs = {}, {}, {}  # per quoted request: its step's tokens, GPUs and sequence length
     for name, task, nodes in EXAMPLES:
         m, c = model(name), cluster("H100-SXM", nodes=nodes)
         t = Training(
@@ -115,6 +117,9 @@ def planner(device: str) -> Result:
         if name in CONFIGS:
             requests.append((name, _allowed(m, c, t), [e.plan for e in ranked], t.seq, c.host_bytes / c.gpus_per_node))
         key = name.lower()
+        tokens[key], gpus[key], seqs[key] = t.global_batch_tokens, c.gpus, t.seq
+        if name == "70B":
+            tokens["fixed"], gpus["fixed"], seqs["fixed"] = t.global_batch_tokens, c.gpus, t.seq
         lo, hi = mfu_band(best.time.mfu)
         rows.append(
             [
@@ -192,6 +197,12 @@ def planner(device: str) -> Result:
     usable = budget("H100-SXM")
     check_fit_sets(r, [(n, cands, kept, seq, usable, host) for n, cands, kept, seq, host in requests], MIN_HEADROOM)
     _consistency(r)
+    tokens["long"], gpus["long"], seqs["long"] = (
+        LONG_SEQUENCES * LONG_SEQ_TOKENS,
+        cluster("H100-SXM", nodes=LONG_NODES).gpus,
+        LONG_SEQ_TOKENS,
+    )
+    check_scalars(r, tokens, gpus, seqs)
     _tp_overlap(r)
     check_async_tp(r)
     comms_by_hand(r)

@@ -362,3 +362,49 @@ def check_throughput_cells(r: Result, rows: dict[str, list]) -> None:
         abs_tol=1e-9,
         formula="MFU = (6N + 12 L h s) tokens/s / (GPUs x peak); band = MFU / (1 + e)",
     )
+
+
+def check_scalars(r: Result, tokens: dict[str, int], gpus: dict[str, int], seqs: dict[str, int]) -> None:
+    """The single figures the prose quotes: each request's MFU and band against 6N + 12Lhs over its step (N by hand,
+    the datasheet's peak), the 70B plan's layout, step, memory and headroom against its table row and bytes by hand,
+    the fixed plan's MFU and tokens/s over its step, the long-context MFUs' ratio against (6N + 6Lhs)/(6N + 12Lhs).
+    `tokens`, `gpus`, `seqs` map a request ("7b", "70b", "fixed", "long") to its step's tokens, GPUs and length."""
+    from distlab.core.facts import value
+    from distlab.planner.worked_plan_checks import CONFIGS, budget
+
+    q = {k: v.value for k, v in r.quantities.items()}
+    e_min, e_max = value("planner.mfu-band.error_min"), value("planner.mfu-band.error_max")
+    peak = value("gpus.H100-SXM.bf16_dense_tflops") * 1e12
+    model = {"7b": "7B", "70b": "70B", "fixed": "70B", "long": "7B"}
+    pairs: list[tuple[float, float]] = []
+
+    def flops(key: str, causal: bool = False) -> float:
+        c, s = CONFIGS[model[key]], seqs[key]
+        return 6 * model_params(model[key], s) + (6 if causal else 12) * c["layers"] * c["hidden"] * s
+
+    for key in ("7b", "70b", "fixed"):
+        mfu = flops(key) * tokens[key] / (q[f"{key}_step"] * gpus[key] * peak)
+        pairs += [
+            (q[f"{key}_mfu"], mfu),
+            (q[f"{key}_mfu_low"], mfu / (1 + e_max)),
+            (q[f"{key}_mfu_high"], mfu / (1 + e_min)),
+        ]
+    pairs.append((q["fixed_tokens_per_second"], tokens["fixed"] / q["fixed_step"]))
+    pairs.append((q["long_mfu_causal"] / q["long_mfu"], flops("long", causal=True) / flops("long")))
+    pairs += [(q["long_mfu_causal_low"], q["long_mfu_causal"] / (1 + e_max))]
+    pairs += [(q["long_mfu_causal_high"], q["long_mfu_causal"] / (1 + e_min))]
+    first = r.tables["seventy"].rows[0]
+    layout = re.match(r"TP (\d+) x PP (\d+) x DP \d+, ZeRO-(\d)", first[1])
+    got = [float(g) for g in layout.groups()] if layout else [math.nan] * 3
+    pairs += zip(got, [q["seventy_tp"], q["seventy_pp"], q["seventy_zero"]], strict=True)
+    usable = budget("H100-SXM")
+    pairs += [(q["70b_step"], first[4].value), (q["seventy_usable"], usable), (q["70b_memory"], first[2].value)]
+    pairs.append((q["seventy_headroom"], 1 - first[2].value / usable))
+    r.claim(
+        "the prose's MFUs, bands, 70B layout, step, memory and headroom, the fixed plan's throughput and the "
+        "long-context ratio against their references (worst relative gap)",
+        worst_relative_gap(pairs),
+        0.0,
+        abs_tol=1e-9,
+        formula="MFU = (6N + 12Lhs) tokens / (step x GPUs x peak); band = MFU / (1 + e)",
+    )
