@@ -14,8 +14,10 @@ from distlab.memory.model_states import add_state_bytes, bytes_per_param
 from distlab.planner.advice import add_advice
 from distlab.planner.calibration import mfu_band, with_band
 from distlab.planner.config import Plan, Training, cluster, usable_bytes
+from distlab.planner.cost_checks import check_cost_terms
 from distlab.planner.planner_validation import claim_band
 from distlab.planner.search import search
+from distlab.planner.worked_plan_checks import params as params_by_hand
 
 STRATEGIES = {  # name -> which plans belong to it
     "DDP": lambda p: p.tp == p.pp == 1 and p.zero == 0,
@@ -179,6 +181,7 @@ def worked_plan_7b(device: str) -> Result:
         formula="16Ψ",
     )
     plans = strategy_table(r, "strategies", m, c, t)
+    check_cost_terms(r, m, c, t, plans, params_by_hand())  # the 7B model whole (Llama 2 7B by its config)
     ranked = search(m, c, t)
     best = ranked[0]
     p = best.plan
