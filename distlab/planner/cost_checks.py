@@ -13,18 +13,6 @@ import math
 from distlab.core.results import Result, worst_relative_gap
 
 
-def ddp_bucket_bytes_of_torch() -> int:
-    """DistributedDataParallel's default bucket cap in bytes, read from the installed PyTorch itself."""
-    import inspect
-
-    from torch.nn.parallel import distributed
-
-    if hasattr(distributed, "_DEFAULT_BUCKET_CAP_MB"):  # torch 2.13: bucket_cap_mb=None means this
-        return int(distributed._DEFAULT_BUCKET_CAP_MB * distributed._MB_TO_BYTES)
-    default = inspect.signature(distributed.DistributedDataParallel.__init__).parameters["bucket_cap_mb"].default
-    return int(default * 1024 * 1024)  # older torch: the argument's own default, in MiB
-
-
 def tp_exposed_by_hand(m, c, t, plan) -> float:
     """A plan's exposed tensor-parallel seconds per step without overlap: per micro-batch and layer, an all-gather
     before the QKV and MLP-up GEMMs and a reduce-scatter after the projection and MLP-down, in the forward and
@@ -49,10 +37,11 @@ def offload_by_hand(local_params: int, c, plan, backward: float) -> float:
     return plan.microbatches * max(0.0, down - backward) + shard * (2 + 12 + 12 + 2) / host + 2 * shard / pcie
 
 
-def check_cost_terms(r: Result, m, c, t, plans: dict, local_params: int) -> None:
+def check_cost_terms(r: Result, m, c, t, plans: dict, local_params: int, torch_bucket_bytes: int) -> None:
     """The TP 8 and offloaded strategies' exposed TP and offload seconds, and the DDP bucket cap, against the
     references above. `plans` is the strategy table's {name: (plan, memory, estimate)}; `local_params` the 7B
-    model's parameters (TP 1, no pipeline)."""
+    model's parameters (TP 1, no pipeline); `torch_bucket_bytes` DDP's default cap as the installed PyTorch has it
+    (read by the experiment: a formula module imports no torch)."""
     from distlab.planner.cost import DDP_BUCKET_BYTES, stage_time
 
     tp8 = plans["TP 8 (no ZeRO)"]
@@ -60,7 +49,7 @@ def check_cost_terms(r: Result, m, c, t, plans: dict, local_params: int) -> None
     p = off[0]
     backward = stage_time(m, c, t, p, m.layers, first=True, last=True).backward
     pairs = [
-        (DDP_BUCKET_BYTES, ddp_bucket_bytes_of_torch()),
+        (DDP_BUCKET_BYTES, torch_bucket_bytes),
         (tp8[2].time.breakdown.exposed_tp, tp_exposed_by_hand(m, c, t, tp8[0])),
         (off[2].time.breakdown.offload, offload_by_hand(local_params, c, p, backward)),
     ]

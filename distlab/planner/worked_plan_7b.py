@@ -147,6 +147,18 @@ def strategy_table(r: Result, key: str, m, c, t, names=tuple(STRATEGIES)) -> dic
     return out
 
 
+def ddp_bucket_bytes_of_torch() -> int:
+    """DistributedDataParallel's default bucket cap in bytes, read from the installed PyTorch itself."""
+    import inspect
+
+    from torch.nn.parallel import distributed
+
+    if hasattr(distributed, "_DEFAULT_BUCKET_CAP_MB"):  # torch 2.13: bucket_cap_mb=None means this
+        return int(distributed._DEFAULT_BUCKET_CAP_MB * distributed._MB_TO_BYTES)
+    default = inspect.signature(distributed.DistributedDataParallel.__init__).parameters["bucket_cap_mb"].default
+    return int(default * 1024 * 1024)  # older torch: the argument's own default, in MiB
+
+
 @experiment(
     "worked-plan-7b",
     "the full plan for fine-tuning Llama 2 7B on 8 x 80 GB: memory per strategy, micro-batch, step time, MFU",
@@ -181,7 +193,7 @@ def worked_plan_7b(device: str) -> Result:
         formula="16Ψ",
     )
     plans = strategy_table(r, "strategies", m, c, t)
-    check_cost_terms(r, m, c, t, plans, params_by_hand())  # the 7B model whole (Llama 2 7B by its config)
+    check_cost_terms(r, m, c, t, plans, params_by_hand(), ddp_bucket_bytes_of_torch())  # Llama 2 7B by its config
     ranked = search(m, c, t)
     best = ranked[0]
     p = best.plan
