@@ -44,7 +44,7 @@ EXAMPLES = (("7B", "finetune", 1), ("13B", "finetune", 1), ("70B", "pretrain", 8
 FIXED_70B = {"tp": 8, "pp": 1, "zero": 1, "micro_batch": 1}  # the issue's done-when command's layout
 # the long-context example: Llama 2 7B, 32 sequences of 128k tokens on 4 nodes, tensor 4 x context 4 x data 2, ZeRO-2
 LONG_NODES, LONG_SEQUENCES, LONG_SEQ_TOKENS = 4, 32, 131072
-LONG_PLAN = Plan(dp=2, tp=4, cp=4, zero=2, microbatches=16)
+LONG_PLAN = Plan(dp=2, tp=4, cp=4, zero=2, micro_batch=1, microbatches=16)
 
 
 @experiment(
@@ -115,7 +115,7 @@ def planner(device: str) -> Result:
         shown["examples"].append((name, best.plan, t.seq))
         throughput["examples"].append((name, c.gpus, t.global_batch_tokens, t.seq))
         if name in CONFIGS:
-            requests.append((name, _allowed(m, c, t), [e.plan for e in ranked], t.seq, c.host_bytes / c.gpus_per_node))
+            requests.append((name, _allowed(m, c, t), [e.plan for e in ranked], t.seq, c.gpus_per_node))
         key = name.lower()
         tokens[key], gpus[key], seqs[key] = t.global_batch_tokens, c.gpus, t.seq
         if name == "70B":
@@ -195,7 +195,8 @@ def planner(device: str) -> Result:
     from distlab.planner.worked_plan_checks import budget
 
     usable = budget("H100-SXM")
-    check_fit_sets(r, [(n, cands, kept, seq, usable, host) for n, cands, kept, seq, host in requests], MIN_HEADROOM)
+    host = value("host_links.DGX-H100-host.host_memory_tb") * 1e12  # a DGX H100's host memory, the data's own field
+    check_fit_sets(r, [(n, cands, kept, seq, usable, host / g) for n, cands, kept, seq, g in requests], MIN_HEADROOM)
     _consistency(r)
     tokens["long"], gpus["long"], seqs["long"] = (
         LONG_SEQUENCES * LONG_SEQ_TOKENS,

@@ -177,8 +177,12 @@ def check_memory(r: Result, shown: dict[str, list], gpus_per_node: int) -> None:
     wants += [round(100 * free / usable, 1), round(free / 1e9, 1)]
     pairs += zip([float(g) for g in found.groups()] if found else [math.nan] * len(wants), wants, strict=True)
     if plan.offload != "none":
-        host = re.search(r"host memory ([\d,]+) GB per node", why)
-        pairs.append((float(host[1].replace(",", "")) if host else math.nan, round(gpus_per_node * best["host"] / 1e9)))
+        from distlab.core.facts import value
+
+        host = re.search(r"host memory ([\d,]+) GB per node of ([\d,]+) GB", why)
+        node = value("host_links.DGX-H100-host.host_memory_tb") * 1000  # TB to GB: a DGX H100's host memory
+        got = [float(g.replace(",", "")) for g in host.groups()] if host else [math.nan] * 2
+        pairs += zip(got, [round(gpus_per_node * best["host"] / 1e9), node], strict=True)
     r.claim(
         "chapter 12's memory, cell by cell (the examples, 70B and overlap tables, the 70B 'why' lines) = each plan's "
         "bytes worked by hand from its config.json: worst relative gap (percentages at their printed digit)",
@@ -225,14 +229,24 @@ def check_fit_sets(r: Result, requests: list[tuple[str, list, list, int, float, 
     """Which plans fit, request by request: the search's kept plans (those plan_memory can size by hand) against the
     same candidates kept by bytes worked by hand. `requests` holds (model, candidates the stacks allow, the search's
     kept plans, sequence length, usable bytes, host bytes per GPU)."""
+    from distlab.planner.search import VIRTUAL_CHUNKS
+    from distlab.planner.stacks import allows
+    from distlab.planner.worked_plan_checks import CONFIGS
+
     misses = []
     for model, candidates, kept, seq, usable, host in requests:
+        layers = CONFIGS[model]["layers"]
+        by_hand = {p for p in expand_by_hand(candidates, layers, VIRTUAL_CHUNKS) if allows("any", p, False)}
+        misses += [
+            f"{model} candidate: {p.label()}" for p in sorted(by_hand ^ set(candidates), key=lambda p: p.label())
+        ]
         mine = kept_by_hand([p for p in candidates if expressible(p)], seq, model, usable, host, rule)
         theirs = {p for p in kept if expressible(p)}
         misses += [f"{model}: {p.label()}" for p in sorted(mine ^ theirs, key=lambda p: p.label())]
     r.claim(
-        "the plans that fit, request by request (7B, 13B, 70B, 175B): the search's against the same candidates sized "
-        "by hand, with the same headroom rule's pruning (plans in one set and not the other)",
+        "the plans that fit, request by request (7B, 13B, 70B, 175B): the search's candidates against their "
+        "layouts' schedules, recomputation and offload written out by hand, and the plans it keeps against the "
+        "same candidates sized by hand with the headroom rule's pruning (plans in one set and not the other)",
         len(misses),
         0,
         formula="; ".join(misses[:5]),
@@ -408,3 +422,44 @@ def check_scalars(r: Result, tokens: dict[str, int], gpus: dict[str, int], seqs:
         abs_tol=1e-9,
         formula="MFU = (6N + 12Lhs) tokens / (step x GPUs x peak); band = MFU / (1 + e)",
     )
+
+
+def expand_by_hand(candidates: list, layers: int, chunks: tuple[int, ...]) -> set:
+    """Every plan of the candidates' layouts (TP, PP, DP, CP, EP, ZeRO, micro-batches, replicas), with the schedule,
+    recomputation and offload written out by hand: 1F1B; with a pipeline also ZB-H1, and the interleaved schedule at
+    each chunk count whose chunks hold whole layers when the micro-batches split evenly over the stages; no or full
+    recomputation (FlashAttention keeps no scores); no offload, the optimizer's from ZeRO-1 on, the parameters' too
+    with ZeRO-3 and no pipeline; and no ZeRO stage without a group to shard over unless it offloads."""
+    layouts = {
+        (p.tp, p.pp, p.dp, p.cp, p.ep, p.zero, p.micro_batch, p.microbatches, p.dp_replicate) for p in candidates
+    }
+    out = set()
+    for tp, pp, dp, cp, ep, zero, b, n, rep in layouts:
+        scheds = [("1f1b", 1)]
+        if pp > 1:
+            scheds += [("zb-h1", 1)]
+            scheds += [("interleaved", v) for v in chunks if n % pp == 0 and layers % (pp * v) == 0]
+        offloads = ["none"] + (["optimizer"] if zero >= 1 else []) + (["params"] if zero == 3 and pp == 1 else [])
+        for schedule, v in scheds:
+            for recompute in ("none", "full"):
+                for offload in offloads:
+                    if dp * cp == 1 and zero > 0 and offload == "none":
+                        continue
+                    out.add(
+                        Plan(
+                            tp=tp,
+                            pp=pp,
+                            dp=dp,
+                            cp=cp,
+                            ep=ep,
+                            zero=zero,
+                            micro_batch=b,
+                            microbatches=n,
+                            recompute=recompute,
+                            offload=offload,
+                            schedule=schedule,
+                            virtual=v,
+                            dp_replicate=rep,
+                        )
+                    )
+    return out
