@@ -411,7 +411,7 @@ def _zero3(r: Result, m: ModelShape, c: Cluster, t: Training, best: Estimate) ->
     r.add("zero3_exposed_dp", e.time.breakdown.exposed_dp / e.step_seconds, "fraction", "its exposed ZeRO share")
     r.add("zero3_gather", gather, "s", "one layer's all-gather over the data-parallel group")
     r.add("zero3_forward", fwd, "s", "one layer's forward on one micro-batch")
-    check_zero3(r, e.time.breakdown.as_dict(), _training_rate(c), t.seq)
+    check_zero3(r, e.time.breakdown.as_dict(), _training_rate(c), t.seq, c.gpus, c.gpus_per_node)
     r.claim(
         "70B, ZeRO-3 across 64 GPUs without a pipeline: the planner ranks it below the recommended plan",
         e.step_seconds,

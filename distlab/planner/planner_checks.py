@@ -12,9 +12,9 @@ import re
 
 from distlab.core.results import Result, worst_relative_gap
 from distlab.planner.config import Plan
+from distlab.planner.worked_plan_checks import CONFIGS, budget, edge_params, layer_params, plan_memory
 
-# Llama 2 70B's released config.json: hidden_size, num_key_value_heads x head dim (8 x 128), intermediate_size
-LLAMA2_70B = {"hidden": 8192, "kv": 8 * 128, "ffn": 28672}
+LLAMA2_70B = CONFIGS["70B"]  # Llama 2 70B's released config.json, typed once in worked_plan_checks
 
 
 def layer_forward_flops(tp: int, tokens: int, seq: int) -> float:
@@ -30,7 +30,19 @@ def share_of_step(breakdown: dict[str, float], part: str) -> float:
     return breakdown[part] / math.fsum(breakdown.values())
 
 
-def check_zero3(r: Result, breakdown: dict[str, float], rate: float, seq: int) -> None:
+def gather_floor(tp: int, gpus: int, gpus_per_node: int) -> float:
+    """The least time one Llama 2 70B layer's all-gather over the data-parallel ranks can take: each node must
+    receive the shards of the ranks outside it, (1 - k/n) of the layer's bf16 weights at this TP, and no more than
+    all of its NICs (one InfiniBand NDR port per GPU) can bring them in."""
+    from distlab.core.facts import value
+
+    layer = 2 * layer_params("70B") / tp
+    n, k = gpus // tp, gpus_per_node // tp
+    node_in = gpus_per_node * value("interconnect.InfiniBand-NDR.gbits_per_s_per_direction") * 1e9 / 8
+    return (1 - k / n) * layer / node_in
+
+
+def check_zero3(r: Result, breakdown: dict[str, float], rate: float, seq: int, gpus: int, gpus_per_node: int):
     """The ZeRO-3 answer's numbers: its 'slower' against the two printed steps, its exposed share against its
     breakdown, one layer's forward against its FLOPs at the training matmul rate, and the page's 'it hides, just'."""
     q = {k: v.value for k, v in r.quantities.items()}
@@ -61,6 +73,14 @@ def check_zero3(r: Result, breakdown: dict[str, float], rate: float, seq: int) -
         q["zero3_forward"],
         relation="<=",
         unit="s",
+    )
+    r.claim(
+        "70B ZeRO-3: one layer's gather takes at least its bytes from other nodes over all of a node's NICs",
+        q["zero3_gather"],
+        gather_floor(int(q["zero3_tp"]), gpus, gpus_per_node),
+        relation=">=",
+        unit="s",
+        formula="(1 - k/n) x 2 B x layer weights / TP, over 8 NDR ports of 400 Gb/s (k of the n ranks in the node)",
     )
 
 
@@ -150,7 +170,6 @@ def check_memory(r: Result, shown: dict[str, list], gpus_per_node: int) -> None:
     """Every memory and headroom cell of the examples, 70B and overlap tables, and the numbers the 70B "why" lines
     print, against each plan's bytes worked by hand (worked_plan_checks.plan_memory, from the models' config.json),
     at their printed digits. `shown` maps a table to its plans as (model, Plan, sequence length), row by row."""
-    from distlab.planner.worked_plan_checks import budget, plan_memory
 
     usable = budget("H100-SXM")
     pairs: list[tuple[float, float]] = []
@@ -206,7 +225,6 @@ def kept_by_hand(plans: list, seq: int, model: str, usable: float, host_per_gpu:
     """The plans a search keeps, decided with bytes worked by hand: those that fit (device bytes within the usable
     memory, host bytes within 90 % of the host's share), less each one a variant with less recomputation and less
     offload makes needless (it fits and leaves `rule` of the usable memory free)."""
-    from distlab.planner.worked_plan_checks import plan_memory
 
     sized = {p: plan_memory(p, seq, model) for p in plans}
     fit = {p for p, mem in sized.items() if mem["device"] <= usable and mem["host"] <= 0.9 * host_per_gpu}
@@ -231,7 +249,6 @@ def check_fit_sets(r: Result, requests: list[tuple[str, list, list, int, float, 
     kept plans, sequence length, usable bytes, host bytes per GPU)."""
     from distlab.planner.search import VIRTUAL_CHUNKS
     from distlab.planner.stacks import allows
-    from distlab.planner.worked_plan_checks import CONFIGS
 
     misses = []
     for model, candidates, kept, seq, usable, host in requests:
@@ -259,7 +276,6 @@ def check_why(r: Result, ranked: list, seq: int, tokens: int, gpus_per_node: int
     plan, the batch arithmetic, DDP's model state by hand (16 B per local parameter of the first stage, Llama 2 70B's
     config.json), the unsharded ZeRO-1 plan's bytes by hand, the heads and FFN width against config.json, and the
     runner-up against the 70B table's own row (its place, its 'slower' from the printed steps, its headroom)."""
-    from distlab.planner.worked_plan_checks import CONFIGS, budget, plan_memory
 
     best, cfg, usable = ranked[0], CONFIGS["70B"], budget("H100-SXM")
     p, parts = best.plan, best.time.breakdown.as_dict()
@@ -339,7 +355,6 @@ def check_why(r: Result, ranked: list, seq: int, tokens: int, gpus_per_node: int
 
 def model_params(model: str, seq: int) -> int:
     """A model's parameters by hand (worked_plan_checks.CONFIGS): its blocks and both ends, the tied head once."""
-    from distlab.planner.worked_plan_checks import CONFIGS, edge_params, layer_params
 
     return CONFIGS[model]["layers"] * layer_params(model) + edge_params(model, seq, True, True, 1)
 
@@ -350,7 +365,6 @@ def check_throughput_cells(r: Result, rows: dict[str, list]) -> None:
     (chapter 2's convention); the band = MFU / (1 + the largest and smallest error on published runs).
     `rows` maps a table to its rows' (model, GPUs, tokens per step, sequence length)."""
     from distlab.core.facts import value
-    from distlab.planner.worked_plan_checks import CONFIGS
 
     e_min, e_max = value("planner.mfu-band.error_min"), value("planner.mfu-band.error_max")
     peak_flops = value("gpus.H100-SXM.bf16_dense_tflops") * 1e12  # every request here runs on H100 SXMs
@@ -384,7 +398,6 @@ def check_scalars(r: Result, tokens: dict[str, int], gpus: dict[str, int], seqs:
     the fixed plan's MFU and tokens/s over its step, the long-context MFUs' ratio against (6N + 6Lhs)/(6N + 12Lhs).
     `tokens`, `gpus`, `seqs` map a request ("7b", "70b", "fixed", "long") to its step's tokens, GPUs and length."""
     from distlab.core.facts import value
-    from distlab.planner.worked_plan_checks import CONFIGS, budget
 
     q = {k: v.value for k, v in r.quantities.items()}
     e_min, e_max = value("planner.mfu-band.error_min"), value("planner.mfu-band.error_max")
