@@ -20,6 +20,7 @@ from distlab.planner.planner_checks import (
     check_fixed,
     check_fixed_compute,
     check_memory,
+    check_overlap_column,
     check_scalars,
     check_seventy_table,
     check_throughput_cells,
@@ -155,7 +156,9 @@ def planner(device: str) -> Result:
             shown["seventy"] = [(name, e.plan, t.seq) for e in ranked[:6]]
             throughput["seventy"] = [(name, c.gpus, t.global_batch_tokens, t.seq)] * len(shown["seventy"])
             add_advice(r, "seventy", m, c, t, ranked)
-            shown["overlap"] = [(name, plan, t.seq) for plan in _overlap_both(r, m, c, t)]
+            both = _overlap_both(r, m, c, t)
+            check_overlap_column(r, [e.time.breakdown.as_dict() for e in both])
+            shown["overlap"] = [(name, e.plan, t.seq) for e in both]
             throughput["overlap"] = [(name, c.gpus, t.global_batch_tokens, t.seq)] * len(shown["overlap"])
             per_node = c.gpus_per_node
             free = search(m, c, t, rules=("cp-long-only",))[0]  # TP across nodes and pipelines everywhere allowed
@@ -239,9 +242,9 @@ def _tp_overlap(r: Result) -> None:
         )
 
 
-def _overlap_both(r: Result, m: ModelShape, c: Cluster, t: Training) -> list[Plan]:
+def _overlap_both(r: Result, m: ModelShape, c: Cluster, t: Training) -> list[Estimate]:
     """70B on 64 H100s with TP overlap off (the default: every stack makes it opt-in) and on (--tp-overlap); returns
-    the two recommended plans."""
+    the two recommended plans' estimates."""
     from dataclasses import replace
 
     rows, plans = [], []
@@ -258,7 +261,7 @@ def _overlap_both(r: Result, m: ModelShape, c: Cluster, t: Training) -> list[Pla
                 f"{e.time.breakdown.exposed_tp / e.step_seconds:.1%}",
             ]
         )
-        plans.append(e.plan)
+        plans.append(e)
         r.add(f"overlap_{key}_step", e.step_seconds, "s", f"70B, TP overlap {key}: the recommended plan's step")
         r.add(f"overlap_{key}_tp", e.plan.tp, "", f"70B, TP overlap {key}: its TP")
     r.claim(
