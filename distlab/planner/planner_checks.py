@@ -488,11 +488,11 @@ def expand_by_hand(candidates: list, layers: int, chunks: tuple[int, ...]) -> se
     each chunk count whose chunks hold whole layers when the micro-batches split evenly over the stages; no or full
     recomputation (FlashAttention keeps no scores); no offload, the optimizer's from ZeRO-1 on, the parameters' too
     with ZeRO-3 and no pipeline; and no ZeRO stage without a group to shard over unless it offloads."""
-    layouts = {
-        (p.tp, p.pp, p.dp, p.cp, p.ep, p.zero, p.micro_batch, p.microbatches, p.dp_replicate) for p in candidates
-    }
+    fields = ("tp", "pp", "dp", "cp", "ep", "zero", "micro_batch", "microbatches", "dp_replicate")
     out = set()
-    for tp, pp, dp, cp, ep, zero, b, n, rep in layouts:
+    for layout in {tuple(getattr(p, k) for k in fields) for p in candidates}:
+        shape = dict(zip(fields, layout, strict=True))
+        pp, zero, n = shape["pp"], shape["zero"], shape["microbatches"]
         scheds = [("1f1b", 1)]
         if pp > 1:
             scheds += [("zb-h1", 1)]
@@ -501,23 +501,7 @@ def expand_by_hand(candidates: list, layers: int, chunks: tuple[int, ...]) -> se
         for schedule, v in scheds:
             for recompute in ("none", "full"):
                 for offload in offloads:
-                    if dp * cp == 1 and zero > 0 and offload == "none":
+                    if shape["dp"] * shape["cp"] == 1 and zero > 0 and offload == "none":
                         continue
-                    out.add(
-                        Plan(
-                            tp=tp,
-                            pp=pp,
-                            dp=dp,
-                            cp=cp,
-                            ep=ep,
-                            zero=zero,
-                            micro_batch=b,
-                            microbatches=n,
-                            recompute=recompute,
-                            offload=offload,
-                            schedule=schedule,
-                            virtual=v,
-                            dp_replicate=rep,
-                        )
-                    )
+                    out.add(Plan(**shape, recompute=recompute, offload=offload, schedule=schedule, virtual=v))
     return out
