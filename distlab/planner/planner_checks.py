@@ -196,6 +196,34 @@ def check_overlap_column(r: Result, breakdowns: list[dict[str, float]]) -> None:
     )
 
 
+LABEL = (
+    r"TP (\d+) x PP (\d+) x DP (\d+)(?: \(shard \d+ x replicate (\d+)\))?, (?:DDP|ZeRO-(\d)), "
+    r"micro-batch (\d+) x (\d+)(?:, (full|selective) recompute)?(?:, (offload optimizer(?: and params)?))?"
+    r"(?:, (zb-h1|interleaved v=(\d+)))?$"
+)
+
+
+def read_label(text: str) -> Plan | None:
+    """The plan a printed label names, read back field by field (None when it does not parse)."""
+    m = re.fullmatch(LABEL, text)
+    if m is None:
+        return None
+    tp, pp, dp, rep, zero, b, n, recompute, offload, schedule, v = m.groups()
+    return Plan(
+        tp=int(tp),
+        pp=int(pp),
+        dp=int(dp),
+        dp_replicate=int(rep or 1),
+        zero=int(zero or 0),
+        micro_batch=int(b),
+        microbatches=int(n),
+        recompute=recompute or "none",
+        offload={None: "none", "offload optimizer": "optimizer"}.get(offload, "params"),
+        schedule="interleaved" if v else (schedule or "1f1b"),
+        virtual=int(v or 1),
+    )
+
+
 def check_memory(r: Result, shown: dict[str, list], gpus_per_node: int) -> None:
     """Every memory and headroom cell of the examples, 70B and overlap tables, and the numbers the 70B "why" lines
     print, against each plan's bytes worked by hand (worked_plan_checks.plan_memory, from the models' config.json),
@@ -203,10 +231,12 @@ def check_memory(r: Result, shown: dict[str, list], gpus_per_node: int) -> None:
 
     usable = budget("H100-SXM")
     pairs: list[tuple[float, float]] = []
-    columns = {"examples": (4, 5), "seventy": (2, 3), "overlap": (2, 3)}  # (memory, headroom) columns
+    columns = {"examples": (4, 5, 3), "seventy": (2, 3, 1), "overlap": (2, 3, 1)}  # memory, headroom, label
+    mislabeled = 0
     for table, plans in shown.items():
-        mem_col, room_col = columns[table]
+        mem_col, room_col, label_col = columns[table]
         for row, (model, plan, seq) in zip(r.tables[table].rows, plans, strict=True):
+            mislabeled += read_label(row[label_col]) != plan
             want = plan_memory(plan, seq, model)["device"]
             pairs += [
                 (row[mem_col].value, want),
@@ -232,6 +262,7 @@ def check_memory(r: Result, shown: dict[str, list], gpus_per_node: int) -> None:
         node = value("host_links.DGX-H100-host.host_memory_tb") * 1000  # TB to GB: a DGX H100's host memory
         got = [float(g.replace(",", "")) for g in host.groups()] if host else [math.nan] * 2
         pairs += zip(got, [round(gpus_per_node * best["host"] / 1e9), node], strict=True)
+    r.claim("chapter 12's plan labels, read back field by field, that do not name their plan", mislabeled, 0)
     r.claim(
         "chapter 12's memory, cell by cell (the examples, 70B and overlap tables, the 70B 'why' lines) = each plan's "
         "bytes worked by hand from its config.json: worst relative gap (percentages at their printed digit)",
