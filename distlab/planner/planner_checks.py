@@ -314,6 +314,13 @@ def check_fit_sets(r: Result, requests: list[tuple[str, list, list, int, float, 
     misses = []
     for model, candidates, kept, seq, usable, host in requests:
         layers = CONFIGS[model]["layers"]
+        sequences = {p.dp * p.micro_batch * p.microbatches for p in candidates}
+        if len(sequences) != 1:  # every layout runs the request's one global batch
+            misses.append(f"{model}: global batches {sorted(sequences)}")
+        # a pipeline needs at least as many micro-batches as stages, and whole layers on every stage
+        misses += [
+            f"{model} layout: {p.label()}" for p in candidates if p.pp > 1 and (p.microbatches < p.pp or p.pp > layers)
+        ]
         by_hand = {p for p in expand_by_hand(candidates, layers, VIRTUAL_CHUNKS) if allows("any", p, False)}
         misses += [
             f"{model} candidate: {p.label()}" for p in sorted(by_hand ^ set(candidates), key=lambda p: p.label())
