@@ -34,6 +34,7 @@ def placement(device: str) -> Result:
     _dp_hierarchical(r)
     _overlap(r)
     placement_checks.links_table(r)
+    placement_checks.source_quotes_claim(r)
     placement_checks.gb_claim(r)
     placement_checks.tp_claim(r)
     placement_checks.dp_claim(r)

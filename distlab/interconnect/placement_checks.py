@@ -350,3 +350,92 @@ def nccl_latency_claim(r: Result) -> None:
         0.0,
         abs_tol=1e-12,
     )
+
+
+# Each link field against the number its source's own sentence prints (facts.quoted), and the relations the
+# sources state: a field typed wrong disagrees with its quote, a quote transcribed wrong with its field.
+LINK_QUOTES = {
+    "InfiniBand-HDR.gbits_per_s_per_direction": r"HDR ([0-9]+) Gb/s",
+    "InfiniBand-NDR.gbits_per_s_per_direction": r"NDR ([0-9]+) Gb/s",
+    "InfiniBand-XDR.gbits_per_s_per_direction": r"XDR ([0-9]+) Gb/s",
+    "Ethernet-100G.gbits_per_s_per_direction": r"802\.3ba-2010, 40 Gb/s and ([0-9]+) Gb/s",
+    "Ethernet-400G.gbits_per_s_per_direction": r"802\.3bs-2017, 200 Gb/s and ([0-9]+) Gb/s",
+    "Ethernet-800G.gbits_per_s_per_direction": r"802\.3df-2024, ([0-9]+) Gb/s",
+    "NVLink1-P100.bidirectional_gbytes_per_s": r"([0-9]+) GB/s of total bidirectional",
+    "NVLink1-P100.links": r"(?:four|([0-9]+)) NVLink links",
+    "NVLink2-V100.bidirectional_gbytes_per_s": r"NVLink ([0-9]+) GB/s",
+    "PCIe4-x16.gtransfers_per_s_per_lane": r"([0-9]+) GT/s and [0-9]+ GT/s per lane",
+    "PCIe5-x16.gtransfers_per_s_per_lane": r"[0-9]+ GT/s and ([0-9]+) GT/s per lane",
+    "NVSwitch-HGX-H100.gpus_per_domain": r"HGX H100 ([0-9]+)-GPU",
+    "DGX-H100.gpus_per_node": r"([0-9]+) H100 GPUs",
+    "DGX-H100.gbits_per_s_per_direction": r"ConnectX-7 ([0-9]+) Gb/s",
+    "NVSwitch-GB200-NVL72.gpus_per_domain": r"([0-9]+) Blackwell GPUs in one NVLink domain",
+    "NVSwitch-GB200-NVL72.superchips": r"\(([0-9]+) GB200 superchips",
+    "NVSwitch-GB200-NVL72.aggregate_nvlink_tbytes_per_s": r"NVLink bandwidth ([0-9]+) TB/s",
+}
+WORDS = {"four": 4, "eight": 8}  # numbers the sources spell out
+
+
+def _quoted(path: str, pattern: str) -> float:
+    """The number `pattern` finds in the source's detail of interconnect.`path` (facts.quoted's reading), also where
+    the source spells it as a word."""
+    import re
+
+    from distlab.core.facts import fact
+
+    found = re.search(pattern, fact(f"interconnect.{path}").source.detail)
+    if found is None:
+        raise ValueError(f"interconnect.{path}: its source's detail no longer says {pattern!r}")
+    word = found.group(1) or found.group(0).split()[0]
+    return float(WORDS.get(word, word))
+
+
+def source_quotes_claim(r: Result) -> None:
+    """The links' and the DGX's typed fields against their sources' sentences, and the relations the sources give:
+    HGX H100's 18 links x 25 GB/s each way = its 900 GB/s both ways, PCIe's transfers x lanes both ways = its raw
+    GB/s, a PCIe entry's lanes = its name's x16, the DGX H100's eight single-port NICs = its eight GPUs' NICs."""
+    pairs = [(value(f"interconnect.{path}"), _quoted(path, pattern)) for path, pattern in LINK_QUOTES.items()]
+    links = _quoted("NVSwitch-HGX-H100.bidirectional_gbytes_per_s", r"\(([0-9]+) links per GPU")
+    each = _quoted("NVSwitch-HGX-H100.bidirectional_gbytes_per_s", r"([0-9]+) GB/s each way per link")
+    pairs.append((value("interconnect.NVSwitch-HGX-H100.bidirectional_gbytes_per_s"), links * each * 2))
+    for name in ("PCIe4-x16", "PCIe5-x16"):
+        row = entries("interconnect")[name]
+        pairs.append((row["bidirectional_gbytes_per_s"], row["gtransfers_per_s_per_lane"] * row["lanes"] * 2 / 8))
+        pairs.append((row["lanes"], float(name.rsplit("x", 1)[1])))
+    pairs.append(
+        (value("interconnect.DGX-H100.compute_nics"), _quoted("DGX-H100.compute_nics", r"(eight) single-port"))
+    )
+    r.claim(
+        "interconnect.toml: each link and DGX field = the number its source prints, and the sources' relations "
+        "(worst relative gap)",
+        worst_relative_gap(pairs),
+        0.0,
+        abs_tol=1e-12,
+    )
+
+
+def superpod_rows_claim(r: Result) -> None:
+    """The SuperPOD component rows against the relations their sources print: 32 nodes per SU (the B200 reference
+    architecture's '4 SU units with 128 DGX nodes'; the H100 one's 'SUs of 32 DGX H100 systems'), a node-leaf cable
+    per GPU, and the H100 row's nodes per SU against its own quote."""
+    from distlab.core.facts import quoted
+
+    per_su = quoted("cluster_fabric.dgx-superpod-b200-4su.nodes", r"focused on ([0-9]+) SU units")
+    per_su = quoted("cluster_fabric.dgx-superpod-b200-4su.nodes", r"SU units with ([0-9]+) DGX nodes") / per_su
+    pairs = []
+    for key, row in entries("cluster_fabric").items():
+        if key.startswith("dgx-superpod-b200-") and isinstance(row, dict) and "su" in row:
+            pairs += [(row["nodes"], row["su"] * per_su), (row["gpus"], row["node_leaf_cables"])]
+    pairs.append(
+        (
+            value("cluster_fabric.dgx-superpod-h100.nodes_per_su"),
+            quoted("cluster_fabric.dgx-superpod-h100.nodes_per_su", r"SUs of ([0-9]+) DGX H100 systems each"),
+        )
+    )
+    r.claim(
+        "SuperPOD rows: nodes = SUs x 32 (the reference architecture's 128 nodes in 4 SUs), a node-leaf cable per "
+        "GPU, the H100 SU's 32 nodes as quoted (worst relative gap)",
+        worst_relative_gap(pairs),
+        0.0,
+        abs_tol=1e-12,
+    )

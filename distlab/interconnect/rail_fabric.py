@@ -163,4 +163,5 @@ def rail_fabric(device: str) -> Result:
         caption=f"One SU of {nodes_per_su} DGX nodes x {gpus_per_node} GPUs, one NDR NIC per GPU; computed",
     )
     placement_checks.rail_claim(r)
+    placement_checks.superpod_rows_claim(r)
     return r
