@@ -405,6 +405,11 @@ def source_quotes_claim(r: Result) -> None:
     pairs.append(
         (value("interconnect.DGX-H100.compute_nics"), _quoted("DGX-H100.compute_nics", r"(eight) single-port"))
     )
+    # RoCE runs InfiniBand's transport over the Ethernet port it names: its rate is 400 Gb/s Ethernet's
+    ethernet = "Ethernet-400G.gbits_per_s_per_direction"
+    pairs.append(
+        (value("interconnect.RoCE-400GbE.gbits_per_s_per_direction"), _quoted(ethernet, LINK_QUOTES[ethernet]))
+    )
     r.claim(
         "interconnect.toml: each link and DGX field = the number its source prints, and the sources' relations "
         "(worst relative gap)",
