@@ -17,6 +17,7 @@ for naive attention and as N for the tiled one).
 from __future__ import annotations
 
 import math
+import statistics
 
 import torch
 
@@ -329,9 +330,7 @@ def _claim_trace_table(r: Result, row: list[float]) -> None:
     excess.append(abs(len(printed) - TRACE_SCORES // TRACE_BLOCK))
     # the caption's "standard normal x 3": 32 draws' standard deviation lies within 40 % of the spread (its standard
     # error is 1/sqrt(64), 12.5 %; the seed is fixed, so this is a check of the row, not a random test)
-    mean = math.fsum(row) / len(row)
-    spread = math.sqrt(math.fsum((x - mean) ** 2 for x in row) / (len(row) - 1))
-    excess.append(abs(spread / TRACE_SPREAD - 1) - 0.4)
+    excess.append(abs(statistics.stdev(row) / TRACE_SPREAD - 1) - 0.4)
     r.claim(
         "online-softmax trace: every printed cell is the prefix's own block max, max, rescale and exp-sum (largest "
         "excess over the printed rounding)",

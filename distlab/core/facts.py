@@ -110,11 +110,16 @@ def value(path: str):
     return fact(path).value
 
 
+NUMBER_WORDS = {"two": 2, "three": 3, "four": 4, "six": 6, "eight": 8, "sixteen": 16}
+"""Numbers sources spell out ("eight single-port ... NICs")."""
+
+
 def quoted(path: str, pattern: str) -> float:
     """The number a fact's source prints in its own words: `pattern`'s first group in the quote its source's detail
-    holds. The quote is transcribed apart from the typed field, so a claim comparing the two fails on a typo in
-    either (a second transcription, not the same number read twice)."""
+    holds (digits, or a number the source spells out). The quote is transcribed apart from the typed field, so a
+    claim comparing the two fails on a typo in either (a second transcription, not the same number read twice)."""
     found = re.search(pattern, fact(path).source.detail)
     if found is None:
         raise ValueError(f"{path}: its source's detail no longer says {pattern!r}")
-    return float(found.group(1).replace(",", ""))
+    text = found.group(1).replace(",", "")
+    return float(NUMBER_WORDS.get(text.lower(), text))

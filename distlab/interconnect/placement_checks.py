@@ -362,7 +362,7 @@ LINK_QUOTES = {
     "Ethernet-400G.gbits_per_s_per_direction": r"802\.3bs-2017, 200 Gb/s and ([0-9]+) Gb/s",
     "Ethernet-800G.gbits_per_s_per_direction": r"802\.3df-2024, ([0-9]+) Gb/s",
     "NVLink1-P100.bidirectional_gbytes_per_s": r"([0-9]+) GB/s of total bidirectional",
-    "NVLink1-P100.links": r"(?:four|([0-9]+)) NVLink links",
+    "NVLink1-P100.links": r"(four|[0-9]+) NVLink links",
     "NVLink2-V100.bidirectional_gbytes_per_s": r"NVLink ([0-9]+) GB/s",
     "PCIe4-x16.gtransfers_per_s_per_lane": r"([0-9]+) GT/s and [0-9]+ GT/s per lane",
     "PCIe5-x16.gtransfers_per_s_per_lane": r"[0-9]+ GT/s and ([0-9]+) GT/s per lane",
@@ -373,43 +373,29 @@ LINK_QUOTES = {
     "NVSwitch-GB200-NVL72.superchips": r"\(([0-9]+) GB200 superchips",
     "NVSwitch-GB200-NVL72.aggregate_nvlink_tbytes_per_s": r"NVLink bandwidth ([0-9]+) TB/s",
 }
-WORDS = {"four": 4, "eight": 8}  # numbers the sources spell out
-
-
-def _quoted(path: str, pattern: str) -> float:
-    """The number `pattern` finds in the source's detail of interconnect.`path` (facts.quoted's reading), also where
-    the source spells it as a word."""
-    import re
-
-    from distlab.core.facts import fact
-
-    found = re.search(pattern, fact(f"interconnect.{path}").source.detail)
-    if found is None:
-        raise ValueError(f"interconnect.{path}: its source's detail no longer says {pattern!r}")
-    word = found.group(1) or found.group(0).split()[0]
-    return float(WORDS.get(word, word))
 
 
 def source_quotes_claim(r: Result) -> None:
     """The links' and the DGX's typed fields against their sources' sentences, and the relations the sources give:
     HGX H100's 18 links x 25 GB/s each way = its 900 GB/s both ways, PCIe's transfers x lanes both ways = its raw
     GB/s, a PCIe entry's lanes = its name's x16, the DGX H100's eight single-port NICs = its eight GPUs' NICs."""
-    pairs = [(value(f"interconnect.{path}"), _quoted(path, pattern)) for path, pattern in LINK_QUOTES.items()]
-    links = _quoted("NVSwitch-HGX-H100.bidirectional_gbytes_per_s", r"\(([0-9]+) links per GPU")
-    each = _quoted("NVSwitch-HGX-H100.bidirectional_gbytes_per_s", r"([0-9]+) GB/s each way per link")
+    from distlab.core.facts import quoted
+
+    def said(path: str, pattern: str) -> float:
+        return quoted(f"interconnect.{path}", pattern)
+
+    pairs = [(value(f"interconnect.{path}"), said(path, pattern)) for path, pattern in LINK_QUOTES.items()]
+    links = said("NVSwitch-HGX-H100.bidirectional_gbytes_per_s", r"\(([0-9]+) links per GPU")
+    each = said("NVSwitch-HGX-H100.bidirectional_gbytes_per_s", r"([0-9]+) GB/s each way per link")
     pairs.append((value("interconnect.NVSwitch-HGX-H100.bidirectional_gbytes_per_s"), links * each * 2))
     for name in ("PCIe4-x16", "PCIe5-x16"):
         row = entries("interconnect")[name]
         pairs.append((row["bidirectional_gbytes_per_s"], row["gtransfers_per_s_per_lane"] * row["lanes"] * 2 / 8))
         pairs.append((row["lanes"], float(name.rsplit("x", 1)[1])))
-    pairs.append(
-        (value("interconnect.DGX-H100.compute_nics"), _quoted("DGX-H100.compute_nics", r"(eight) single-port"))
-    )
+    pairs.append((value("interconnect.DGX-H100.compute_nics"), said("DGX-H100.compute_nics", r"(eight) single-port")))
     # RoCE runs InfiniBand's transport over the Ethernet port it names: its rate is 400 Gb/s Ethernet's
     ethernet = "Ethernet-400G.gbits_per_s_per_direction"
-    pairs.append(
-        (value("interconnect.RoCE-400GbE.gbits_per_s_per_direction"), _quoted(ethernet, LINK_QUOTES[ethernet]))
-    )
+    pairs.append((value("interconnect.RoCE-400GbE.gbits_per_s_per_direction"), said(ethernet, LINK_QUOTES[ethernet])))
     r.claim(
         "interconnect.toml: each link and DGX field = the number its source prints, and the sources' relations "
         "(worst relative gap)",

@@ -39,7 +39,7 @@ from distlab.planner.search import (
     finetune_batch_sequences,
     search,
 )
-from distlab.planner.worked_plan_checks import CONFIGS
+from distlab.planner.worked_plan_checks import budget
 
 EXAMPLES = (("7B", "finetune", 1), ("13B", "finetune", 1), ("70B", "pretrain", 8), ("175B", "pretrain", 128))
 FIXED_70B = {"tp": 8, "pp": 1, "zero": 1, "micro_batch": 1}  # the issue's done-when command's layout
@@ -100,10 +100,13 @@ def planner(device: str) -> Result:
     r.add("mtnlg_pp", value("megatron_runs.gpt-530b.pp"), "stages", "Narayanan et al.'s 530B run: pipeline stages")
     r.add("mtnlg_layers", value("megatron_runs.gpt-530b.layers"), "layers", "... of a model with this many layers")
     rows: list[list] = []
-    shown: dict[str, list] = {"examples": [], "seventy": [], "overlap": []}  # (model, plan, seq) per memory cell
-    requests: list[tuple] = []  # (model, candidates, kept plans, seq, host bytes per GPU) for the fit sets
-    throughput: dict[str, list] = {"examples": [], "seventy": [], "overlap": []}  # (model, GPUs, tokens, seq)
-    tokens, gpus, seqs = {}, {}, {}  # per quoted request: its step's tokens, GPUs and sequence length
+    # what the by-hand checks read: each table row's (model, plan, seq, GPUs, tokens per step); each request's
+    # (model, candidates, kept plans, seq, usable bytes, host bytes per GPU); each quoted request's (tokens, GPUs, seq)
+    shown: dict[str, list] = {"examples": [], "seventy": [], "overlap": []}
+    fit_requests: list[tuple] = []
+    quoted: dict[str, tuple[int, int, int]] = {}
+    usable = budget("H100-SXM")
+    host = value("host_links.DGX-H100-host.host_memory_tb") * 1e12  # a DGX H100's host memory, the data's own field
     for name, task, nodes in EXAMPLES:
         m, c = model(name), cluster("H100-SXM", nodes=nodes)
         t = Training(
@@ -113,14 +116,14 @@ def planner(device: str) -> Result:
         )
         ranked = search(m, c, t)
         best = ranked[0]
-        shown["examples"].append((name, best.plan, t.seq))
-        throughput["examples"].append((name, c.gpus, t.global_batch_tokens, t.seq))
-        if name in CONFIGS:
-            requests.append((name, _allowed(m, c, t), [e.plan for e in ranked], t.seq, c.gpus_per_node))
+        this = (t.global_batch_tokens, c.gpus, t.seq)
+        shown["examples"].append((name, best.plan, t.seq, c.gpus, t.global_batch_tokens))
+        kept = [e.plan for e in ranked]
+        fit_requests.append((name, _allowed(m, c, t), kept, t.seq, usable, host / c.gpus_per_node))
         key = name.lower()
-        tokens[key], gpus[key], seqs[key] = t.global_batch_tokens, c.gpus, t.seq
+        quoted[key] = this
         if name == "70B":
-            tokens["fixed"], gpus["fixed"], seqs["fixed"] = t.global_batch_tokens, c.gpus, t.seq
+            quoted["fixed"] = this
         lo, hi = mfu_band(best.time.mfu)
         rows.append(
             [
@@ -153,13 +156,11 @@ def planner(device: str) -> Result:
         if name == "70B":
             _seventy(r, m, c, t, ranked)
             check_why(r, ranked, t.seq, t.global_batch_tokens, c.gpus_per_node)
-            shown["seventy"] = [(name, e.plan, t.seq) for e in ranked[:6]]
-            throughput["seventy"] = [(name, c.gpus, t.global_batch_tokens, t.seq)] * len(shown["seventy"])
+            shown["seventy"] = [(name, e.plan, t.seq, c.gpus, t.global_batch_tokens) for e in ranked[:6]]
             add_advice(r, "seventy", m, c, t, ranked)
             both = _overlap_both(r, m, c, t)
             check_overlap_column(r, [e.time.breakdown.as_dict() for e in both])
-            shown["overlap"] = [(name, e.plan, t.seq) for e in both]
-            throughput["overlap"] = [(name, c.gpus, t.global_batch_tokens, t.seq)] * len(shown["overlap"])
+            shown["overlap"] = [(name, e.plan, t.seq, c.gpus, t.global_batch_tokens) for e in both]
             per_node = c.gpus_per_node
             free = search(m, c, t, rules=("cp-long-only",))[0]  # TP across nodes and pipelines everywhere allowed
             r.add("rules_tp", free.plan.tp, "", "70B: the best plan's TP with chapter 7's TP and PP rules lifted")
@@ -193,20 +194,12 @@ def planner(device: str) -> Result:
         f"sequences per step, pretraining at {PRETRAIN_BATCH_TOKENS / 2**20:g}M tokens (computed)",
     )
     check_caption_tokens(r, PRETRAIN_BATCH_TOKENS, finetune_batch_sequences())
-    check_throughput_cells(r, throughput)
+    check_throughput_cells(r, shown)
     check_memory(r, shown, per_node)
-    from distlab.planner.worked_plan_checks import budget
-
-    usable = budget("H100-SXM")
-    host = value("host_links.DGX-H100-host.host_memory_tb") * 1e12  # a DGX H100's host memory, the data's own field
-    check_fit_sets(r, [(n, cands, kept, seq, usable, host / g) for n, cands, kept, seq, g in requests], MIN_HEADROOM)
+    check_fit_sets(r, fit_requests, MIN_HEADROOM)
     _consistency(r)
-    tokens["long"], gpus["long"], seqs["long"] = (
-        LONG_SEQUENCES * LONG_SEQ_TOKENS,
-        cluster("H100-SXM", nodes=LONG_NODES).gpus,
-        LONG_SEQ_TOKENS,
-    )
-    check_scalars(r, tokens, gpus, seqs)
+    quoted["long"] = (LONG_SEQUENCES * LONG_SEQ_TOKENS, cluster("H100-SXM", nodes=LONG_NODES).gpus, LONG_SEQ_TOKENS)
+    check_scalars(r, quoted)
     _tp_overlap(r)
     check_async_tp(r)
     comms_by_hand(r)

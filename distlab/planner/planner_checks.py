@@ -9,19 +9,19 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import replace
 
+from distlab.core.facts import value
 from distlab.core.results import Result, worst_relative_gap
 from distlab.planner.config import Plan
-from distlab.planner.worked_plan_checks import CONFIGS, budget, edge_params, layer_params, plan_memory
-
-LLAMA2_70B = CONFIGS["70B"]  # Llama 2 70B's released config.json, typed once in worked_plan_checks
+from distlab.planner.worked_plan_checks import CONFIGS, budget, layer_params, model_params, plan_memory
 
 
 def layer_forward_flops(tp: int, tokens: int, seq: int) -> float:
     """One Llama 2 70B layer's forward FLOPs on `tokens` tokens at tensor parallelism `tp`: 2 per weight per token
     (q and o h x h, k and v h x 1024, gate, up, down h x 28672) and causal attention's half of 4 s h per token."""
-    h, kv, f = LLAMA2_70B["hidden"], LLAMA2_70B["kv"], LLAMA2_70B["ffn"]
-    weights = 2 * h * h + 2 * h * kv + 3 * h * f
+    h = CONFIGS["70B"]["hidden"]
+    weights = layer_params("70B") - 2 * h  # the matmuls' weights: the block less its two RMSNorm weights
     return (2 * weights * tokens + 2 * seq * h * tokens) / tp
 
 
@@ -34,8 +34,6 @@ def gather_by_hand(tp: int, gpus: int, gpus_per_node: int) -> float:
     """One Llama 2 70B layer's all-gather over the data-parallel ranks, bandwidth term only: a ring moves (n-1)/n of
     the layer's bf16 weights at this TP through every rank, and across nodes its bandwidth is the NICs of the k ranks
     a node holds (chapter 9's rule; one InfiniBand NDR port per GPU)."""
-    from distlab.core.facts import value
-
     layer = 2 * layer_params("70B") / tp
     n, k = gpus // tp, gpus_per_node // tp
     nic = value("interconnect.InfiniBand-NDR.gbits_per_s_per_direction") * 1e9 / 8
@@ -165,8 +163,6 @@ def check_caption_tokens(r: Result, tokens: int, sequences: int) -> None:
     said = re.search(
         r"fine-tunes at (\d+) sequences per step, pretraining at ([0-9.]+)M tokens", r.tables["examples"].caption
     )
-    from distlab.core.facts import value
-
     r.claim(
         "the pretraining batch is Llama 2's: 'a global batch-size of 4M tokens', to the digit the paper prints",
         tokens,
@@ -227,7 +223,7 @@ def read_label(text: str) -> Plan | None:
 def check_memory(r: Result, shown: dict[str, list], gpus_per_node: int) -> None:
     """Every memory and headroom cell of the examples, 70B and overlap tables, and the numbers the 70B "why" lines
     print, against each plan's bytes worked by hand (worked_plan_checks.plan_memory, from the models' config.json),
-    at their printed digits. `shown` maps a table to its plans as (model, Plan, sequence length), row by row."""
+    at their printed digits. `shown` maps a table to its rows' (model, Plan, sequence length, GPUs, tokens per step)."""
 
     usable = budget("H100-SXM")
     pairs: list[tuple[float, float]] = []
@@ -235,14 +231,14 @@ def check_memory(r: Result, shown: dict[str, list], gpus_per_node: int) -> None:
     mislabeled = 0
     for table, plans in shown.items():
         mem_col, room_col, label_col = columns[table]
-        for row, (model, plan, seq) in zip(r.tables[table].rows, plans, strict=True):
+        for row, (model, plan, seq, *_) in zip(r.tables[table].rows, plans, strict=True):
             mislabeled += read_label(row[label_col]) != plan
             want = plan_memory(plan, seq, model)["device"]
             pairs += [
                 (row[mem_col].value, want),
                 (float(row[room_col].rstrip("%")), round(100 * (1 - want / usable), 1)),
             ]
-    model, plan, seq = shown["seventy"][0]
+    model, plan, seq, *_ = shown["seventy"][0]
     best = plan_memory(plan, seq, model)
     why = " ".join(row[0] for row in r.tables["why"].rows)
     found = re.search(
@@ -256,8 +252,6 @@ def check_memory(r: Result, shown: dict[str, list], gpus_per_node: int) -> None:
     wants += [round(100 * free / usable, 1), round(free / 1e9, 1)]
     pairs += zip([float(g) for g in found.groups()] if found else [math.nan] * len(wants), wants, strict=True)
     if plan.offload != "none":
-        from distlab.core.facts import value
-
         host = re.search(r"host memory ([\d,]+) GB per node of ([\d,]+) GB", why)
         node = value("host_links.DGX-H100-host.host_memory_tb") * 1000  # TB to GB: a DGX H100's host memory
         got = [float(g.replace(",", "")) for g in host.groups()] if host else [math.nan] * 2
@@ -359,7 +353,7 @@ def check_why(r: Result, ranked: list, seq: int, tokens: int, gpus_per_node: int
         return round(100 * share_of_step(parts, part), digits)
 
     h, f, layers, v = cfg["hidden"], cfg["ffn"], cfg["layers"], cfg["vocab"]
-    stage0 = (-(-layers // p.pp) * (2 * h * h + 2 * h * cfg["kv"] + 3 * h * f + 2 * h) + v * h) / p.tp
+    stage0 = (-(-layers // p.pp) * layer_params("70B") + v * h) / p.tp
     dp = p.dp * p.pp  # the rule's pipeline-free plan: ZeRO-1, one sequence per micro-batch, no recomputation
     flat = plan_memory(Plan(tp=p.tp, dp=dp, zero=1, micro_batch=1, microbatches=tokens // (dp * seq)), seq, "70B")
     said(r"divide the (\d+) heads, (\d+) KV heads and FFN width (\d+)", [cfg["heads"], cfg["kv"] // 128, f])
@@ -376,20 +370,11 @@ def check_why(r: Result, ranked: list, seq: int, tokens: int, gpus_per_node: int
         [p.pp, p.microbatches, pct("pipeline_bubble")],
     )
     said(r"model state alone would be ([\d.]+) GB per GPU", [round(16 * stage0 / 1e9, 1)])
-    ddp = Plan(
-        tp=p.tp,
-        pp=p.pp,
-        dp=p.dp,
-        micro_batch=p.micro_batch,
-        microbatches=p.microbatches,
-        schedule=p.schedule,
-        virtual=p.virtual,
-    )
+    ddp = replace(p, zero=0, offload="none", dp_replicate=1)
     too_big = 16 * stage0 + plan_memory(ddp, seq, "70B")["activations"] > usable  # the line's "more than fits"
     pairs.append((float(("more than fits" if too_big else "it would fit, but no faster") in why), 1.0))
-    c = CONFIGS["70B"]
-    n6, attn = 6 * model_params("70B", seq), 6 * c["layers"] * c["hidden"] * seq
-    causal_line = (n6 + 2 * attn) / (n6 + attn) > 1.05  # the page: both printed when they differ by more than 5 %
+    full, causal = model_flops_per_token("70B", seq), model_flops_per_token("70B", seq, causal=True)
+    causal_line = full / causal > 1.05  # the page: both printed when they differ by more than 5 %
     pairs.append((float("Counting only that half" in why), float(causal_line)))
     said(
         r"Data parallelism (\d+) with ZeRO-(\d).*?leaves ([\d.]+)% of the step exposed",
@@ -436,34 +421,38 @@ def check_why(r: Result, ranked: list, seq: int, tokens: int, gpus_per_node: int
     )
 
 
-def model_params(model: str, seq: int) -> int:
-    """A model's parameters by hand (worked_plan_checks.CONFIGS): its blocks and both ends, the tied head once."""
+def model_flops_per_token(model: str, seq: int, causal: bool = False) -> float:
+    """6N + 12Lhs (chapter 2's convention), or 6N + 6Lhs counting causal attention as half; N by hand."""
+    c = CONFIGS[model]
+    return 6 * model_params(model, seq) + (6 if causal else 12) * c["layers"] * c["hidden"] * seq
 
-    return CONFIGS[model]["layers"] * layer_params(model) + edge_params(model, seq, True, True, 1)
+
+def mfu_and_band(model: str, seq: int, tokens_per_s: float, gpus: int) -> tuple[float, float, float]:
+    """(MFU, band low, band high) of a run on H100 SXMs: 6N + 12Lhs x tokens/s over GPUs x the datasheet's dense
+    bf16 peak, the band MFU / (1 + the largest and smallest error on published runs)."""
+    peak = value("gpus.H100-SXM.bf16_dense_tflops") * 1e12
+    mfu = model_flops_per_token(model, seq) * tokens_per_s / (gpus * peak)
+    e_min, e_max = value("planner.mfu-band.error_min"), value("planner.mfu-band.error_max")
+    return mfu, mfu / (1 + e_max), mfu / (1 + e_min)
 
 
 def check_throughput_cells(r: Result, rows: dict[str, list]) -> None:
     """Every tokens/s and MFU (band) cell of the examples, 70B and overlap tables: tokens/s = the step's tokens over
     its printed step; MFU = (6N + 12 L h s) x tokens/s / (GPUs x the datasheet's dense bf16 peak), N from config.json
     (chapter 2's convention); the band = MFU / (1 + the largest and smallest error on published runs).
-    `rows` maps a table to its rows' (model, GPUs, tokens per step, sequence length)."""
-    from distlab.core.facts import value
-
-    e_min, e_max = value("planner.mfu-band.error_min"), value("planner.mfu-band.error_max")
-    peak_flops = value("gpus.H100-SXM.bf16_dense_tflops") * 1e12  # every request here runs on H100 SXMs
+    `rows` maps a table to its rows' (model, Plan, sequence length, GPUs, tokens per step), as check_memory's."""
     columns = {"examples": (6, 7, 8), "seventy": (4, 5, None), "overlap": (4, 5, None)}  # step, MFU, tokens/s
     pairs: list[tuple[float, float]] = []
     for table, shapes in rows.items():
         step_col, mfu_col, tps_col = columns[table]
-        for row, (model, gpus, tokens, seq) in zip(r.tables[table].rows, shapes, strict=True):
+        for row, (model, _, seq, gpus, tokens) in zip(r.tables[table].rows, shapes, strict=True):
             rate = tokens / row[step_col].value
             if tps_col is not None:
                 pairs.append((float(row[tps_col].replace(",", "")), round(rate)))
-            c = CONFIGS[model]
-            mfu = (6 * model_params(model, seq) + 12 * c["layers"] * c["hidden"] * seq) * rate / (gpus * peak_flops)
+            mfu, low, high = mfu_and_band(model, seq, rate, gpus)  # every request here runs on H100 SXMs
             found = re.fullmatch(r"([\d.]+)% \((\d+)%-(\d+)%\)", row[mfu_col])
             got = [float(g) for g in found.groups()] if found else [math.nan] * 3
-            want = [round(100 * mfu, 1), round(100 * mfu / (1 + e_max)), round(100 * mfu / (1 + e_min))]
+            want = [round(100 * mfu, 1), round(100 * low), round(100 * high)]
             pairs += zip(got, want, strict=True)
     r.claim(
         "tokens/s and MFU (band) cells of the examples, 70B and overlap tables against the printed steps, "
@@ -475,32 +464,23 @@ def check_throughput_cells(r: Result, rows: dict[str, list]) -> None:
     )
 
 
-def check_scalars(r: Result, tokens: dict[str, int], gpus: dict[str, int], seqs: dict[str, int]) -> None:
+def check_scalars(r: Result, requests: dict[str, tuple[int, int, int]]) -> None:
     """The single figures the prose quotes: each request's MFU and band against 6N + 12Lhs over its step (N by hand,
     the datasheet's peak), the 70B plan's layout, step, memory and headroom against its table row and bytes by hand,
     the fixed plan's MFU and tokens/s over its step, the long-context MFUs' ratio against (6N + 6Lhs)/(6N + 12Lhs).
-    `tokens`, `gpus`, `seqs` map a request ("7b", "70b", "fixed", "long") to its step's tokens, GPUs and length."""
-    from distlab.core.facts import value
-
+    `requests` maps a request ("7b", "70b", "fixed", "long") to its step's (tokens, GPUs, sequence length)."""
     q = {k: v.value for k, v in r.quantities.items()}
-    e_min, e_max = value("planner.mfu-band.error_min"), value("planner.mfu-band.error_max")
-    peak = value("gpus.H100-SXM.bf16_dense_tflops") * 1e12
     model = {"7b": "7B", "70b": "70B", "fixed": "70B", "long": "7B"}
     pairs: list[tuple[float, float]] = []
-
-    def flops(key: str, causal: bool = False) -> float:
-        c, s = CONFIGS[model[key]], seqs[key]
-        return 6 * model_params(model[key], s) + (6 if causal else 12) * c["layers"] * c["hidden"] * s
-
     for key in ("7b", "70b", "fixed"):
-        mfu = flops(key) * tokens[key] / (q[f"{key}_step"] * gpus[key] * peak)
-        pairs += [
-            (q[f"{key}_mfu"], mfu),
-            (q[f"{key}_mfu_low"], mfu / (1 + e_max)),
-            (q[f"{key}_mfu_high"], mfu / (1 + e_min)),
-        ]
-    pairs.append((q["fixed_tokens_per_second"], tokens["fixed"] / q["fixed_step"]))
-    pairs.append((q["long_mfu_causal"] / q["long_mfu"], flops("long", causal=True) / flops("long")))
+        tokens, gpus, seq = requests[key]
+        mfu, low, high = mfu_and_band(model[key], seq, tokens / q[f"{key}_step"], gpus)
+        pairs += [(q[f"{key}_mfu"], mfu), (q[f"{key}_mfu_low"], low), (q[f"{key}_mfu_high"], high)]
+    pairs.append((q["fixed_tokens_per_second"], requests["fixed"][0] / q["fixed_step"]))
+    seq = requests["long"][2]
+    ratio = model_flops_per_token("7B", seq, causal=True) / model_flops_per_token("7B", seq)
+    e_min, e_max = value("planner.mfu-band.error_min"), value("planner.mfu-band.error_max")
+    pairs += [(q["long_mfu_causal"] / q["long_mfu"], ratio)]
     pairs += [(q["long_mfu_causal_low"], q["long_mfu_causal"] / (1 + e_max))]
     pairs += [(q["long_mfu_causal_high"], q["long_mfu_causal"] / (1 + e_min))]
     first = r.tables["seventy"].rows[0]

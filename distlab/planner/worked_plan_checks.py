@@ -35,10 +35,8 @@ NAMED = {
 
 
 def params() -> int:
-    """Llama 2 7B: per layer q, k, v, o (h x h), gate, up, down (h x f), two RMSNorm weights; the embedding and the
-    untied output head (V x h) and the final norm."""
-    h, f, v, layers = LLAMA2_7B["hidden"], LLAMA2_7B["ffn"], LLAMA2_7B["vocab"], LLAMA2_7B["layers"]
-    return layers * (4 * h * h + 3 * h * f + 2 * h) + 2 * v * h + h
+    """Llama 2 7B's parameters by hand (model_params; no learned positions, so no sequence length)."""
+    return model_params("7B", 0)
 
 
 # the models chapter 12 plans for: the Llama 2s from their released config.json (hidden_size, num_attention_heads,
@@ -74,6 +72,11 @@ def edge_params(model: str, seq: int, first: bool, last: bool, pp: int) -> int:
     if model in GPT_BLOCKS:
         return (v * h + seq * h if first else 0) + (2 * h + (v * h if pp > 1 else 0) if last else 0)
     return (v * h if first else 0) + (h + v * h if last else 0)
+
+
+def model_params(model: str, seq: int) -> int:
+    """A model's parameters by hand: its blocks and both ends, the tied head once (`seq`: GPT's learned positions)."""
+    return CONFIGS[model]["layers"] * layer_params(model) + edge_params(model, seq, True, True, 1)
 
 
 def budget(chip: str = "A100-SXM-80GB") -> float:
