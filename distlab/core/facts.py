@@ -110,7 +110,7 @@ def value(path: str):
     return fact(path).value
 
 
-NUMBER_WORDS = {"two": 2, "three": 3, "four": 4, "six": 6, "eight": 8, "sixteen": 16}
+NUMBER_WORDS = {"two": 2, "three": 3, "four": 4, "six": 6, "seven": 7, "eight": 8, "sixteen": 16}
 """Numbers sources spell out ("eight single-port ... NICs")."""
 
 

@@ -4,8 +4,8 @@
 Checks, each against something the model does not compute itself:
 - the crossovers (walked analytically along the lower envelope) against a brute-force scan of sizes;
 - the protocols' bandwidth factors against the bytes a line carries (LL and LL128 line layouts in device.h);
-- every latency the model reads against the same table at a second NCCL commit (v2.30.7), but for the entries
-  that release changed;
+- every latency, bandwidth factor and cap typed in interconnect.toml against tuning.cc itself, copied by machine at
+  both commits (nccl_source_checks);
 - the predicted envelope against the published 8 x H100 all_reduce_perf sweep (NVIDIA's DGX benchmarking recipe),
   with a tolerance per regime, and the published busbw at 8 GiB against the NVLink line rate (only NVLS exceeds it).
 """
@@ -20,7 +20,7 @@ from distlab.core.experiments import experiment
 from distlab.core.facts import entries, value
 from distlab.core.results import Quantity, Result
 from distlab.hardware.links import per_direction_bytes_per_s
-from distlab.interconnect import nccl_tests_checks, placement_checks
+from distlab.interconnect import nccl_source_checks, nccl_tests_checks, placement_checks
 from distlab.interconnect.nccl_model import (
     COLLECTIVES,
     algorithm_bandwidth,
@@ -36,16 +36,6 @@ from distlab.interconnect.nccl_model import (
 )
 
 PUBLISHED = "dgxc-h100-8gpu-all-reduce"  # nccl_tests.toml: 8 x H100 SXM, one node, 8 B to 16 GiB
-# Entries NCCL changed between 2.20.3 and 2.30.7 (notes/facts.md section 1); every other one must agree.
-CHANGED_IN_2_30 = {
-    ("nvlink", "tree_simple_us"),
-    ("pci", "tree_simple_us"),
-    ("net", "tree_simple_us"),
-    ("nvlink", "nvls_simple_us"),
-    ("nvlink", "nvls_tree_simple_us"),
-    ("net", "nvls_tree_simple_us"),
-    ("base", "base_tree_simple_us"),
-}
 
 
 def topologies():
@@ -65,7 +55,7 @@ def nccl_algorithms(device: str) -> Result:
     placement_checks.nccl_latency_claim(r)
     _crossovers(r, topos)
     _protocol_factors(r)
-    _versions_agree(r)
+    nccl_source_checks.nccl_source_claim(r)
     _against_published(r, topos["node"])
     nccl_tests_checks.check_columns(r, PUBLISHED, entries("nccl_tests")[PUBLISHED])  # the sweep it is judged by
     _figure(r, topos)
@@ -226,27 +216,6 @@ def _protocol_factors(r: Result) -> None:
         value("interconnect.nccl-factors-v2-20.tree_ll128_busbw_factor_multi_node"),
         ll128,
         rel_tol=1e-12,
-    )
-
-
-def _versions_agree(r: Result) -> None:
-    """The same tables read at two NCCL commits: an entry that differs where NCCL did not change it is a typo."""
-    data = entries("interconnect")
-    mismatched, compared = [], 0
-    for hw in ("nvlink", "pci", "net", "base"):
-        old, new = data[f"nccl-latency-{hw}"], data[f"nccl-v2-30-latency-{hw}"]
-        for k, v in old.items():
-            if k == "source" or k not in new:
-                continue
-            compared += 1
-            if (hw, k) not in CHANGED_IN_2_30 and v != new[k]:
-                mismatched.append(f"{hw}.{k}")
-    r.add("latency_entries_compared", compared, "", "latency entries present at both commits")
-    r.claim(
-        f"NCCL latency tables at b6475625 and v2.30.7 agree outside the entries 2.30 changed ({compared} compared)",
-        len(mismatched),
-        0,
-        formula="mismatches: " + (", ".join(mismatched) or "none"),
     )
 
 

@@ -372,13 +372,22 @@ LINK_QUOTES = {
     "NVSwitch-GB200-NVL72.gpus_per_domain": r"([0-9]+) Blackwell GPUs in one NVLink domain",
     "NVSwitch-GB200-NVL72.superchips": r"\(([0-9]+) GB200 superchips",
     "NVSwitch-GB200-NVL72.aggregate_nvlink_tbytes_per_s": r"NVLink bandwidth ([0-9]+) TB/s",
+    "NVSwitch-GB200-NVL72.gpus_per_superchip": r"1 Grace \+ ([0-9]+) Blackwell",
+    "NVSwitch-GB200-NVL72.gpus_per_tray": r"accelerators_per_node ([0-9]+)",
+    "NVSwitch-GB200-NVL72.nvlink_switch_trays": r"have ([0-9]+) NVLink switch trays per rack",
+    "xGMI-MI300X.links": r"([0-9]+) Infinity Fabric links",
+    "xGMI-MI300X.bidirectional_gbytes_per_s_per_link": r"([0-9]+) GB/s peak each",
+    "xGMI-MI300X.lanes_per_link": r"each with ([0-9]+) lanes",
+    "xGMI-MI300X.gbits_per_s_per_lane": r"up to ([0-9]+) Gbps per lane",
 }
 
 
 def source_quotes_claim(r: Result) -> None:
     """The links' and the DGX's typed fields against their sources' sentences, and the relations the sources give:
-    HGX H100's 18 links x 25 GB/s each way = its 900 GB/s both ways, PCIe's transfers x lanes both ways = its raw
-    GB/s, a PCIe entry's lanes = its name's x16, the DGX H100's eight single-port NICs = its eight GPUs' NICs."""
+    HGX H100's 18 links x 25 GB/s each way = its 900 GB/s both ways, NVL72's 36 superchips x 2 GPUs = its 72, MI300X's
+    7 links = its platform's 8 GPUs - 1 and 16 lanes x 32 Gb/s both ways = 128 GB/s per link, PCIe's transfers x
+    lanes both ways = its raw GB/s, a PCIe entry's lanes = its name's x16, the DGX H100's eight single-port NICs = its
+    eight GPUs' NICs."""
     from distlab.core.facts import quoted
 
     def said(path: str, pattern: str) -> float:
@@ -393,6 +402,15 @@ def source_quotes_claim(r: Result) -> None:
         pairs.append((row["bidirectional_gbytes_per_s"], row["gtransfers_per_s_per_lane"] * row["lanes"] * 2 / 8))
         pairs.append((row["lanes"], float(name.rsplit("x", 1)[1])))
     pairs.append((value("interconnect.DGX-H100.compute_nics"), said("DGX-H100.compute_nics", r"(eight) single-port")))
+    # NVL72: its superchips' GPUs fill the domain; MI300X: a full mesh (a link to each other GPU of the platform),
+    # each link 16 lanes both ways, as a second source (Wheeler) prints both the links and the per-link rate
+    nvl72, mi300x = entries("interconnect")["NVSwitch-GB200-NVL72"], entries("interconnect")["xGMI-MI300X"]
+    pairs.append((nvl72["gpus_per_domain"], nvl72["superchips"] * nvl72["gpus_per_superchip"]))
+    pairs.append((mi300x["links"], mi300x["platform_gpus"] - 1))
+    pairs.append((mi300x["links"], said("xGMI-MI300X.lanes_per_link", r"up to (seven) Infinity Fabric links")))
+    per_link = mi300x["lanes_per_link"] * mi300x["gbits_per_s_per_lane"] * 2 / 8
+    pairs.append((mi300x["bidirectional_gbytes_per_s_per_link"], per_link))
+    pairs.append((per_link, said("xGMI-MI300X.lanes_per_link", r"yielding ([0-9]+) GB/s of bidirectional")))
     # RoCE runs InfiniBand's transport over the Ethernet port it names: its rate is 400 Gb/s Ethernet's
     ethernet = "Ethernet-400G.gbits_per_s_per_direction"
     pairs.append((value("interconnect.RoCE-400GbE.gbits_per_s_per_direction"), said(ethernet, LINK_QUOTES[ethernet])))

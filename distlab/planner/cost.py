@@ -286,9 +286,14 @@ def stage_time(
     fwd = layers * (lt.forward + tp_fwd + cp_f + ep_f)
     bwd = layers * (lt.backward + tp_bwd + cp_b + ep_b + rec)
     compute = layers * (lt.forward + lt.backward)
-    if first:  # the embedding: a gather forward, a scatter-add of its gradient backward (memory-bound)
-        emb = tokens * m.hidden * 2 * 3 / (c.gpu.hbm_bytes_per_s * (hbm or MEMORY_EFFICIENCY))
-        fwd, bwd, compute = fwd + emb, bwd + 2 * emb, compute + 3 * emb
+    if first:  # the embedding, memory-bound: the forward reads the tokens' bf16 rows and writes them out; the
+        # backward (a dense gradient, PyTorch's default) zeroes its vocabulary-slice gradient, reads the output's
+        # gradient and adds it into the tokens' rows (a read and a write)
+        hbm_rate = c.gpu.hbm_bytes_per_s * (hbm or MEMORY_EFFICIENCY)
+        rows = tokens * m.hidden * 2
+        emb_f = 2 * rows / hbm_rate
+        emb_b = (math.ceil(m.vocab / p.tp) * m.hidden * 2 + 3 * rows) / hbm_rate
+        fwd, bwd, compute = fwd + emb_f, bwd + emb_b, compute + emb_f + emb_b
     if last:
         hf, hb = head_times(m, c.gpu, tokens, p.tp, t.compute_dtype, hbm, t.kernels, share)
         fwd, bwd, compute = fwd + hf, bwd + hb, compute + hf + hb
