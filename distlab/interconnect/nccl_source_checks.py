@@ -1,7 +1,7 @@
 """interconnect.toml's NCCL tuner entries against NCCL's own source.
 
 The latencies, bandwidth factors and caps in the `nccl-*` entries were typed by hand from src/graph/tuning.cc.
-nccl_source.toml holds the same lines of tuning.cc at both commits, copied by machine. Here each table is read by
+source_excerpts.toml holds the same lines of tuning.cc at both commits, copied by machine. Here each table is read by
 its name from the C text and each refinement factor from the line that applies it, so a typo in a typed entry (or a
 field typed from the wrong row) fails the claim that names it. Every numeric field of the checked entries must
 have a reading here: a new field cannot slip past unread.
@@ -147,8 +147,8 @@ CHECKED = ("nccl-latency-", "nccl-v2-30-latency-", "nccl-factors-v2-", "nccl-net
 
 def mismatches() -> list[str]:
     """Each typed field of the checked entries that differs from tuning.cc or has no reading there."""
-    source = entries("nccl_source")
-    read = {**readings_v2_20(source["tuning-v2-20"]["text"]), **readings_v2_30(source["tuning-v2-30"]["text"])}
+    source = entries("source_excerpts")
+    read = {**readings_v2_20(source["nccl-tuning-v2-20"]["text"]), **readings_v2_30(source["nccl-tuning-v2-30"]["text"])}
     wrong = []
     for entry, row in entries("interconnect").items():
         if not entry.startswith(CHECKED):
@@ -165,7 +165,7 @@ def mismatches() -> list[str]:
 
 
 def nccl_source_claim(r: Result) -> None:
-    """Claim every typed NCCL tuner field against tuning.cc as copied by machine (nccl_source.toml)."""
+    """Claim every typed NCCL tuner field against tuning.cc as copied by machine (source_excerpts.toml)."""
     wrong = mismatches()
     r.claim(
         "interconnect.toml's NCCL latencies, bandwidth factors and caps = tuning.cc's tables and lines at the pinned "

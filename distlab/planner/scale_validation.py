@@ -82,6 +82,7 @@ def fixed_70b_estimate(gpus: int, **cluster_kw):
 )
 def scale_costs(device: str) -> Result:
     from distlab.planner.corpus import published_tokens_per_s_per_gpu, runs
+    from distlab.planner.corpus_checks import corpus_claim
     from distlab.planner.planner_validation import prediction
     from distlab.planner.scale_costs import RANK_JITTER, expected_max_standard_normal
     from distlab.throughput.stragglers import JITTER
@@ -89,6 +90,7 @@ def scale_costs(device: str) -> Result:
 
     r = Result("scale-costs", kind="computed")
     corpus = runs()
+    corpus_claim(r)  # the series' rows as their sources print them
     rows, published_slopes, planner_slopes = [], [], []
     for keys in weak_series().values():
         pub = [(corpus[k].row["gpus"], published_tokens_per_s_per_gpu(corpus[k])) for k in keys]

@@ -12,10 +12,10 @@ from distlab.interconnect import nccl_source_checks as checks
 
 
 def _readings():
-    source = entries("nccl_source")
+    source = entries("source_excerpts")
     return {
-        **checks.readings_v2_20(source["tuning-v2-20"]["text"]),
-        **checks.readings_v2_30(source["tuning-v2-30"]["text"]),
+        **checks.readings_v2_20(source["nccl-tuning-v2-20"]["text"]),
+        **checks.readings_v2_30(source["nccl-tuning-v2-30"]["text"]),
     }
 
 

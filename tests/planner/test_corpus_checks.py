@@ -1,0 +1,68 @@
+"""The published runs' second printings: the SC21 script and the MPT configs read as their sources print them (values
+read off the files at the pinned commits for this test), every typed field agrees, and a typo is named."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from distlab.core.facts import entries
+from distlab.planner import corpus_checks as checks
+
+
+def test_the_sc21_script_reads_as_printed():
+    cases = checks._sc21(entries("source_excerpts")["megatron-sc21-table-1"]["text"])
+    assert len(cases) == 10
+    assert {k: cases["530B"][k] for k in ("TP", "PP", "MBS", "GBS", "NLS", "HS", "NAH", "DDP", "NNODES")} == {
+        "TP": "8",
+        "PP": "35",
+        "MBS": "1",
+        "GBS": "2520",
+        "NLS": "105",
+        "HS": "20480",
+        "NAH": "128",
+        "DDP": "local",
+        "NNODES": "315",
+    }
+    assert "--num-layers-per-virtual-pipeline-stage 5" in cases["76B"]["MEGATRON_EXTRA_PARAMS"]
+
+
+def test_the_mpt_configs_read_as_printed():
+    configs = checks._yamls(entries("source_excerpts")["llm-foundry-mpt-yamls"]["text"])
+    assert sorted(configs) == ["13b", "1b", "30b", "3b", "70b", "7b"]
+    assert configs["30b"] == {
+        "max_seq_len": 2048,
+        "d_model": 7168,
+        "n_heads": 56,
+        "n_layers": 48,
+        "expansion_ratio": 4,
+        "vocab_size": 50368,
+    }
+
+
+@pytest.mark.parametrize("typed, half", [(1.7, 0.05), (408, 0.5), (0.4125, 0.00005), (18.4, 0.05), (1008.0, 0.5)])
+def test_half_a_unit_of_the_printed_digit(typed, half):
+    assert checks.half_unit(typed) == pytest.approx(half)
+
+
+def test_every_typed_field_with_a_second_printing_agrees():
+    wrong, compared = checks.mismatches()
+    assert wrong == []
+    assert compared > 800  # 10 Narayanan rows x 16, 27 MPT rows x 19, the Llama/GPT-3 shapes, BLOOM's 9
+
+
+def test_typos_are_named(monkeypatch):
+    runs = copy.deepcopy(entries("published_runs"))
+    runs["narayanan2021-gpt-145b-a100-1536"]["hidden"] = 12188  # one digit off
+    runs["mpt-7b-h100-8"]["tokens_per_s_per_gpu"] *= 2
+    runs["tt-llama31-70b-h100-256-fsdp32-tp8"]["ffn"] = 28762  # two digits swapped
+    runs["bloom-176b-a100-384"]["tflops_per_gpu"] = 149.67
+    monkeypatch.setattr(checks, "entries", lambda name: runs if name == "published_runs" else entries(name))
+    wrong, _ = checks.mismatches()
+    named = {w.split(" = ")[0] for w in wrong}
+    assert "narayanan2021-gpt-145b-a100-1536.hidden" in named
+    assert "narayanan2021-gpt-145b-a100-1536.params_billion" in named  # P = 12lh^2(...) no longer rounds to 145.6
+    assert "mpt-7b-h100-8.tokens_per_s_per_gpu" in named
+    assert "tt-llama31-70b-h100-256-fsdp32-tp8.ffn" in named
+    assert "bloom-176b-a100-384.tflops_per_gpu" in named
