@@ -142,13 +142,25 @@ def readings_v2_30(text: str) -> dict[str, object]:
     return out
 
 
-CHECKED = ("nccl-latency-", "nccl-v2-30-latency-", "nccl-factors-v2-", "nccl-net-overhead")
+CHECKED = ("nccl-latency-", "nccl-v2-30-latency-", "nccl-factors-v2-", "nccl-net-overhead", "nccl-nvlink4")
+
+
+def quoted_rates() -> dict[str, object]:
+    """The one NCCL figure that is not in tuning.cc: the effective NVLink 4 rate, as its maintainer's answer says it."""
+    from distlab.core.facts import quoted
+
+    path = "nccl-nvlink4.effective_gbytes_per_s"
+    return {path: quoted(f"interconnect.{path}", r"effective ([0-9]+) GB/s")}
 
 
 def mismatches() -> list[str]:
     """Each typed field of the checked entries that differs from tuning.cc or has no reading there."""
     source = entries("source_excerpts")
-    read = {**readings_v2_20(source["nccl-tuning-v2-20"]["text"]), **readings_v2_30(source["nccl-tuning-v2-30"]["text"])}
+    read = {
+        **readings_v2_20(source["nccl-tuning-v2-20"]["text"]),
+        **readings_v2_30(source["nccl-tuning-v2-30"]["text"]),
+        **quoted_rates(),
+    }
     wrong = []
     for entry, row in entries("interconnect").items():
         if not entry.startswith(CHECKED):
@@ -169,7 +181,9 @@ def nccl_source_claim(r: Result) -> None:
     wrong = mismatches()
     r.claim(
         "interconnect.toml's NCCL latencies, bandwidth factors and caps = tuning.cc's tables and lines at the pinned "
-        "commits (fields that differ: " + ("; ".join(wrong) or "none") + ")",
+        "commits, and NCCL's effective NVLink 4 rate = its maintainer's (fields that differ: "
+        + ("; ".join(wrong) or "none")
+        + ")",
         len(wrong),
         0,
         formula="hwLat, baseLat, llMaxBws, perChMax*Bws, nvlsEfficiency and each busBw refinement, read from the C",

@@ -24,7 +24,7 @@ from distlab.core.facts import entries, value
 from distlab.core.results import Quantity, Result
 from distlab.hardware.collectives import steps_and_factor
 from distlab.hardware.links import per_direction_bytes_per_s
-from distlab.interconnect import nccl_tests_checks
+from distlab.interconnect import nccl_source_checks, nccl_tests_checks
 
 SWEEP = "dgxc-h100-8gpu-all-reduce"
 A100_SWEEP = "mleng-a100-8gpu-all-reduce"
@@ -76,6 +76,7 @@ def half_bandwidth_bytes(sizes, busbw) -> float:
 )
 def nccl_tests_reading(device: str) -> Result:
     r = Result("nccl-tests-reading", kind="computed")
+    nccl_source_checks.nccl_source_claim(r)  # the NCCL figures it reads, against NCCL's own
     _factors(r)
     _read_sweep(r)
     _other_sweeps(r)

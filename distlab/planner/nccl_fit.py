@@ -19,6 +19,7 @@ from distlab.core.facts import entries, value
 from distlab.core.results import Result
 from distlab.hardware import collectives
 from distlab.hardware.links import link
+from distlab.interconnect import nccl_source_checks
 
 H100 = "dgxc-h100-8gpu-all-reduce"  # nccl-tests, 8 x H100 in one DGX: the NVLink 4 fit
 H200 = "mleng-h200-8gpu-all-reduce-torch"  # torch.distributed, 8 x H200: the held-out check
@@ -51,6 +52,7 @@ def _size(s: float) -> str:
 @experiment("nccl-fit", "the planner's NCCL model against published nccl-tests all-reduce curves", kind="computed")
 def nccl_fit(device: str) -> Result:
     r = Result("nccl-fit", kind="computed")
+    nccl_source_checks.nccl_source_claim(r)  # the NCCL figures it reads, against NCCL's own
     nv4 = collectives.fitted_bus_bandwidth("NVLink4-H100")
     nv3 = collectives.fitted_bus_bandwidth("NVLink3-A100")
     r.add("nvlink4_bus", nv4 / 1e9, "GB/s", "NVLink 4 bus bandwidth, fitted to 8 x H100 nccl-tests from 16 MiB")
