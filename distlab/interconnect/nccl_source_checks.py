@@ -142,7 +142,22 @@ def readings_v2_30(text: str) -> dict[str, object]:
     return out
 
 
-CHECKED = ("nccl-latency-", "nccl-v2-30-latency-", "nccl-factors-v2-", "nccl-net-overhead", "nccl-nvlink4")
+CHECKED = ("nccl-latency-", "nccl-v2-30-latency-", "nccl-factors-v2-", "nccl-net-overhead", "nccl-nvlink4", "nccl-smp-")
+SMP_DEFINES = {  # nccl-smp-* entry -> topo.h's #define for that CPU's CPU-to-CPU link
+    "intel-broadwell": "BDW_QPI_BW",
+    "intel-skylake": "SKL_QPI_BW",
+    "intel-sapphire-rapids": "SRP_QPI_BW",
+    "intel-emerald-rapids": "ERP_QPI_BW",
+    "amd": "AMD_BW",
+}
+
+
+def smp_bandwidths(text: str) -> dict[str, object]:
+    """The CPU-to-CPU link bandwidths NCCL's graph search assumes (GB/s), from topo.h's #defines."""
+    return {
+        f"nccl-smp-{cpu}.inter_socket_gbytes_per_s": said(text, rf"#define {define} {NUMBER}\s")
+        for cpu, define in SMP_DEFINES.items()
+    }
 
 
 def quoted_rates() -> dict[str, object]:
@@ -160,6 +175,7 @@ def mismatches() -> list[str]:
         **readings_v2_20(source["nccl-tuning-v2-20"]["text"]),
         **readings_v2_30(source["nccl-tuning-v2-30"]["text"]),
         **quoted_rates(),
+        **smp_bandwidths(source["nccl-topo-v2-30"]["text"]),
     }
     wrong = []
     for entry, row in entries("interconnect").items():
@@ -181,9 +197,8 @@ def nccl_source_claim(r: Result) -> None:
     wrong = mismatches()
     r.claim(
         "interconnect.toml's NCCL latencies, bandwidth factors and caps = tuning.cc's tables and lines at the pinned "
-        "commits, and NCCL's effective NVLink 4 rate = its maintainer's (fields that differ: "
-        + ("; ".join(wrong) or "none")
-        + ")",
+        "commits, the CPU-to-CPU link bandwidths = topo.h's, and NCCL's effective NVLink 4 rate = its maintainer's "
+        "(fields that differ: " + ("; ".join(wrong) or "none") + ")",
         len(wrong),
         0,
         formula="hwLat, baseLat, llMaxBws, perChMax*Bws, nvlsEfficiency and each busBw refinement, read from the C",

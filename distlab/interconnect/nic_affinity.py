@@ -21,6 +21,7 @@ from distlab.core.facts import entries, value
 from distlab.core.results import Quantity, Result
 from distlab.hardware.collectives import link_time_seconds
 from distlab.hardware.links import Link, link, per_direction_bytes_per_s
+from distlab.interconnect import nccl_source_checks
 
 NIC = "InfiniBand-NDR"
 GPU_PCIE = "PCIe5-x16"  # H100 SXM's host link
@@ -69,6 +70,7 @@ def ring_link(per_gpu_bytes_per_s: float, gpus_per_node: int = 8) -> Link:
 )
 def gpu_nic_affinity(device: str) -> Result:
     r = Result("gpu-nic-affinity", kind="computed")
+    nccl_source_checks.nccl_source_claim(r)  # NCCL's SMP-link figures against topo.h
     nic = per_direction_bytes_per_s(NIC)
     pcie = per_direction_bytes_per_s(GPU_PCIE)
     r.add("nic_bytes_per_s", nic, "B/s", "one NDR port, per direction")

@@ -11,7 +11,10 @@ printing that was not typed by hand:
   configs (copied by machine) for the shape, with the printed NumParams = l (12 d^2 + 13 d) + V d + s d + 2 d exactly;
 - the Llama rows (torchtitan, NeMo, Megatron-Bridge): the released configs (llama3_models.toml, and Llama 2's
   config.json and GPT-3's Table 2.1 as planner/worked_plan_checks.py types them);
-- BLOOM: the log line its detail quotes (seconds per iteration, samples/s, TFLOPs, the replica layout).
+- torchtitan's end-of-2024 runs: the benchmark's own tables and headings (copied by machine): TPS/GPU, GPUs,
+  parallel degrees, batch sizes, checkpointing, sequence length;
+- BLOOM: its training notes (copied by machine): the shape, the replica layout, the log line (seconds per
+  iteration, samples/s, TFLOPs).
 """
 
 from __future__ import annotations
@@ -94,7 +97,7 @@ def _mpt(key: str, row: dict, configs: dict) -> list[tuple]:
     printed = dict(zip(MPT_COLUMNS, cells))
     config = configs[printed["model"]]
     l, d, V, s = row["layers"], row["hidden"], row["vocab"], row["seq"]  # noqa: E741 - the source's symbols
-    out = [
+    return [
         (key, "seq", row["seq"], int(printed["seq"]), 0),
         (key, "gpus", row["gpus"], int(printed["gpus"]), 0),
         (key, "mfu", row["mfu"], float(printed["mfu"]) / 100, 1e-9),
@@ -121,7 +124,6 @@ def _mpt(key: str, row: dict, configs: dict) -> list[tuple]:
             0,
         ),
     ]
-    return out
 
 
 def _llama_config(model: str) -> dict[str, int] | None:
@@ -142,26 +144,74 @@ def _llama_config(model: str) -> dict[str, int] | None:
     return None
 
 
-def _bloom(key: str, row: dict) -> list[tuple]:
-    detail = row["detail"]
+def _bloom(key: str, row: dict, notes: str) -> list[tuple]:
+    """BLOOM's row against its training notes (the README's variables, replica layout and log line)."""
 
     def said(pattern: str) -> float:
-        return float(_found(pattern, detail).group(1))
+        return float(_found(pattern, notes).group(1))
 
-    layout = _found(r"TP=([0-9]+) PP=([0-9]+) DP=([0-9]+) MBS=([0-9]+) on ([0-9]+) GPUs", detail)
-    tp, pp, dp, mbs, gpus = (int(x) for x in layout.groups())
-    per_gpu = said(r"([0-9.]+) samples/s") * row["seq"] / gpus
+    gpus = said(r"GPUs = ([0-9]+)")
+    per_gpu = said(r"samples per second: ([0-9.]+)") * said(r"SEQ_LEN=([0-9]+)") / gpus
     return [
-        (key, "step_seconds", row["step_seconds"], said(r"([0-9.]+) s per iteration"), 0),
-        (key, "global_batch", row["global_batch"], said(r"global batch ([0-9]+)"), 0),
-        (key, "tflops_per_gpu", row["tflops_per_gpu"], said(r"([0-9.]+) TFLOPs"), 0),
+        (key, "layers", row["layers"], said(r"NLAYERS=([0-9]+)"), 0),
+        (key, "hidden", row["hidden"], said(r"NHIDDEN=([0-9]+)"), 0),
+        (key, "heads", row["heads"], said(r"NHEADS=([0-9]+)"), 0),
+        (key, "kv_heads", row["kv_heads"], said(r"NHEADS=([0-9]+)"), 0),
+        (key, "ffn", row["ffn"], MEGATRON_FFN * said(r"NHIDDEN=([0-9]+)"), 0),
+        (key, "seq", row["seq"], said(r"SEQ_LEN=([0-9]+)"), 0),
+        (key, "global_batch", row["global_batch"], said(r"GLOBAL_BATCH_SIZE=([0-9]+)"), 0),
+        (key, "step_seconds", row["step_seconds"], said(r"per iteration \(s\)\s*: ([0-9.]+)"), 0),
+        (key, "tflops_per_gpu", row["tflops_per_gpu"], said(r"TFLOPs: ([0-9.]+)"), 0),
         (key, "tokens_per_s_per_gpu", row["tokens_per_s_per_gpu"], per_gpu, half_unit(row["tokens_per_s_per_gpu"])),
-        (key, "tp", row["tp"], tp, 0),
-        (key, "pp", row["pp"], pp, 0),
-        (key, "dp", row["dp"], dp, 0),
-        (key, "micro_batch", row["micro_batch"], mbs, 0),
+        (key, "tp", row["tp"], said(r"TP=([0-9]+)"), 0),
+        (key, "pp", row["pp"], said(r"PP=([0-9]+)"), 0),
+        (key, "dp", row["dp"], said(r"DP=([0-9]+)"), 0),
+        (key, "micro_batch", row["micro_batch"], said(r"MBS=([0-9]+)"), 0),
         (key, "gpus", row["gpus"], gpus, 0),
     ]
+
+
+def _torchtitan_tables(text: str) -> dict[str, tuple[str, dict[str, dict[str, str]]]]:
+    """torchtitan's benchmark tables: {table number: (its heading, {row label: {column: cell}})}."""
+    tables = {}
+    for number, heading, body in re.findall(
+        r"\*\*Table ([0-9]+)\*\* ([^\n]*)\n(.*?)(?=\*\*Table|\Z)", text, flags=re.S
+    ):
+        lines = [[c.strip() for c in line.strip().strip("|").split("|")] for line in body.splitlines() if "|" in line]
+        header, rows = lines[0], lines[2:]  # lines[1] is the |---| rule
+        tables[number] = (heading, {x[0]: dict(zip(header, x)) for x in rows})
+    return tables
+
+
+def _torchtitan(key: str, row: dict, tables: dict) -> list[tuple]:
+    """A torchtitan row against its table's cell and heading (GPUs, batch sizes, parallel degrees, checkpointing)."""
+    heading, cells = tables[_found(r"Table ([0-9]+)", row["detail"]).group(1)]
+    printed = cells[_found(r"row '([^']+)'", row["detail"]).group(1)]
+
+    def degree(name: str, default: int = 1) -> int:
+        found = re.search(rf"\b{name} ?([0-9]+)\b", printed[next(iter(printed))] + " | " + heading)
+        return int(found.group(1)) if found else default
+
+    gpus = int(_found(r"([0-9]+) GPUs", heading).group(1))
+    tp, pp, cp = degree("TP"), degree("PP"), degree("CP")
+    dp = degree("FSDP", gpus // (tp * pp * cp))
+    local = int(_found(r"Local batch size ([0-9]+)", heading).group(1))
+    batch = re.search(r"global batch size ([0-9]+)", heading)
+    out = [
+        (key, "tokens_per_s_per_gpu", row["tokens_per_s_per_gpu"], float(printed["TPS/GPU"].replace(",", "")), 0),
+        (key, "gpus", row["gpus"], gpus, 0),
+        (key, "tp", row["tp"], tp, 0),
+        (key, "pp", row["pp"], pp, 0),
+        (key, "cp", row["cp"], cp, 0),
+        (key, "dp", row["dp"], dp, 0),
+        (key, "global_batch", row["global_batch"], int(batch.group(1)) if batch else local * dp, 0),
+        (key, "recompute", row["recompute"], "selective" if "Selective activation" in heading else "full", 0),
+    ]
+    if "Sequence Length" in printed:
+        out.append((key, "seq", row["seq"], int(printed["Sequence Length"]), 0))
+    if "micro_batch" in row and pp == 1:  # no pipeline: a rank's local batch is its one micro-batch
+        out.append((key, "micro_batch", row["micro_batch"], local, 0))
+    return out
 
 
 def second_printings() -> list[tuple]:
@@ -170,14 +220,17 @@ def second_printings() -> list[tuple]:
     script = _sc21(excerpts["megatron-sc21-table-1"]["text"])
     seq = int(_found(r"--seq-length ([0-9]+)", excerpts["megatron-sc21-table-1"]["text"]).group(1))
     configs = _yamls(excerpts["llm-foundry-mpt-yamls"]["text"])
+    tables = _torchtitan_tables(excerpts["torchtitan-2412-tables"]["text"])
     out: list[tuple] = []
     for key, row in entries("published_runs").items():
         if row.get("source") == "narayanan2021":
             out += _narayanan(key, row, script, seq)
         elif row.get("source") == "llm-foundry-benchmarks":
             out += _mpt(key, row, configs)
+        elif row.get("source") == "torchtitan-2412":
+            out += _torchtitan(key, row, tables)
         elif key.startswith("bloom-"):
-            out += _bloom(key, row)
+            out += _bloom(key, row, excerpts["bigscience-tr11-readme"]["text"])
         config = _llama_config(row.get("model", ""))
         if config is not None:
             out += [(key, f, row[f], v, 0) for f, v in config.items() if f in row]
@@ -200,8 +253,8 @@ def corpus_claim(r) -> None:
     wrong, compared = mismatches()
     r.claim(
         f"published runs: every typed field with a second printing agrees with it ({compared} compared: the SC21 "
-        "script, the MPT table's own rows and configs, the Llama and GPT-3 configs, BLOOM's log line; fields that "
-        "differ: " + ("; ".join(wrong) or "none") + ")",
+        "script, the MPT table's own rows and configs, torchtitan's tables, the Llama and GPT-3 configs, BLOOM's "
+        "training notes; fields that differ: " + ("; ".join(wrong) or "none") + ")",
         len(wrong),
         0,
         formula="to the printed digit; NumParams = l(12d^2 + 13d) + Vd + sd + 2d and P = 12lh^2(1 + 13/12h + "

@@ -66,3 +66,14 @@ def test_a_typo_or_an_unread_field_is_named(monkeypatch):
 def test_the_c_reader_skips_comments_and_reads_leading_dots():
     text = "static float t[2] = { /* 9.9 */ .6, 2*1.5 }; // 7.0\n"
     assert checks.table(text, "t[") == [0.6, 3.0]
+
+
+def test_cpu_to_cpu_links_read_from_topo_h():
+    text = entries("source_excerpts")["nccl-topo-v2-30"]["text"]
+    assert checks.smp_bandwidths(text) == {
+        "nccl-smp-intel-broadwell.inter_socket_gbytes_per_s": 6.0,
+        "nccl-smp-intel-skylake.inter_socket_gbytes_per_s": 10.0,
+        "nccl-smp-intel-sapphire-rapids.inter_socket_gbytes_per_s": 22.0,  # SRP_QPI_BW, as topo.h prints it
+        "nccl-smp-intel-emerald-rapids.inter_socket_gbytes_per_s": 40.0,
+        "nccl-smp-amd.inter_socket_gbytes_per_s": 16.0,
+    }

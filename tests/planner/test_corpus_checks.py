@@ -49,7 +49,7 @@ def test_half_a_unit_of_the_printed_digit(typed, half):
 def test_every_typed_field_with_a_second_printing_agrees():
     wrong, compared = checks.mismatches()
     assert wrong == []
-    assert compared > 800  # 10 Narayanan rows x 16, 27 MPT rows x 19, the Llama/GPT-3 shapes, BLOOM's 9
+    assert compared > 800  # 10 Narayanan rows x 16, 27 MPT rows x 19, the Llama/GPT-3 shapes, BLOOM's 15
 
 
 def test_typos_are_named(monkeypatch):
@@ -58,6 +58,7 @@ def test_typos_are_named(monkeypatch):
     runs["mpt-7b-h100-8"]["tokens_per_s_per_gpu"] *= 2
     runs["tt-llama31-70b-h100-256-fsdp32-tp8"]["ffn"] = 28762  # two digits swapped
     runs["bloom-176b-a100-384"]["tflops_per_gpu"] = 149.67
+    runs["bloom-176b-a100-384"]["heads"] = 224
     monkeypatch.setattr(checks, "entries", lambda name: runs if name == "published_runs" else entries(name))
     wrong, _ = checks.mismatches()
     named = {w.split(" = ")[0] for w in wrong}
@@ -66,3 +67,22 @@ def test_typos_are_named(monkeypatch):
     assert "mpt-7b-h100-8.tokens_per_s_per_gpu" in named
     assert "tt-llama31-70b-h100-256-fsdp32-tp8.ffn" in named
     assert "bloom-176b-a100-384.tflops_per_gpu" in named
+    assert "bloom-176b-a100-384.heads" in named
+
+
+def test_torchtitans_tables_read_as_printed():
+    tables = checks._torchtitan_tables(entries("source_excerpts")["torchtitan-2412-tables"]["text"])
+    assert sorted(tables) == ["1", "2", "3", "4", "5", "6"]
+    heading, rows = tables["5"]
+    assert "512 GPUs (FSDP 8, TP 8, PP8)" in heading
+    assert rows["Interleaved 1F1B"] == {"Schedule": "Interleaved 1F1B", "TPS/GPU": "128", "Memory(GiB)": "72.7"}
+    assert tables["2"][1]["FSDP 4, CP 2"]["Sequence Length"] == "65536"
+
+
+def test_a_torchtitan_typo_is_named(monkeypatch):
+    runs = copy.deepcopy(entries("published_runs"))
+    runs["tt-llama31-405b-h100-512-interleaved"]["tokens_per_s_per_gpu"] = 182  # 128 with two digits swapped
+    runs["tt-llama31-8b-h100-8-fsdp4-cp2"]["seq"] = 32768  # the neighbouring row's length
+    monkeypatch.setattr(checks, "entries", lambda name: runs if name == "published_runs" else entries(name))
+    named = {w.split(" = ")[0] for w in checks.mismatches()[0]}
+    assert named == {"tt-llama31-405b-h100-512-interleaved.tokens_per_s_per_gpu", "tt-llama31-8b-h100-8-fsdp4-cp2.seq"}
