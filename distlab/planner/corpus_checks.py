@@ -13,6 +13,8 @@ printing that was not typed by hand:
   config.json and GPT-3's Table 2.1 as planner/worked_plan_checks.py types them);
 - torchtitan's end-of-2024 runs: the benchmark's own tables and headings (copied by machine): TPS/GPU, GPUs,
   parallel degrees, batch sizes, checkpointing, sequence length;
+- NeMo 24.07's and Megatron-Bridge 25.11's runs: their performance tables' rows (copied by machine);
+- every row's node (GPUs, NICs, their rate) against its hardware source;
 - BLOOM: its training notes (copied by machine): the shape, the replica layout, the log line (seconds per
   iteration, samples/s, TFLOPs).
 """
@@ -171,16 +173,90 @@ def _bloom(key: str, row: dict, notes: str) -> list[tuple]:
     ]
 
 
+def _md_rows(block: str) -> list[dict[str, str]]:
+    """The rows of the markdown table(s) in `block`, each as {column: cell} (the |---| rule skipped)."""
+    out, header = [], None
+    for line in block.splitlines():
+        if not line.startswith("|"):
+            header = None
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if header is None:
+            header = cells
+        elif not set("".join(cells)) <= set("-: "):
+            out.append(dict(zip(header, cells)))
+    return out
+
+
 def _torchtitan_tables(text: str) -> dict[str, tuple[str, dict[str, dict[str, str]]]]:
     """torchtitan's benchmark tables: {table number: (its heading, {row label: {column: cell}})}."""
     tables = {}
     for number, heading, body in re.findall(
         r"\*\*Table ([0-9]+)\*\* ([^\n]*)\n(.*?)(?=\*\*Table|\Z)", text, flags=re.S
     ):
-        lines = [[c.strip() for c in line.strip().strip("|").split("|")] for line in body.splitlines() if "|" in line]
-        header, rows = lines[0], lines[2:]  # lines[1] is the |---| rule
-        tables[number] = (heading, {x[0]: dict(zip(header, x)) for x in rows})
+        tables[number] = (heading, {next(iter(x.values())): x for x in _md_rows(body)})
     return tables
+
+
+def _nvidia(key: str, row: dict, table: list[dict[str, str]], heading: str) -> list[tuple]:
+    """A NeMo or Megatron-Bridge row against its performance table's row (the model's, at the row's GPU count)."""
+    model = _found(r"row (\S+)", row["detail"]).group(1)
+    found = [x for x in table if x["Model"] == model and int(x["#-GPUs"]) == row["gpus"]]
+    if len(found) != 1:
+        return [(key, "gpus", row["gpus"], f"{len(found)} rows of {model} at that GPU count", 0)]
+    printed = found[0]
+
+    def number(column: str) -> float:
+        cell = re.sub(r"\[([^]]*)\]\([^)]*\)", r"\1", printed[column])  # a linked figure: its text
+        return 1 if cell == "n/a" else float(cell)
+
+    precision = printed.get("Precision", heading)
+    out = [
+        (key, "global_batch", row["global_batch"], number("GBS"), 0),
+        (key, "micro_batch", row["micro_batch"], number("MBS"), 0),
+        (key, "seq", row["seq"], number("Sequence Length"), 0),
+        (key, "tp", row["tp"], number("TP"), 0),
+        (key, "pp", row["pp"], number("PP"), 0),
+        (key, "cp", row["cp"], number("CP"), 0),
+        (key, "virtual", row["virtual"], number("VP"), 0),
+        (key, "tokens_per_s_per_gpu", row["tokens_per_s_per_gpu"], number("Tokens / sec / GPU"), 0),
+        (key, "tflops_per_gpu", row["tflops_per_gpu"], number("Model TFLOP / sec / GPU"), 0),
+        (key, "dtype", row["dtype"], "fp8" if "FP8" in precision else "bf16", 0),
+    ]
+    if "FSDP" in printed:
+        out.append(
+            (key, "sharding", row.get("sharding", "not printed"), "fsdp" if number("FSDP") else "not printed", 0)
+        )
+    return out
+
+
+def _node(key: str, row: dict, excerpts: dict) -> list[tuple]:
+    """A row's node (GPUs, NICs, NIC rate) against what its hardware source prints: the DGX H100 entry
+    (interconnect.toml, itself claimed against NVIDIA's user guide), the Megatron paper's Section 5, torchtitan's
+    hardware list, BLOOM's notes."""
+    from distlab.core.facts import value
+
+    fields = ("gpus_per_node", "nics_per_node", "nic_gbits_per_s")
+    if row.get("sources", {}).get("gpus_per_node") == "dgx-h100-guide":
+        dgx = ("gpus_per_node", "compute_nics", "gbits_per_s_per_direction")
+        printed = [value(f"interconnect.DGX-H100.{f}") for f in dgx]
+    elif row["source"] == "narayanan2021":
+        path = f"published_runs.{key}.gpus_per_node"
+        eight = quoted(path, r"(eight) [0-9]+ Gb/s HDR")
+        printed = [quoted(path, r"nodes of ([0-9]+) A100"), eight, quoted(path, r"eight ([0-9]+) Gb/s HDR")]
+    elif row["source"] == "torchtitan-2412":
+        text = excerpts["torchtitan-2412-tables"]["text"]
+        gpus = float(_found(r"Each host has ([0-9]+) NVIDIA H100", text).group(1))
+        printed = [gpus, gpus, float(_found(r"([0-9]+) Gb/s per GPU", text).group(1))]  # a NIC per GPU
+    elif key.startswith("bloom-"):
+        text = excerpts["bigscience-tr11-readme"]["text"]
+        printed = [
+            float(_found(r"([0-9]+) GPUs per node", text).group(1)),
+            float(_found(r"([0-9]+) OmniPath", text).group(1)),
+        ]
+    else:
+        return []
+    return [(key, f, row[f], v, 0) for f, v in zip(fields, printed) if f in row]
 
 
 def _torchtitan(key: str, row: dict, tables: dict) -> list[tuple]:
@@ -221,6 +297,8 @@ def second_printings() -> list[tuple]:
     seq = int(_found(r"--seq-length ([0-9]+)", excerpts["megatron-sc21-table-1"]["text"]).group(1))
     configs = _yamls(excerpts["llm-foundry-mpt-yamls"]["text"])
     tables = _torchtitan_tables(excerpts["torchtitan-2412-tables"]["text"])
+    nemo = excerpts["nemo-2407-pretraining"]["text"]
+    bridge = excerpts["megatron-bridge-2511-h100"]["text"]
     out: list[tuple] = []
     for key, row in entries("published_runs").items():
         if row.get("source") == "narayanan2021":
@@ -229,8 +307,13 @@ def second_printings() -> list[tuple]:
             out += _mpt(key, row, configs)
         elif row.get("source") == "torchtitan-2412":
             out += _torchtitan(key, row, tables)
+        elif row.get("source") == "nemo-perf-2407":
+            out += _nvidia(key, row, _md_rows(nemo), _found(r"at (\S+) precision", nemo).group(1))
+        elif row.get("source") == "megatron-bridge-perf":
+            out += _nvidia(key, row, _md_rows(bridge), "")
         elif key.startswith("bloom-"):
             out += _bloom(key, row, excerpts["bigscience-tr11-readme"]["text"])
+        out += _node(key, row, excerpts)
         config = _llama_config(row.get("model", ""))
         if config is not None:
             out += [(key, f, row[f], v, 0) for f, v in config.items() if f in row]
@@ -242,7 +325,10 @@ def mismatches() -> tuple[list[str], int]:
     pairs = second_printings()
     wrong = []
     for key, field, typed, printed, tol in pairs:
-        same = typed == printed if isinstance(typed, str) else abs(typed - printed) <= tol + 1e-12 * abs(printed)
+        if isinstance(typed, str) or isinstance(printed, str):
+            same = typed == printed
+        else:
+            same = abs(typed - printed) <= tol + 1e-12 * abs(printed)
         if not same:
             wrong.append(f"{key}.{field} = {typed}, printed {printed}")
     return wrong, len(pairs)
@@ -253,8 +339,10 @@ def corpus_claim(r) -> None:
     wrong, compared = mismatches()
     r.claim(
         f"published runs: every typed field with a second printing agrees with it ({compared} compared: the SC21 "
-        "script, the MPT table's own rows and configs, torchtitan's tables, the Llama and GPT-3 configs, BLOOM's "
-        "training notes; fields that differ: " + ("; ".join(wrong) or "none") + ")",
+        "script, the MPT table's own rows and configs, torchtitan's, NeMo's and Megatron-Bridge's tables, the Llama "
+        "and GPT-3 configs, the nodes' hardware, BLOOM's training notes; fields that differ: "
+        + ("; ".join(wrong) or "none")
+        + ")",
         len(wrong),
         0,
         formula="to the printed digit; NumParams = l(12d^2 + 13d) + Vd + sd + 2d and P = 12lh^2(1 + 13/12h + "

@@ -86,3 +86,36 @@ def test_a_torchtitan_typo_is_named(monkeypatch):
     monkeypatch.setattr(checks, "entries", lambda name: runs if name == "published_runs" else entries(name))
     named = {w.split(" = ")[0] for w in checks.mismatches()[0]}
     assert named == {"tt-llama31-405b-h100-512-interleaved.tokens_per_s_per_gpu", "tt-llama31-8b-h100-8-fsdp4-cp2.seq"}
+
+
+def test_nvidias_tables_read_as_printed():
+    excerpts = entries("source_excerpts")
+    nemo = checks._md_rows(excerpts["nemo-2407-pretraining"]["text"])
+    [gpt3] = [x for x in nemo if x["Model"] == "GPT3-175B" and x["#-GPUs"] == "512"]
+    assert (gpt3["GBS"], gpt3["VP"], gpt3["Tokens / sec / GPU"]) == ("2048", "6", "825")
+    bridge = checks._md_rows(excerpts["megatron-bridge-2511-h100"]["text"])
+    [big] = [x for x in bridge if x["Model"] == "LLAMA3.1_405B"]
+    assert (big["#-GPUs"], big["CP"], big["Tokens / sec / GPU"], big["Model TFLOP / sec / GPU"]) == (
+        "1024",
+        "2",
+        "292",
+        "737",
+    )
+
+
+def test_nvidia_and_node_typos_are_named(monkeypatch):
+    runs = copy.deepcopy(entries("published_runs"))
+    runs["nemo2407-llama2-70b-h100-64"]["virtual"] = 10  # the 13B row's VP
+    runs["mbridge2511-llama3-70b-h100-64"]["global_batch"] = 256
+    runs["nemo2407-gpt3-175b-h100-512"]["gpus"] = 521  # no table row at that count: named, not raised
+    runs["bloom-176b-a100-384"]["nics_per_node"] = 8
+    runs["narayanan2021-gpt-1t-a100-3072"]["nic_gbits_per_s"] = 400
+    monkeypatch.setattr(checks, "entries", lambda name: runs if name == "published_runs" else entries(name))
+    named = {w.split(" = ")[0] for w in checks.mismatches()[0]}
+    assert named == {
+        "nemo2407-llama2-70b-h100-64.virtual",
+        "mbridge2511-llama3-70b-h100-64.global_batch",
+        "nemo2407-gpt3-175b-h100-512.gpus",
+        "bloom-176b-a100-384.nics_per_node",
+        "narayanan2021-gpt-1t-a100-3072.nic_gbits_per_s",
+    }
