@@ -11,8 +11,8 @@ printing that was not typed by hand:
   configs (copied by machine) for the shape, with the printed NumParams = l (12 d^2 + 13 d) + V d + s d + 2 d exactly;
 - the Llama rows (torchtitan, NeMo, Megatron-Bridge): the released configs (llama3_models.toml, and Llama 2's
   config.json and GPT-3's Table 2.1 as planner/worked_plan_checks.py types them);
-- torchtitan's end-of-2024 runs: the benchmark's own tables and headings (copied by machine): TPS/GPU, GPUs,
-  parallel degrees, batch sizes, checkpointing, sequence length;
+- torchtitan's runs: the benchmark pages' own tables, headings and launch command (copied by machine): TPS/GPU,
+  GPUs, parallel degrees, batch sizes, checkpointing, sequence length;
 - NeMo 24.07's and Megatron-Bridge 25.11's runs: their performance tables' rows (copied by machine);
 - every row's node (GPUs, NICs, their rate) against its hardware source;
 - BLOOM: its training notes (copied by machine): the shape, the replica layout, the log line (seconds per
@@ -244,10 +244,10 @@ def _node(key: str, row: dict, excerpts: dict) -> list[tuple]:
         path = f"published_runs.{key}.gpus_per_node"
         eight = quoted(path, r"(eight) [0-9]+ Gb/s HDR")
         printed = [quoted(path, r"nodes of ([0-9]+) A100"), eight, quoted(path, r"eight ([0-9]+) Gb/s HDR")]
-    elif row["source"] == "torchtitan-2412":
-        text = excerpts["torchtitan-2412-tables"]["text"]
-        gpus = float(_found(r"Each host has ([0-9]+) NVIDIA H100", text).group(1))
-        printed = [gpus, gpus, float(_found(r"([0-9]+) Gb/s per GPU", text).group(1))]  # a NIC per GPU
+    elif row["source"] in ("torchtitan-2412", "torchtitan-asynctp-2506", "torchtitan-h200-2506"):
+        text = excerpts[{"torchtitan-2412": "torchtitan-2412-tables"}.get(row["source"], row["source"])]["text"]
+        gpus = float(_found(r"([0-9]+) NVIDIA H[12]00 GPUs", text).group(1))
+        printed = [gpus, gpus, float(_found(r"([0-9]+) ?Gb/s[^\n]* per GPU", text).group(1))]  # a NIC per GPU
     elif key.startswith("bloom-"):
         text = excerpts["bigscience-tr11-readme"]["text"]
         printed = [
@@ -290,6 +290,41 @@ def _torchtitan(key: str, row: dict, tables: dict) -> list[tuple]:
     return out
 
 
+def _torchtitan_2025(key: str, row: dict, excerpts: dict) -> list[tuple]:
+    """torchtitan's June 2025 rows: the async-TP tables (by model, row and column) and Trainy's H200 runs (by node
+    count), with the layout their headings and launch command print."""
+    if row["source"] == "torchtitan-asynctp-2506":
+        text = excerpts["torchtitan-asynctp-2506"]["text"]
+        size = _found(r"([0-9]+)B$", row["model"]).group(1)
+        heading = _found(rf"#### (Llama3 {size}b [^\n]*)", text).group(1)
+        table = _md_rows(text.split(heading, 1)[1].split("####", 1)[0])
+        label, column = (
+            _found(r"row '([^']+)'", row["detail"]).group(1),
+            _found(r"column '([^']+)'", row["detail"]).group(1),
+        )
+        tokens = float(next(x for x in table if x["Quantization"] == label)[column])
+        gpus, dp = int(_found(r"on ([0-9]+) H100s", heading).group(1)), int(_found(r"FSDP=([0-9]+)", heading).group(1))
+        tp = int(_found(r"TP=([0-9]+)", heading).group(1))
+        local = int(_found(r"local batch size ([0-9]+)", heading).group(1))
+        recompute = "full" if "full AC" in heading else "selective"
+    else:
+        text = excerpts["torchtitan-h200-2506"]["text"]
+        nodes = _found(r"NUM_NODES = ([0-9]+)", row["detail"]).group(1)
+        tokens = float(next(x for x in _md_rows(text) if x.get("NUM_NODES") == nodes)["TPS/GPU"])
+        gpus = int(nodes) * int(_found(r"--nproc_per_node ([0-9]+)", text).group(1))
+        tp, dp = 1, gpus  # FSDP over every GPU (llama3_8b.toml's defaults)
+        local, recompute = int(_found(r"--training.local_batch_size=([0-9]+)", text).group(1)), row["recompute"]
+    return [
+        (key, "tokens_per_s_per_gpu", row["tokens_per_s_per_gpu"], tokens, 0),
+        (key, "gpus", row["gpus"], gpus, 0),
+        (key, "tp", row["tp"], tp, 0),
+        (key, "dp", row["dp"], dp, 0),
+        (key, "micro_batch", row["micro_batch"], local, 0),
+        (key, "global_batch", row["global_batch"], local * dp, 0),
+        (key, "recompute", row["recompute"], recompute, 0),
+    ]
+
+
 def second_printings() -> list[tuple]:
     """(row, field, typed, printed elsewhere, tolerance) for every field with a second printing."""
     excerpts = entries("source_excerpts")
@@ -307,6 +342,8 @@ def second_printings() -> list[tuple]:
             out += _mpt(key, row, configs)
         elif row.get("source") == "torchtitan-2412":
             out += _torchtitan(key, row, tables)
+        elif row.get("source") in ("torchtitan-asynctp-2506", "torchtitan-h200-2506"):
+            out += _torchtitan_2025(key, row, excerpts)
         elif row.get("source") == "nemo-perf-2407":
             out += _nvidia(key, row, _md_rows(nemo), _found(r"at (\S+) precision", nemo).group(1))
         elif row.get("source") == "megatron-bridge-perf":

@@ -119,3 +119,17 @@ def test_nvidia_and_node_typos_are_named(monkeypatch):
         "bloom-176b-a100-384.nics_per_node",
         "narayanan2021-gpt-1t-a100-3072.nic_gbits_per_s",
     }
+
+
+def test_torchtitans_2025_typos_are_named(monkeypatch):
+    runs = copy.deepcopy(entries("published_runs"))
+    runs["tt-llama31-70b-h100-256-fsdp32-tp8-bf16-asynctp"]["tokens_per_s_per_gpu"] = 597.3  # the vanilla column
+    runs["tt-llama31-8b-h200-32-fsdp-fp8"]["global_batch"] = 128  # the 8-node run's
+    runs["tt-llama31-8b-h100-64-fsdp8-tp8-bf16"]["recompute"] = "full"  # the page says per-op SAC
+    monkeypatch.setattr(checks, "entries", lambda name: runs if name == "published_runs" else entries(name))
+    named = {w.split(" = ")[0] for w in checks.mismatches()[0]}
+    assert named == {
+        "tt-llama31-70b-h100-256-fsdp32-tp8-bf16-asynctp.tokens_per_s_per_gpu",
+        "tt-llama31-8b-h200-32-fsdp-fp8.global_batch",
+        "tt-llama31-8b-h100-64-fsdp8-tp8-bf16.recompute",
+    }
