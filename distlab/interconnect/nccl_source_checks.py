@@ -86,29 +86,44 @@ def per_chip(text: str, marker: str, field: str) -> dict[str, list[float]]:
     return {f"{field}_{chip}": row for chip, row in zip(CHIPS, _rows(table(text, marker), 3))}
 
 
+CAPS = {  # per-chip tables both commits print, by their C name
+    "llMaxBws": "ll_max_gbytes_per_s",
+    "perChMaxRingLL128Bws": "ring_ll128_max_gbytes_per_s_per_channel",
+    "perChMaxTreeLL128Bws": "tree_ll128_max_gbytes_per_s_per_channel",
+    "perChMaxTreeBws": "tree_max_gbytes_per_s_per_channel",
+}
+
+
+def _shared(text: str, entry: str) -> dict[str, object]:
+    """The refinements and caps both commits print (whitespace aside): the tree's factors, its algbw ratio, the
+    per-chip caps."""
+    f = f"{entry}."
+    out: dict[str, object] = {
+        f + "tree_busbw_factor": said(
+            text, rf"busBw\s*\*\s*{NUMBER},\s*graphs\[a\]->nChannels\s*\*\s*perChMaxTreeBw\)"
+        ),
+        f + "tree_ll_busbw_factor": said(text, rf"busBw\s*\*\s*{NUMBER},\s*llMaxBw\)"),
+        f + "tree_ll128_busbw_factor_single_node": said(text, rf"nNodes == 1 \? {NUMBER} :"),
+        f + "tree_ll128_busbw_factor_multi_node": said(text, rf"nNodes == 1 \? [0-9./ ]+ : {NUMBER}\)"),
+        f + "pattern_tree_factor": said(text, rf"NCCL_TOPO_PATTERN_TREE\) busBw \*= {NUMBER};"),
+        f + "tree_algbw_ratio": said(text, rf"else ratio \*= {NUMBER};"),
+    }
+    for name, field in CAPS.items():
+        out.update({f + k: v for k, v in per_chip(text, name, field).items()})
+    return out
+
+
 def readings_v2_20(text: str) -> dict[str, object]:
     """Every typed field of the 2.20.3 entries, read from tuning.cc at b6475625."""
     lat = latencies(text, "baseLat", "hwLat [", 6)
     out: dict[str, object] = {f"nccl-latency-{k}": v for k, v in lat.items()}
+    out.update(_shared(text, "nccl-factors-v2-20"))
     f = "nccl-factors-v2-20."
     out[f + "ring_ll_busbw_factor_multinode_or_reduce"] = said(text, rf"ncclFuncReduce\) \? {NUMBER} : ")
     out[f + "ring_ll_busbw_factor_single_node"] = said(text, rf"ncclFuncReduce\) \? [0-9./]+ : {NUMBER}\)")
     out[f + "ring_ll128_busbw_factor_one_gpu_per_node"] = said(text, rf"ppn < 2 \? {NUMBER} :")
     out[f + "ring_ll128_busbw_factor"] = said(text, rf"ppn < 2 \? [0-9.]+ : {NUMBER}\)")
-    out[f + "tree_busbw_factor"] = said(text, rf"NCCL_ALGO_TREE\) busBw = std::min\(busBw\*{NUMBER},")
-    out[f + "tree_ll_busbw_factor"] = said(text, rf"busBw\*{NUMBER}, llMaxBw\)")
-    out[f + "tree_ll128_busbw_factor_single_node"] = said(text, rf"nNodes == 1 \? {NUMBER} :")
-    out[f + "tree_ll128_busbw_factor_multi_node"] = said(text, rf"nNodes == 1 \? [0-9./]+ : {NUMBER}\)")
-    out[f + "pattern_tree_factor"] = said(text, rf"NCCL_TOPO_PATTERN_TREE\) busBw \*= {NUMBER};")
     out[f + "nvls_algbw_ratio"] = said(text, rf"NCCL_ALGO_NVLS_TREE\) ratio \*= {NUMBER};")
-    out[f + "tree_algbw_ratio"] = said(text, rf"else ratio \*= {NUMBER};")
-    caps = {
-        **per_chip(text, "llMaxBws", "ll_max_gbytes_per_s"),
-        **per_chip(text, "perChMaxRingLL128Bws", "ring_ll128_max_gbytes_per_s_per_channel"),
-        **per_chip(text, "perChMaxTreeLL128Bws", "tree_ll128_max_gbytes_per_s_per_channel"),
-        **per_chip(text, "perChMaxTreeBws", "tree_max_gbytes_per_s_per_channel"),
-    }
-    out.update({f + k: v for k, v in caps.items()})
     for vendor in ("intel", "amd"):
         out[f"nccl-net-overhead.net_overhead_{vendor}_us"] = said(text, rf"VENDOR_{vendor.upper()}\) return {NUMBER};")
     return out
@@ -118,27 +133,18 @@ def readings_v2_30(text: str) -> dict[str, object]:
     """Every typed field of the 2.30.7 entries, read from tuning.cc at 73cf1122."""
     lat = latencies(text, "// baseLatencies", "// hwLatencies", 7)
     out: dict[str, object] = {f"nccl-v2-30-latency-{k}": v for k, v in lat.items()}
+    out.update(_shared(text, "nccl-factors-v2-30"))
     f = "nccl-factors-v2-30."
     out[f + "ring_ll_busbw_factor"] = said(text, rf"busBw = std::min\(llMaxBw, busBw \* {NUMBER}\)")
     out[f + "ring_ll128_busbw_factor"] = said(text, rf"busBw = std::min\(busBw \* \({NUMBER}\),")
-    tree = rf"busBw = std::min\(busBw \* {NUMBER}, graphs\[a\]->nChannels \* perChMaxTreeBw"
-    out[f + "tree_busbw_factor"] = said(text, tree)
-    out[f + "tree_ll_busbw_factor"] = said(text, rf"busBw \* {NUMBER}, llMaxBw\)")
-    out[f + "tree_ll128_busbw_factor_single_node"] = said(text, rf"nNodes == 1 \? {NUMBER} :")
-    out[f + "tree_ll128_busbw_factor_multi_node"] = said(text, rf"nNodes == 1 \? [0-9./ ]+ : {NUMBER}\)")
-    out[f + "pattern_tree_factor"] = said(text, rf"NCCL_TOPO_PATTERN_TREE\) busBw \*= {NUMBER};")
     out[f + "pat_busbw_factor"] = said(text, rf"NCCL_ALGO_PAT\) busBw \*= {NUMBER};")
-    out[f + "tree_algbw_ratio"] = said(text, rf"else ratio \*= {NUMBER};")
-    efficiency = table(text, "nvlsEfficiency[")
-    out.update({f + f"nvls_efficiency_{chip}": x for chip, x in zip(CHIPS, efficiency)})
-    caps = {
-        **per_chip(text, "// llMaxBws", "ll_max_gbytes_per_s"),
-        **per_chip(text, "// perChMaxRingLL128Bws", "ring_ll128_max_gbytes_per_s_per_channel"),
-        **per_chip(text, "// perChMaxTreeLL128Bws", "tree_ll128_max_gbytes_per_s_per_channel"),
-        **per_chip(text, "// perChMaxTreeBws", "tree_max_gbytes_per_s_per_channel"),
-        **per_chip(text, "// perChMaxNVLSTreeBws", "nvls_tree_max_gbytes_per_s_per_channel"),
-    }
-    out.update({f + k: v for k, v in caps.items()})
+    out.update({f + f"nvls_efficiency_{chip}": x for chip, x in zip(CHIPS, table(text, "nvlsEfficiency["))})
+    out.update(
+        {
+            f + k: v
+            for k, v in per_chip(text, "// perChMaxNVLSTreeBws", "nvls_tree_max_gbytes_per_s_per_channel").items()
+        }
+    )
     return out
 
 

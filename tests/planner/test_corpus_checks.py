@@ -11,6 +11,15 @@ from distlab.core.facts import entries
 from distlab.planner import corpus_checks as checks
 
 
+def _named(monkeypatch, typos: dict[tuple[str, str], object]) -> set[str]:
+    """The fields mismatches() names once `typos` ({(row, field): value}) are typed into published_runs.toml."""
+    runs = copy.deepcopy(entries("published_runs"))
+    for (row, field), typed in typos.items():
+        runs[row][field] = typed
+    monkeypatch.setattr(checks, "entries", lambda name: runs if name == "published_runs" else entries(name))
+    return {w.split(" = ")[0] for w in checks.mismatches()[0]}
+
+
 def test_the_sc21_script_reads_as_printed():
     cases = checks._sc21(entries("source_excerpts")["megatron-sc21-table-1"]["text"])
     assert len(cases) == 10
@@ -53,21 +62,25 @@ def test_every_typed_field_with_a_second_printing_agrees():
 
 
 def test_typos_are_named(monkeypatch):
-    runs = copy.deepcopy(entries("published_runs"))
-    runs["narayanan2021-gpt-145b-a100-1536"]["hidden"] = 12188  # one digit off
-    runs["mpt-7b-h100-8"]["tokens_per_s_per_gpu"] *= 2
-    runs["tt-llama31-70b-h100-256-fsdp32-tp8"]["ffn"] = 28762  # two digits swapped
-    runs["bloom-176b-a100-384"]["tflops_per_gpu"] = 149.67
-    runs["bloom-176b-a100-384"]["heads"] = 224
-    monkeypatch.setattr(checks, "entries", lambda name: runs if name == "published_runs" else entries(name))
-    wrong, _ = checks.mismatches()
-    named = {w.split(" = ")[0] for w in wrong}
-    assert "narayanan2021-gpt-145b-a100-1536.hidden" in named
-    assert "narayanan2021-gpt-145b-a100-1536.params_billion" in named  # P = 12lh^2(...) no longer rounds to 145.6
-    assert "mpt-7b-h100-8.tokens_per_s_per_gpu" in named
-    assert "tt-llama31-70b-h100-256-fsdp32-tp8.ffn" in named
-    assert "bloom-176b-a100-384.tflops_per_gpu" in named
-    assert "bloom-176b-a100-384.heads" in named
+    named = _named(
+        monkeypatch,
+        {
+            ("narayanan2021-gpt-145b-a100-1536", "hidden"): 12188,  # one digit off
+            ("mpt-7b-h100-8", "tokens_per_s_per_gpu"): 2
+            * entries("published_runs")["mpt-7b-h100-8"]["tokens_per_s_per_gpu"],
+            ("tt-llama31-70b-h100-256-fsdp32-tp8", "ffn"): 28762,  # two digits swapped
+            ("bloom-176b-a100-384", "tflops_per_gpu"): 149.67,
+            ("bloom-176b-a100-384", "heads"): 224,
+        },
+    )
+    assert named == {
+        "narayanan2021-gpt-145b-a100-1536.hidden",
+        "narayanan2021-gpt-145b-a100-1536.params_billion",  # P = 12lh^2(...) no longer rounds to 145.6
+        "mpt-7b-h100-8.tokens_per_s_per_gpu",
+        "tt-llama31-70b-h100-256-fsdp32-tp8.ffn",
+        "bloom-176b-a100-384.tflops_per_gpu",
+        "bloom-176b-a100-384.heads",
+    }
 
 
 def test_torchtitans_tables_read_as_printed():
@@ -80,12 +93,14 @@ def test_torchtitans_tables_read_as_printed():
 
 
 def test_a_torchtitan_typo_is_named(monkeypatch):
-    runs = copy.deepcopy(entries("published_runs"))
-    runs["tt-llama31-405b-h100-512-interleaved"]["tokens_per_s_per_gpu"] = 182  # 128 with two digits swapped
-    runs["tt-llama31-8b-h100-8-fsdp4-cp2"]["seq"] = 32768  # the neighbouring row's length
-    monkeypatch.setattr(checks, "entries", lambda name: runs if name == "published_runs" else entries(name))
-    named = {w.split(" = ")[0] for w in checks.mismatches()[0]}
-    assert named == {"tt-llama31-405b-h100-512-interleaved.tokens_per_s_per_gpu", "tt-llama31-8b-h100-8-fsdp4-cp2.seq"}
+    typos = {
+        ("tt-llama31-405b-h100-512-interleaved", "tokens_per_s_per_gpu"): 182,  # 128 with two digits swapped
+        ("tt-llama31-8b-h100-8-fsdp4-cp2", "seq"): 32768,  # the neighbouring row's length
+        ("tt-llama31-70b-h100-256-fsdp32-tp8-bf16-asynctp", "tokens_per_s_per_gpu"): 597.3,  # the vanilla column
+        ("tt-llama31-8b-h200-32-fsdp-fp8", "global_batch"): 128,  # the 8-node run's
+        ("tt-llama31-8b-h100-64-fsdp8-tp8-bf16", "recompute"): "full",  # the page says per-op SAC
+    }
+    assert _named(monkeypatch, typos) == {f"{row}.{field}" for row, field in typos}
 
 
 def test_nvidias_tables_read_as_printed():
@@ -104,32 +119,11 @@ def test_nvidias_tables_read_as_printed():
 
 
 def test_nvidia_and_node_typos_are_named(monkeypatch):
-    runs = copy.deepcopy(entries("published_runs"))
-    runs["nemo2407-llama2-70b-h100-64"]["virtual"] = 10  # the 13B row's VP
-    runs["mbridge2511-llama3-70b-h100-64"]["global_batch"] = 256
-    runs["nemo2407-gpt3-175b-h100-512"]["gpus"] = 521  # no table row at that count: named, not raised
-    runs["bloom-176b-a100-384"]["nics_per_node"] = 8
-    runs["narayanan2021-gpt-1t-a100-3072"]["nic_gbits_per_s"] = 400
-    monkeypatch.setattr(checks, "entries", lambda name: runs if name == "published_runs" else entries(name))
-    named = {w.split(" = ")[0] for w in checks.mismatches()[0]}
-    assert named == {
-        "nemo2407-llama2-70b-h100-64.virtual",
-        "mbridge2511-llama3-70b-h100-64.global_batch",
-        "nemo2407-gpt3-175b-h100-512.gpus",
-        "bloom-176b-a100-384.nics_per_node",
-        "narayanan2021-gpt-1t-a100-3072.nic_gbits_per_s",
+    typos = {
+        ("nemo2407-llama2-70b-h100-64", "virtual"): 10,  # the 13B row's VP
+        ("mbridge2511-llama3-70b-h100-64", "global_batch"): 256,
+        ("nemo2407-gpt3-175b-h100-512", "gpus"): 521,  # no table row at that count: named, not raised
+        ("bloom-176b-a100-384", "nics_per_node"): 8,
+        ("narayanan2021-gpt-1t-a100-3072", "nic_gbits_per_s"): 400,
     }
-
-
-def test_torchtitans_2025_typos_are_named(monkeypatch):
-    runs = copy.deepcopy(entries("published_runs"))
-    runs["tt-llama31-70b-h100-256-fsdp32-tp8-bf16-asynctp"]["tokens_per_s_per_gpu"] = 597.3  # the vanilla column
-    runs["tt-llama31-8b-h200-32-fsdp-fp8"]["global_batch"] = 128  # the 8-node run's
-    runs["tt-llama31-8b-h100-64-fsdp8-tp8-bf16"]["recompute"] = "full"  # the page says per-op SAC
-    monkeypatch.setattr(checks, "entries", lambda name: runs if name == "published_runs" else entries(name))
-    named = {w.split(" = ")[0] for w in checks.mismatches()[0]}
-    assert named == {
-        "tt-llama31-70b-h100-256-fsdp32-tp8-bf16-asynctp.tokens_per_s_per_gpu",
-        "tt-llama31-8b-h200-32-fsdp-fp8.global_batch",
-        "tt-llama31-8b-h100-64-fsdp8-tp8-bf16.recompute",
-    }
+    assert _named(monkeypatch, typos) == {f"{row}.{field}" for row, field in typos}
