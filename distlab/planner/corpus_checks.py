@@ -14,6 +14,8 @@ printing that was not typed by hand:
 - torchtitan's runs: the benchmark pages' own tables, headings and launch command (copied by machine): TPS/GPU,
   GPUs, parallel degrees, batch sizes, checkpointing, sequence length;
 - NeMo 24.07's and Megatron-Bridge 25.11's runs: their performance tables' rows (copied by machine);
+- Megatron-Core's README rows (an image): the caption's vocabulary and sequence, GPT's 4h MLP, the printed size
+  within 3 % of 12 l h^2 + 2 V h;
 - every row's node (GPUs, NICs, their rate) against its hardware source;
 - BLOOM: its training notes (copied by machine): the shape, the replica layout, the log line (seconds per
   iteration, samples/s, TFLOPs).
@@ -325,6 +327,27 @@ def _torchtitan_2025(key: str, row: dict, excerpts: dict) -> list[tuple]:
     ]
 
 
+def _megatron_core(key: str, row: dict) -> list[tuple]:
+    """Megatron-Core's README rows (their table is an image): GPT's 4h MLP and full heads, the vocabulary and sequence
+    its caption states, and the printed size, a rounded label within 3 % of 12 l h^2 + 2 V h in every row (the
+    untied embeddings; the README rounds 31.5 to 32 and 1.74 to 1.7): x2, /2 of a shape field moves it past that."""
+    path = f"published_runs.{key}.vocab"
+    l, h, V = row["layers"], row["hidden"], row["vocab"]  # noqa: E741 - the paper's symbols
+    return [
+        (key, "ffn", row["ffn"], MEGATRON_FFN * row["hidden"], 0),
+        (key, "kv_heads", row["kv_heads"], row["heads"], 0),
+        (key, "vocab", row["vocab"], quoted(path, r"vocabulary ([0-9,]+)"), 0),
+        (key, "seq", row["seq"], quoted(path, r"sequence ([0-9]+)"), 0),
+        (
+            key,
+            "params_billion",
+            row["params_billion"],
+            (12 * l * h * h + 2 * V * h) / 1e9,
+            0.03 * row["params_billion"],
+        ),
+    ]
+
+
 def second_printings() -> list[tuple]:
     """(row, field, typed, printed elsewhere, tolerance) for every field with a second printing."""
     excerpts = entries("source_excerpts")
@@ -344,6 +367,8 @@ def second_printings() -> list[tuple]:
             out += _torchtitan(key, row, tables)
         elif row.get("source") in ("torchtitan-asynctp-2506", "torchtitan-h200-2506"):
             out += _torchtitan_2025(key, row, excerpts)
+        elif row.get("source") == "megatron-core-readme":
+            out += _megatron_core(key, row)
         elif row.get("source") == "nemo-perf-2407":
             out += _nvidia(key, row, _md_rows(nemo), _found(r"at (\S+) precision", nemo).group(1))
         elif row.get("source") == "megatron-bridge-perf":
