@@ -116,12 +116,20 @@ def nccl_env(device: str) -> Result:
     r.add("torch_timeout_s", torch_timeout, "s", "ProcessGroupNCCL's default collective timeout")
     r.add("torch_over_ib", torch_timeout / give_up, "", "PyTorch's timeout / NCCL's IB give-up time")
     words = value("nccl_debug.pytorch-nccl-timeout.default")  # "10 minutes", as the header's comment says
+    in_words = float(words.split()[0]) * {"minutes": 60, "seconds": 1}[words.split()[1]]
     r.claim(
         f"PyTorch's default collective timeout in ms = the entry's '{words}'",
         torch_timeout,
-        float(words.split()[0]) * {"minutes": 60, "seconds": 1}[words.split()[1]],
+        in_words,
         unit="s",
         formula="kProcessGroupNCCLDefaultTimeout = 10 * 60 * 1000 ms in ProcessGroupNCCL.hpp",
+    )
+    r.claim(
+        "PyTorch's timeout over NCCL's IB give-up time, from the doc's words and the 'about 30 s'",
+        r.quantities["torch_over_ib"].value,
+        in_words / value("nccl_debug.env-NCCL_IB_RETRY_CNT.total_s"),
+        rel_tol=0.02,
+        formula="600 s / (4.096 µs x 2^20 x 7)",
     )
     return r
 

@@ -21,7 +21,7 @@ from distlab.core.facts import entries, value
 from distlab.core.results import Quantity, Result
 from distlab.hardware.collectives import link_time_seconds
 from distlab.hardware.links import Link, link, per_direction_bytes_per_s
-from distlab.interconnect import nccl_source_checks
+from distlab.interconnect import nccl_source_checks, placement_checks
 
 NIC = "InfiniBand-NDR"
 GPU_PCIE = "PCIe5-x16"  # H100 SXM's host link
@@ -32,6 +32,8 @@ SMP = {  # NCCL's CPU-to-CPU link model, by CPU (interconnect.toml nccl-smp-*)
     "Intel Skylake": "nccl-smp-intel-skylake",
 }
 PATHS = ("PIX", "PXB", "PHB", "SYS")
+ALLREDUCE_BYTES, ALLREDUCE_GPUS = 1e9, 64  # the page's example: a 1 GB all-reduce over 8 nodes of 8
+SHARING = 4  # GPUs of one socket whose NICs are all on the other socket, sharing its CPU-to-CPU link
 
 
 def gdr_used(path: str, level: str | None = None) -> bool:
@@ -129,14 +131,14 @@ def gpu_nic_affinity(device: str) -> Result:
         unit="B/s",
     )
     # Four GPUs of one socket whose NICs are all on the other socket share one CPU-to-CPU link.
-    shared = far / 4
+    shared = far / SHARING
     r.add("shared_far_bytes_per_s", shared, "B/s", "each of 4 GPUs sharing the SMP link to far NICs")
 
     # What it does to a 1 GB all-reduce over 8 nodes x 8 GPUs (a flat ring, one channel per GPU/NIC).
-    size = 1e9
-    t_near = link_time_seconds("all-reduce", size, 64, ring_link(near))
-    t_far = link_time_seconds("all-reduce", size, 64, ring_link(far))
-    t_shared = link_time_seconds("all-reduce", size, 64, ring_link(shared))
+    size, ranks = ALLREDUCE_BYTES, ALLREDUCE_GPUS
+    t_near = link_time_seconds("all-reduce", size, ranks, ring_link(near))
+    t_far = link_time_seconds("all-reduce", size, ranks, ring_link(far))
+    t_shared = link_time_seconds("all-reduce", size, ranks, ring_link(shared))
     r.add("allreduce_near_s", t_near, "s", "1 GB all-reduce, 64 GPUs, every GPU on its near NIC")
     r.add("allreduce_far_s", t_far, "s", "the same, every GPU through a far NIC")
     r.add("allreduce_shared_s", t_shared, "s", "the same, 4 GPUs per socket sharing one SMP link")
@@ -147,6 +149,7 @@ def gpu_nic_affinity(device: str) -> Result:
         rel_tol=0.05,
         formula="t ≈ 2(p-1)/p · S/B; the 2(p-1) latency steps add a few %",
     )
+    placement_checks.gpu_nic_paths_claim(r, (ALLREDUCE_BYTES, ALLREDUCE_GPUS, SHARING))
     gdr = entries("host_links")["gdr-prerequisites"]
     r.table(
         "gdr",

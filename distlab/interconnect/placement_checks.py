@@ -448,3 +448,44 @@ def superpod_rows_claim(r: Result) -> None:
         0.0,
         abs_tol=1e-12,
     )
+
+
+def gpu_nic_paths_claim(r: Result, sizes: tuple[float, int, int]) -> None:
+    """The GPU-NIC affinity appendix by hand: a path's bandwidth is its slowest hop (PCIe 5 x16 from its transfers,
+    lanes and 128b/130b encoding; an NDR port from the QM9700 manual; NCCL's SMP figure where it crosses sockets),
+    the SMP table's percentages, and a flat ring all-reduce of S bytes on p GPUs, g per node with a NIC each:
+    2(p - 1) alpha + 2(p - 1)/p x S / min(NVLink, g x path), alpha NCCL's LL step on the network. `sizes`: the page's
+    (S, p, GPUs sharing one SMP link)."""
+    size, ranks, sharing = sizes
+    row = entries("interconnect")["PCIe5-x16"]
+    pcie = row["gtransfers_per_s_per_lane"] * 1e9 * row["lanes"] * row["payload_bits"] / row["line_bits"] / 8
+    ndr, nvlink = ndr_bytes_per_s(), nvlink_bytes_per_s()  # second sources: the switch manual, links x per-link rate
+    alpha = value("interconnect.nccl-latency-net.ring_ll_us") * 1e-6
+    smp = value("interconnect.nccl-smp-intel-sapphire-rapids.inter_socket_gbytes_per_s") * 1e9
+    near, far = min(pcie, ndr), min(pcie, ndr, smp)
+    per_node = value("interconnect.DGX-H100.gpus_per_node")
+
+    def ring(path: float) -> float:
+        return 2 * (ranks - 1) * alpha + 2 * (ranks - 1) / ranks * size / min(nvlink, per_node * path)
+
+    q = r.quantities
+    pairs = [
+        (q["near_bytes_per_s"].value, near),
+        (q["far_bytes_per_s"].value, far),
+        (q["far_over_near"].value, far / near),
+        (q["allreduce_near_s"].value, ring(near)),
+        (q["allreduce_far_s"].value, ring(far)),
+        (q["allreduce_shared_s"].value, ring(far / sharing)),
+    ]
+    for cells in r.tables["smp"].rows:
+        link = cells[1].value
+        pairs.append((float(cells[2].rstrip(" %")), round(100 * min(link, ndr) / ndr)))
+    paths = {cells[0]: cells[3].value for cells in r.tables["paths"].rows}
+    pairs += [(paths[p], near) for p in ("PIX", "PXB", "PHB")] + [(paths["SYS"], far)]
+    r.claim(
+        "GPU-NIC paths, the SMP table and the 1 GB all-reduces by hand (worst relative gap)",
+        worst_relative_gap(pairs),
+        0.0,
+        abs_tol=1e-9,
+        formula="path = min(PCIe 5 x16, NDR, SMP); t = 2(p-1) alpha + 2(p-1)/p S / min(NVLink, 8 path)",
+    )

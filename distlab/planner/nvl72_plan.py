@@ -42,7 +42,7 @@ def nvl72_plan(device: str) -> Result:
     trays = value("interconnect.NVSwitch-GB200-NVL72.gpus_per_domain") // value(
         "interconnect.NVSwitch-GB200-NVL72.gpus_per_tray"
     )
-    rows, best = [], {}
+    rows, best, shown = [], {}, []
     for used in (trays - 2, trays):
         c = nvl72(racks=RACKS, trays=used)
         t = Training(global_batch_tokens=c.gpus * m.seq, seq=m.seq)
@@ -52,6 +52,7 @@ def nvl72_plan(device: str) -> Result:
             ("the search's best", {}, t),
         ):
             e = search(m, c, tt, fixed=fixed)[0]
+            shown.append((e.plan, m.seq, c.gpus))
             key = f"d{c.domain}_" + ("tp16" if "overlap" not in name and fixed else "tp16_overlap" if fixed else "best")
             best[key] = e
             b = e.time.breakdown
@@ -157,7 +158,10 @@ def nvl72_plan(device: str) -> Result:
         caption=f"GPT-3 175B on {RACKS} GB200 NVL72 racks, one {m.seq:,}-token sequence per GPU per step: "
         "distlab plan --gpu GB200 --gpus-per-node 4 --nvlink-domain 64 or 72 (computed)",
     )
+    from distlab.planner.planner_checks import check_nvl72_rows
     from distlab.planner.planner_validation import claim_band
+
+    check_nvl72_rows(r, shown, c.gpu.name)  # labels, memory, MFU and the layer's kernel bytes, by hand
 
     claim_band(r)  # the MFU bands the table quotes
     return r

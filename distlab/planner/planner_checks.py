@@ -427,10 +427,12 @@ def model_flops_per_token(model: str, seq: int, causal: bool = False) -> float:
     return 6 * model_params(model, seq) + (6 if causal else 12) * c["layers"] * c["hidden"] * seq
 
 
-def mfu_and_band(model: str, seq: int, tokens_per_s: float, gpus: int) -> tuple[float, float, float]:
-    """(MFU, band low, band high) of a run on H100 SXMs: 6N + 12Lhs x tokens/s over GPUs x the datasheet's dense
-    bf16 peak, the band MFU / (1 + the largest and smallest error on published runs)."""
-    peak = value("gpus.H100-SXM.bf16_dense_tflops") * 1e12
+def mfu_and_band(
+    model: str, seq: int, tokens_per_s: float, gpus: int, chip: str = "H100-SXM"
+) -> tuple[float, float, float]:
+    """(MFU, band low, band high) of a run: 6N + 12Lhs x tokens/s over GPUs x the datasheet's dense bf16 peak, the
+    band MFU / (1 + the largest and smallest error on published runs)."""
+    peak = value(f"gpus.{chip}.bf16_dense_tflops") * 1e12
     mfu = model_flops_per_token(model, seq) * tokens_per_s / (gpus * peak)
     e_min, e_max = value("planner.mfu-band.error_min"), value("planner.mfu-band.error_max")
     return mfu, mfu / (1 + e_max), mfu / (1 + e_min)
@@ -523,3 +525,61 @@ def expand_by_hand(candidates: list, layers: int, chunks: tuple[int, ...]) -> se
                         continue
                     out.add(Plan(**shape, recompute=recompute, offload=offload, schedule=schedule, virtual=v))
     return out
+
+
+def fused_gpt_layer_bytes(tokens: int, hidden: int, ffn: int, tp: int) -> tuple[float, float]:
+    """(forward, backward) bytes of a GPT layer's memory-bound kernels as Megatron fuses them, by hand: LayerNorm,
+    biased linears, GeLU, FlashAttention, no dropout, sequence parallelism (r = T / tp residual rows), bf16 tensors
+    and fp32 row statistics (mean and rstd: 8 B a row). Forward: two norms read x and write y (4 B x r h each) and
+    keep their statistics; two bias + add read the GEMM output and the residual and write the sum (6 B x r h each);
+    bias + GeLU reads and writes the f/tp-wide activation (4 B x T f). Backward: each norm reads dy and x and writes
+    dx (6 B x r h) and reads its statistics; autograd adds two gradients at the two residual joins (6 B x r h each);
+    GeLU's backward reads dy and its input and writes dx (6 B x T f); the bias gradients sum q, k, v (3h/tp), the
+    MLP's f/tp and twice h over rows (2 B each); the q, k, v split's concatenation reads and writes 3h/tp x 2 B."""
+    r, qkv, f = tokens / tp, 3 * hidden / tp, ffn / tp
+    forward = 2 * (4 * r * hidden + 8 * r) + 2 * 6 * r * hidden + 4 * tokens * f
+    backward = 2 * (6 * r * hidden + 8 * r) + 2 * 6 * r * hidden + 6 * tokens * f
+    backward += 2 * (tokens * (qkv + f) + 2 * r * hidden) + 4 * tokens * qkv
+    return forward, backward
+
+
+def check_nvl72_rows(r: Result, rows: list[tuple[Plan, int, int]], chip: str) -> None:
+    """nvl72-plan's table: each plan's label read back, its memory against plan_memory by hand (GPT-3 175B from
+    Brown et al.'s Table 2.1), its MFU and band against 6N + 12Lhs over its printed step at the datasheet's peak, and
+    the GPT layer's memory-bound bytes Megatron's fused kernels move (block_bytes) against the count by hand, at each
+    TP degree the table shows; Megatron's loss against its kernels' bytes per logit by hand (the cast 2 + 4, max 4,
+    subtract 8, exp 8, sum 4, divide 8 forward; scale 8 and the cast back 6 backward). `rows`: (plan, sequence,
+    GPUs) per row."""
+    from distlab.gpu.block_bytes import LayerSpec, layer_bytes, loss_bytes_per_logit
+
+    c = CONFIGS["175B"]
+    pairs: list[tuple[float, float]] = []
+    mislabeled = 0
+    for row, (plan, seq, gpus) in zip(r.tables["plans"].rows, rows, strict=True):
+        mislabeled += read_label(row[2]) != plan
+        pairs.append((row[3].value, plan_memory(plan, seq, "175B")["device"]))
+        mfu, low, high = mfu_and_band("175B", seq, gpus * seq / row[5].value, gpus, chip)
+        found = re.fullmatch(r"([\d.]+)% \((\d+)%-(\d+)%\)", row[6])
+        got = [float(g) for g in found.groups()] if found else [math.nan] * 3
+        pairs += zip(got, [round(100 * mfu, 1), round(100 * low), round(100 * high)], strict=True)
+        tokens = plan.micro_batch * seq
+        spec = LayerSpec(
+            tokens=tokens,
+            seq=seq,
+            hidden=c["hidden"],
+            ffn=c["ffn"],
+            heads=c["heads"],
+            kv_heads=c["heads"],
+            tp=plan.tp,
+            sequence_parallel=True,
+        )
+        pairs += zip(layer_bytes("fused", spec), fused_gpt_layer_bytes(tokens, c["hidden"], c["ffn"], plan.tp))
+    pairs += zip(loss_bytes_per_logit("megatron-fp32"), (2 + 4 + 4 + 8 + 8 + 4 + 8, 8 + 6))
+    r.claim(
+        "the NVL72 plans' labels, memory, MFU (band) and the fused GPT layer's and Megatron loss's bytes by hand "
+        f"(worst relative gap; labels that do not read back: {mislabeled})",
+        worst_relative_gap(pairs) + mislabeled,
+        0.0,
+        abs_tol=1e-9,
+        formula="plan_memory by hand; MFU = (6N + 12Lhs) tokens/s / (GPUs x peak); fused bytes per kernel by hand",
+    )
