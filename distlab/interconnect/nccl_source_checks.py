@@ -193,7 +193,7 @@ def mismatches() -> list[str]:
             key = f"{entry}.{field}"
             if key not in read:
                 wrong.append(f"{key} = {typed}: no reading in tuning.cc")
-            elif typed != read[key] and not (isinstance(typed, (int, float)) and abs(typed - read[key]) <= 1e-12):
+            elif typed != read[key]:  # exact: the typed decimals are what the C's literal fractions evaluate to
                 wrong.append(f"{key} = {typed}, tuning.cc says {read[key]}")
     return wrong
 

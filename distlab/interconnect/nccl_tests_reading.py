@@ -24,7 +24,7 @@ from distlab.core.facts import entries, value
 from distlab.core.results import Quantity, Result
 from distlab.hardware.collectives import steps_and_factor
 from distlab.hardware.links import per_direction_bytes_per_s
-from distlab.interconnect import nccl_source_checks, nccl_tests_checks
+from distlab.interconnect import nccl_source_checks, nccl_tests_checks, placement_checks
 
 SWEEP = "dgxc-h100-8gpu-all-reduce"
 A100_SWEEP = "mleng-a100-8gpu-all-reduce"
@@ -59,6 +59,13 @@ def sweep(name: str) -> dict:
     return entries("nccl_tests")[name]
 
 
+TABLE_RANKS = 8  # the factor table's n, as its header prints it
+EXCERPT_SIZES = (8, 32, 1024, 4096, 65536, 2**20, 2**24, 2**27, 2**30, 2**33, 2**34)  # the rows the page shows
+FLAT_BYTES = 4096  # the latency-bound range the page names: 8 B to 4 KiB
+LARGE_BYTES = 2**30  # the bandwidth regime the page names: from 1 GiB up
+OUTLIER_GAP = 1.3  # out-of-place and in-place times more than 30 % apart, as the page says
+
+
 def half_bandwidth_bytes(sizes, busbw) -> float:
     """The first size whose busbw reaches half the sweep's largest, interpolated in log(size)."""
     half = max(busbw) / 2
@@ -77,6 +84,9 @@ def half_bandwidth_bytes(sizes, busbw) -> float:
 def nccl_tests_reading(device: str) -> Result:
     r = Result("nccl-tests-reading", kind="computed")
     nccl_source_checks.nccl_source_claim(r)  # the NCCL figures it reads, against NCCL's own
+    placement_checks.source_quotes_claim(
+        r
+    )  # the links and the DGX this page's NCCL model runs on (chapter 9 claims it)
     _factors(r)
     _read_sweep(r)
     _other_sweeps(r)
@@ -112,14 +122,14 @@ def _factors(r: Result) -> None:
                     rel_tol=1e-12,
                     formula="tuning.cc: algbw = busBw x nRanks / nsteps",
                 )
-        cost = steps_and_factor(op, 8)[1] if op else None
+        cost = steps_and_factor(op, TABLE_RANKS)[1] if op else None
         rows.append(
             [
                 entry.removeprefix("busbw-"),
                 f"`{row['busbw_formula']}`",
-                f"{formula_factor(row['busbw_formula'], 8):.4g}",
+                f"{formula_factor(row['busbw_formula'], TABLE_RANKS):.4g}",
                 f"{cost:.4g}" if cost is not None else "(not modelled)",
-                f"{NSTEPS[op](8) / 8:.4g}" if op in NSTEPS else "",
+                f"{NSTEPS[op](TABLE_RANKS) / TABLE_RANKS:.4g}" if op in NSTEPS else "",
                 f"`{row['algbw_bytes']}`",
             ]
         )
@@ -137,6 +147,20 @@ def _factors(r: Result) -> None:
         caption="nccl-tests' bus-bandwidth factors (doc/PERFORMANCE.md at a0b82b22; send/recv from src/sendrecv.cu) "
         "beside the ring cost model's bandwidth factor and NCCL's own busBw-to-algbw conversion",
     )
+    # every factor cell at n = 8 from the entry's own fields (multiplier x (n-1)/n when it has the rank term)
+    cells = [
+        (float(x), float(f"{data_factor(entry, TABLE_RANKS):.4g}"))
+        for entry, row in zip(OPS, r.tables["busbw"].rows)
+        for x in row[2:5]
+        if x not in ("", "(not modelled)")
+    ]
+    r.claim(
+        f"the factor table at n = {TABLE_RANKS}: every printed factor = the entry's multiplier x rank term",
+        max(abs(a - b) for a, b in cells),
+        0.0,
+        abs_tol=1e-12,
+        formula="busbw_multiplier x ((n-1)/n if rank_term)",
+    )
 
 
 def _read_sweep(r: Result) -> None:
@@ -150,7 +174,7 @@ def _read_sweep(r: Result) -> None:
     floor = min(best_t) * 1e-6
     r.add("ranks", n, "", "ranks in the printed sweep")
     r.add("busbw_factor", 2 * (n - 1) / n, "", "busbw / algbw for its all-reduce")
-    r.add("flat_span", 4096 // sizes[0], "", "largest / smallest size of the latency-bound range")
+    r.add("flat_span", FLAT_BYTES // sizes[0], "", "largest / smallest size of the latency-bound range")
     r.add("floor_s", floor, "s", "smallest time of any size (the latency floor)")
     r.add("floor_per_step_s", floor / (2 * (n - 1)), "s", "the floor over a ring's 2(n-1) steps")
     r.add("peak_busbw", max(busbw) * 1e9, "B/s", "largest busbw")
@@ -161,7 +185,7 @@ def _read_sweep(r: Result) -> None:
     r.add("half_bandwidth_bytes", half, "B", "size at which busbw reaches half its peak")
     r.add("avg_busbw", row["avg_busbw_gbps"] * 1e9, "B/s", "the sweep's 'Avg bus bandwidth' line")
     # the floor, as a ring: 2(n-1) steps; a bandwidth-only time at the floor size would be tiny
-    flat = [t for s, t in zip(sizes, best_t) if s <= 4096]
+    flat = [t for s, t in zip(sizes, best_t) if s <= FLAT_BYTES]
     r.add("flat_growth", max(flat) / min(flat), "", "slowest / fastest time from 8 B to 4 KiB")
     r.claim(
         "the latency floor: from 8 B to 4 KiB the time grows by less than half",
@@ -180,7 +204,7 @@ def _read_sweep(r: Result) -> None:
         unit="B",
         formula="t = α + S/B reaches half its busbw at S = αB",
     )
-    big = [(s, t) for s, t in zip(sizes, best_t) if s >= 2**30]
+    big = [(s, t) for s, t in zip(sizes, best_t) if s >= LARGE_BYTES]
     slopes = [math.log(t2 / t1) / math.log(s2 / s1) for (s1, t1), (s2, t2) in zip(big, big[1:])]
     r.add("large_slope", float(np.mean(slopes)), "", "d log t / d log S from 1 GiB up")
     r.claim(
@@ -191,7 +215,9 @@ def _read_sweep(r: Result) -> None:
         formula="mean slope of log t against log S",
     )
     outliers = [
-        (s, o, i) for s, o, i in zip(sizes, row["time_us"], row["inplace_time_us"]) if max(o, i) > 1.3 * min(o, i)
+        (s, o, i)
+        for s, o, i in zip(sizes, row["time_us"], row["inplace_time_us"])
+        if max(o, i) > OUTLIER_GAP * min(o, i)
     ]
     r.add("outliers", len(outliers), "", "sizes whose out-of-place and in-place times differ by more than 30 %")
     if outliers:
@@ -200,7 +226,7 @@ def _read_sweep(r: Result) -> None:
         r.add("worst_outlier_ratio", max(o, i) / min(o, i), "", "its slower / faster time")
     rows = []
     for i, s in enumerate(sizes):
-        if s in (8, 32, 1024, 4096, 65536, 2**20, 2**24, 2**27, 2**30, 2**33, 2**34):
+        if s in EXCERPT_SIZES:
             rows.append(
                 [
                     f"{s:,}",
@@ -229,6 +255,9 @@ def _read_sweep(r: Result) -> None:
         caption=f"all_reduce_perf on {n} x H100 SXM (one node), excerpt of the published sample output "
         "(NVIDIA/dgxc-benchmarking, nccl/README.md at 841f5466), as printed",
     )
+    doc = formula_factor(value("interconnect.busbw-allreduce.busbw_formula"), n)  # "2*(n-1)/n", as printed
+    by_links = nccl_tests_checks.links_bytes_per_s(row["link"])  # 18 x 25 GB/s, not the datasheet's 900 / 2
+    nccl_tests_checks.check_reading(r, row, doc, by_links, effective, FLAT_BYTES, LARGE_BYTES, OUTLIER_GAP)
 
 
 def _other_sweeps(r: Result) -> None:
@@ -292,3 +321,4 @@ def _other_sweeps(r: Result) -> None:
         ],
         caption="Two more published sweeps (nccl_tests.toml), columns checked the same way",
     )
+    nccl_tests_checks.check_other_sweeps(r, a100, two, value("interconnect.nccl-nvlink4.effective_gbytes_per_s") * 1e9)
