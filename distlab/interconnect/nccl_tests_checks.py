@@ -59,9 +59,7 @@ def check_columns(r: Result, name: str, row: dict) -> None:
         )
 
 
-def check_reading(
-    r: Result, row: dict, factor: float, line: float, effective: float, small: int, large: int, gap: float
-) -> None:
+def check_reading(r: Result, row: dict, factor: float, line: float, small: int, large: int, gap: float) -> None:
     """Appendix 09's reading of the 8 x H100 sweep, each figure again from the printed columns by hand: the busbw
     factor as PERFORMANCE.md prints it (`factor`), the latency floor and its span, the peak busbw over the
     NVLink line rate (`line`: 18 links x 25 GB/s) and NCCL's effective rate, the size where busbw first reaches half
@@ -70,6 +68,9 @@ def check_reading(
     (4 bytes each) and its columns as printed. `small`: the top of the latency-bound range the page names."""
     import math
 
+    from distlab.core.facts import value
+
+    effective = value("interconnect.nccl-nvlink4.effective_gbytes_per_s") * 1e9
     q = r.quantities
     n, sizes = row["ranks"], row["bytes"]
     times = [min(a, b) for a, b in zip(row["time_us"], row["inplace_time_us"])]
@@ -129,11 +130,14 @@ def links_bytes_per_s(link: str) -> float:
     return value(f"interconnect.{link}.links") * value(f"interconnect.{link}.gbytes_per_s_per_link_per_direction") * 1e9
 
 
-def check_other_sweeps(r: Result, a100: dict, two: dict, effective: float) -> None:
+def check_other_sweeps(r: Result, a100: dict, two: dict) -> None:
     """The A100 and 2-node H200 sweeps' figures by hand from their printed columns: the A100's peak busbw over NVLink
     3 as links x per-link rate, NCCL's effective H100 rate over NVLink 4 the same way, the 2-node sweep's last
     doubling (time ratio, and the alpha-beta line through its two largest points as algbw and as busbw x 2(n-1)/n
     from PERFORMANCE.md), and the 'others' table's cells."""
+    from distlab.core.facts import value
+
+    effective = value("interconnect.nccl-nvlink4.effective_gbytes_per_s") * 1e9
     q = r.quantities
     a100_line, h100_line = links_bytes_per_s(a100["link"]), links_bytes_per_s("NVLink4-H100")
     a100_peak = max(a100["busbw_gbps"]) * 1e9
