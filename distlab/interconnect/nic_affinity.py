@@ -149,7 +149,7 @@ def gpu_nic_affinity(device: str) -> Result:
         rel_tol=0.05,
         formula="t ≈ 2(p-1)/p · S/B; the 2(p-1) latency steps add a few %",
     )
-    placement_checks.gpu_nic_paths_claim(r, (ALLREDUCE_BYTES, ALLREDUCE_GPUS, SHARING))
+    placement_checks.gpu_nic_paths_claim(r, (ALLREDUCE_BYTES, ALLREDUCE_GPUS, SHARING), SMP)
     gdr = entries("host_links")["gdr-prerequisites"]
     r.table(
         "gdr",

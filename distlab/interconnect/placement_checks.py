@@ -450,12 +450,12 @@ def superpod_rows_claim(r: Result) -> None:
     )
 
 
-def gpu_nic_paths_claim(r: Result, sizes: tuple[float, int, int]) -> None:
+def gpu_nic_paths_claim(r: Result, sizes: tuple[float, int, int], smp_entries: dict[str, str]) -> None:
     """The GPU-NIC affinity appendix by hand: a path's bandwidth is its slowest hop (PCIe 5 x16 from its transfers,
     lanes and 128b/130b encoding; an NDR port from the QM9700 manual; NCCL's SMP figure where it crosses sockets),
     the SMP table's percentages, and a flat ring all-reduce of S bytes on p GPUs, g per node with a NIC each:
     2(p - 1) alpha + 2(p - 1)/p x S / min(NVLink, g x path), alpha NCCL's LL step on the network. `sizes`: the page's
-    (S, p, GPUs sharing one SMP link)."""
+    (S, p, GPUs sharing one SMP link); `smp_entries`: the SMP table's CPUs and their interconnect.toml entries."""
     size, ranks, sharing = sizes
     row = entries("interconnect")["PCIe5-x16"]
     pcie = row["gtransfers_per_s_per_lane"] * 1e9 * row["lanes"] * row["payload_bits"] / row["line_bits"] / 8
@@ -478,8 +478,8 @@ def gpu_nic_paths_claim(r: Result, sizes: tuple[float, int, int]) -> None:
         (q["allreduce_shared_s"].value, ring(far / sharing)),
     ]
     for cells in r.tables["smp"].rows:
-        link = cells[1].value
-        pairs.append((float(cells[2].rstrip(" %")), round(100 * min(link, ndr) / ndr)))
+        link = value(f"interconnect.{smp_entries[cells[0]]}.inter_socket_gbytes_per_s") * 1e9
+        pairs += [(cells[1].value, link), (float(cells[2].rstrip(" %")), round(100 * min(link, ndr) / ndr))]
     paths = {cells[0]: cells[3].value for cells in r.tables["paths"].rows}
     pairs += [(paths[p], near) for p in ("PIX", "PXB", "PHB")] + [(paths["SYS"], far)]
     r.claim(
