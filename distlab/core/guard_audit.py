@@ -18,9 +18,11 @@ an experiment of that page then fails. One that reaches a page and is not guarde
 that makes an experiment raise stops the build without a silent number: it is reported as a count, not in N/M.
 
 Measured experiments run as well, limited to their formula side: a placeholder whose text differs between two
-baseline runs is measured noise and is not compared, ranks started by the launcher import the unperturbed source,
-and an experiment whose baseline takes longer than `--cap` seconds is not run per perturbation (the output lists
-them). Timing claims are ignored: only a value claim counts as a guard.
+baseline runs is measured noise and is not compared, an escape there counts only when it reproduces (one more
+unperturbed and one more perturbed run print what the first ones did: two baselines can agree by chance), ranks
+started by the launcher import the unperturbed source, and an experiment whose baseline takes longer than `--cap`
+seconds is not run per perturbation (the output lists them). Timing claims are ignored: only a value claim counts
+as a guard.
 
 Why no mutation-testing library: the maintained ones on PyPI (mutmut 3.8, cosmic-ray 8.7) drive a test runner
 over mutants they write to disk (mutmut's trampolines, cosmic-ray's session database and +1/-1 number operators);
@@ -920,6 +922,10 @@ def main(argv: list[str] | None = None) -> int:
         status, answer = fork_call(_child, (runs, shown, m, False, formula), budget)
         got = answer if status == "ok" else {n: Run(error=f"{status}: {answer}") for n in runs} | {"": base[""]}
         found = _judge(m, runs, got, base, noisy, chosen)
+        if any(o.status == "escaped" for o in found) and _confirm_noise(
+            m, runs, found, got, base, noisy, shown, formula
+        ):
+            found = _judge(m, runs, got, base, noisy, chosen)
         outcomes.extend(found)
         for o in found:
             if o.status == "escaped":  # as found: a long run that is stopped still leaves its escapes
@@ -956,6 +962,28 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(f"guard-audit: {len(guarded)}/{len(guarded) + len(escaped)} guarded")
     return 0 if not escaped else 1
+
+
+def _confirm_noise(
+    m: Mutant, runs: list[str], found: list, got: dict, base: dict, noisy: set, shown: dict, formula: set
+) -> bool:
+    """Before an escape in a measured experiment counts, it must reproduce: its experiments run once more unperturbed
+    and once more perturbed. Two baseline runs can print the same timing by chance (1.02 s twice); a number that the
+    extra unperturbed run moves, or that the perturbation does not move the same way twice, is noise, not an escape.
+    Adds what is noise to `noisy`; True when anything was."""
+    moved = {placeholder_experiment(t) for o in found if o.status == "escaped" for t, _, _ in o.moved}
+    measured = [n for n in runs if n in moved and n != PLAN and experiments.spec(n).kind == "measured"]
+    if not measured:
+        return False
+    budget = sum(max(10.0, 4 * base[n].seconds) for n in measured) + 10
+    fresh: set[str] = set()
+    for op, reference in ((None, base), (m, got)):
+        status, again = fork_call(_child, (measured, shown, op, False, formula), budget)
+        if status != "ok":
+            continue
+        fresh |= {t for n in measured for t, v in again[n].rendered.items() if reference[n].rendered.get(t) != v}
+    noisy.update(fresh)
+    return bool(fresh)
 
 
 def _escape_line(o: Outcome) -> str:

@@ -168,15 +168,17 @@ def memory_snapshot(device: str) -> Result:
     m = model_stats()
     c, t, big = PATTERN["count"], PATTERN["tensor_mib"], PATTERN["big_mib"]
     per_segment = LARGE_SEGMENT // (t * MIB)
-    by_hand = {  # three 6 MiB blocks per 20 MiB segment; the 12 MiB request fits no free block (6 or 8 MiB)
-        "segments": -(-c // per_segment) + 1,
-        "reserved": (-(-c // per_segment) * 20 + big) * MIB,
-        "allocated": ((c - (c + 1) // 2) * t + big) * MIB,
-        "largest_free": (t + 20 - per_segment * t) * MIB,
+    mib_by_hand = {  # three 6 MiB blocks per 20 MiB segment; the 12 MiB request fits no free block (6 or 8 MiB)
+        "reserved": -(-c // per_segment) * 20 + big,
+        "allocated": (c - (c + 1) // 2) * t + big,
+        "largest_free": t + 20 - per_segment * t,
     }
+    by_hand = {"segments": -(-c // per_segment) + 1} | {k: v * MIB for k, v in mib_by_hand.items()}
     rows = [["model (pure Python, the allocator's rules)", *_row(m)]]
     for k, v in by_hand.items():
         r.claim(f"model: {k} = hand count", m[k], v, unit="" if k == "segments" else "B")
+    for k, v in zip(("segments", *mib_by_hand), rows[0][1:]):  # the table's cells, as shown
+        r.claim(f"table, model row: {k} = hand count", v, by_hand["segments"] if k == "segments" else mib_by_hand[k])
     r.add("model_reserved_mib", m["reserved"] / MIB, "MiB", "reserved after the pattern (model)")
     r.add("model_allocated_mib", m["allocated"] / MIB, "MiB", "allocated after the pattern (model)")
     r.add("model_largest_free_mib", m["largest_free"] / MIB, "MiB", "largest cached free block (model)")
@@ -184,6 +186,14 @@ def memory_snapshot(device: str) -> Result:
     r.add("tensor_mib", t, "MiB", "the small tensors")
     r.add("count", c, "", "small tensors allocated")
     r.add("model_waste", 1 - m["allocated"] / m["reserved"], "fraction", "reserved but unallocated (model)")
+    for k in mib_by_hand:  # the MiB the deep dive prints, against the hand count in MiB
+        r.claim(f"shown: model_{k}_mib = hand count", r.quantities[f"model_{k}_mib"].value, mib_by_hand[k], unit="MiB")
+    free_by_hand = mib_by_hand["reserved"] - mib_by_hand["allocated"]
+    r.claim(
+        "shown: model_waste = free / reserved by hand",
+        r.quantities["model_waste"].value,
+        free_by_hand / mib_by_hand["reserved"],
+    )
     # Typos in the transcribed constants: the source's comments tie them together ("small allocations are packed in
     # 2 MiB blocks" twice the 1 MiB limit; "allocations between 1 and 10 MiB may use" the 20 MiB kLargeBuffer; large
     # ones rounded "to 2 MiB", the small segment's size).

@@ -173,3 +173,31 @@ def test_exclusions_say_why():
     assert excluded
     for e in excluded:
         assert (ga.REPO / e.file).exists() and len(e.reason) > 20
+
+
+def test_an_escape_in_a_measured_experiment_counts_only_when_it_reproduces(monkeypatch):
+    """Two baseline runs can print the same timing by chance; before an escape in a measured experiment counts, one
+    more unperturbed and one more perturbed run are compared: what either moves is noise. A computed experiment's
+    escape is never re-run."""
+    shown = "distributed-debug.detail_ms"
+    base = {"distributed-debug": ga.Run(rendered={shown: "12 ms"}, seconds=1.0)}
+    got = {"distributed-debug": ga.Run(rendered={shown: "13 ms"})}
+    m = ga.Mutant("distlab/x.py", 1, "constant 1 -> 2 (x2)", ("code", 0, "double", 1))
+    found = [ga.Outcome(m, "page.md", "escaped", [(shown, "12 ms", "13 ms")])]
+
+    def runs(unperturbed: str, perturbed: str):
+        answers = {None: unperturbed, m: perturbed}
+        return lambda fn, args, timeout: ("ok", {"distributed-debug": ga.Run(rendered={shown: answers[args[2]]})})
+
+    for unperturbed, perturbed, noise in (
+        ("14 ms", "13 ms", True),
+        ("12 ms", "12 ms", True),
+        ("12 ms", "13 ms", False),
+    ):
+        monkeypatch.setattr(ga, "fork_call", runs(unperturbed, perturbed))
+        noisy: set = set()
+        assert ga._confirm_noise(m, ["distributed-debug"], found, got, base, noisy, {}, set()) is noise
+        assert noisy == ({shown} if noise else set())
+    computed = [ga.Outcome(m, "page.md", "escaped", [("zero-memory.x", "1", "2")])]
+    monkeypatch.setattr(ga, "fork_call", lambda *a: pytest.fail("a computed experiment is not re-run"))
+    assert not ga._confirm_noise(m, ["zero-memory"], computed, got, base, set(), {}, set())
