@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from distlab.core.experiments import experiment
 from distlab.core.results import Quantity, Result
+from distlab.interconnect.placement_checks import H100_NODE
 from distlab.models.shapes import ModelShape, preset
 from distlab.planner.config import Cluster, Plan, Training, cluster
 from distlab.planner.cost import memory_per_gpu
@@ -17,10 +18,12 @@ from distlab.planner.rules import (
     tp_overhead_closed_form,
     zero3_hidden_tokens,
 )
+from distlab.planner.rules_checks import check_closed_forms, check_labels, check_search_figures
 
 # ---------------------------------------------------------------- the experiment
 MODELS = ("7B", "13B", "70B", "175B")
 LONG_EXAMPLE = 131072  # tokens per sequence in the long-context request
+RULES_CLUSTER = "8 nodes, 64 H100, NVLink + IB NDR"  # the long-context, MoE and rules-table requests' cluster
 MOE_MODEL = "Mixtral-8x7B"  # moe_models.toml: 8 experts per layer, top-2
 
 
@@ -110,7 +113,7 @@ def parallel_rules(device: str) -> Result:
 def _long(r: Result, rows: list) -> None:
     from distlab.planner.search import NothingFits, search
 
-    label = "8 nodes, 64 H100, NVLink + IB NDR"
+    label = RULES_CLUSTER
     c, m = clusters()[label], preset("70B")
     t = pretraining(m, LONG_EXAMPLE)
     best = search(m, c, t)[0]
@@ -118,6 +121,7 @@ def _long(r: Result, rows: list) -> None:
     r.claim(f"70B at {LONG_EXAMPLE} tokens on {label}: the best plan uses context parallelism", p.cp, 2, relation=">=")
     try:
         no_cp = search(m, c, t, where=lambda q: q.cp == 1)[0]
+        _compared(r, long_best=best, long_no_cp=no_cp)
         r.add(
             "long_no_cp_slowdown",
             no_cp.step_seconds / best.step_seconds - 1,
@@ -149,7 +153,7 @@ def _moe(r: Result, rows: list) -> None:
     from distlab.planner.moe import moe_model
     from distlab.planner.search import search
 
-    label = "8 nodes, 64 H100, NVLink + IB NDR"
+    label = RULES_CLUSTER
     c = clusters()[label]
     m, spec = moe_model(MOE_MODEL)
     t = Training(global_batch_tokens=_batch_tokens(), seq=m.seq, moe=spec)
@@ -176,8 +180,10 @@ def _moe(r: Result, rows: list) -> None:
     r.add("moe_experts", spec.experts, "", "experts per MoE layer in the example")
     r.add("moe_ep", ep, "", "expert-parallel size of the best plan")
     r.add("moe_a2a_share", best.time.breakdown.exposed_cp_ep / best.step_seconds, "fraction", "its all-to-all share")
+    _compared(r, moe_best=best)
     near = [e for e in ranked if e.plan.ep > 1 and e.plan.tp * e.plan.ep <= c.domain]
     if near:
+        _compared(r, moe_inside=near[0])
         r.add("moe_inside_ep", near[0].plan.ep, "", "the best plan with EP > 1 inside the NVLink domain: its EP")
         r.add(
             "moe_inside_a2a",
@@ -188,6 +194,7 @@ def _moe(r: Result, rows: list) -> None:
         r.add("moe_inside_slowdown", near[0].step_seconds / best.step_seconds - 1, "fraction", "how much slower")
     wide = [e for e in ranked if e.plan.tp * e.plan.ep > c.domain]
     if wide:
+        _compared(r, moe_cross_node=wide[0])
         r.add(
             "moe_cross_node_slowdown",
             wide[0].step_seconds / best.step_seconds - 1,
@@ -211,11 +218,17 @@ def _moe(r: Result, rows: list) -> None:
         r.add("moe_cross_node_ep", wide[0].plan.ep, "", "that plan's EP")
 
 
+def _compared(r: Result, **plans) -> None:
+    """Keep the step breakdowns of the plans the page compares (rules_checks re-derives the shares and slowdowns
+    shown from their causes)."""
+    r.data.setdefault("compared", {}).update({k: e.time.breakdown.as_dict() for k, e in plans.items()})
+
+
 def _rules_table(r: Result) -> None:
     """Every rule's verdict for one request: 70B on 64 H100s, at the best plan's TP and CP."""
     from distlab.planner.search import search
 
-    c, m = clusters()["8 nodes, 64 H100, NVLink + IB NDR"], preset("70B")
+    c, m = clusters()[RULES_CLUSTER], preset("70B")
     t = pretraining(m)
     p = search(m, c, t)[0].plan
     d = decisions(m, c, t, p)
@@ -239,6 +252,7 @@ def _rules_table(r: Result) -> None:
         unit="s",
     )
     exhaustive = search(m, c, t, rules=())[0]  # CP at 4k tokens too
+    _compared(r, cp_cut_rules=search(m, c, t)[0], cp_cut_free=exhaustive)
     r.add(
         "cp_cut_cost",
         search(m, c, t)[0].step_seconds / exhaustive.step_seconds - 1,
@@ -329,3 +343,6 @@ def _closed_forms(r: Result) -> None:
         "tokens per step each of 1024 data-parallel replicas gets",
     )
     r.add("usable_h100", usable_bytes(chip), "B", "usable memory per H100")
+    check_closed_forms(r, nvlink)
+    check_search_figures(r)
+    check_labels(r, clusters(), RULES_CLUSTER, H100_NODE)
