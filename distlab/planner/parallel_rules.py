@@ -18,7 +18,7 @@ from distlab.planner.rules import (
     tp_overhead_closed_form,
     zero3_hidden_tokens,
 )
-from distlab.planner.rules_checks import check_closed_forms, check_labels, check_search_figures
+from distlab.planner.rules_checks import check_closed_forms, check_labels, check_plan_memory, check_search_figures
 
 # ---------------------------------------------------------------- the experiment
 MODELS = ("7B", "13B", "70B", "175B")
@@ -346,3 +346,4 @@ def _closed_forms(r: Result) -> None:
     check_closed_forms(r, nvlink)
     check_search_figures(r)
     check_labels(r, clusters(), RULES_CLUSTER, H100_NODE)
+    check_plan_memory(r)
