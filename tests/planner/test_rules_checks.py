@@ -45,3 +45,24 @@ def test_a_wrong_slowdown_fails_and_the_right_one_passes():
     rc.check_search_figures(bad)
     assert [c.name for c in bad.failed_claims] == [c.name for c in bad.claims if "slowdown" in c.name]
     assert math.isclose(bad.failed_claims[0].expected, 0.1)
+
+
+def test_a_plans_table_memory_cell_off_by_a_layer_fails():
+    """One row of chapter 7's plans table, its memory as the hand reference sizes it, then with one layer's
+    weights too many: only the second fails."""
+    from distlab.core.results import Quantity
+    from distlab.models.shapes import preset
+    from distlab.planner.planner_checks import read_label
+    from distlab.planner.worked_plan_checks import layer_params, plan_memory
+
+    label = "TP 1 x PP 1 x DP 8, ZeRO-1, micro-batch 1 x 128"
+    right = plan_memory(read_label(label), preset("7B").seq, "7B")["device"]
+    for memory, fails in ((right, False), (right + 2 * layer_params("7B"), True)):
+        r = Result("parallel-rules", kind="computed")
+        r.table(
+            "plans",
+            ["model", "cluster", "plan", "memory", "step", "why"],
+            [["7B", "1 node", label, Quantity(memory, "B"), Quantity(1.0, "s"), ""]],
+        )
+        rc.check_plan_memory(r)
+        assert bool(r.failed_claims) is fails
