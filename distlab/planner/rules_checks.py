@@ -17,7 +17,7 @@ import re
 from distlab.core.facts import quoted
 from distlab.core.results import Result, worst_relative_gap
 from distlab.hardware.gpus import gpu
-from distlab.interconnect.placement_checks import LINK_QUOTES
+from distlab.interconnect.placement_checks import H100_NODE, LINK_QUOTES
 from distlab.models.shapes import preset
 from distlab.planner.config import FRAGMENTATION_FRACTION, Plan
 from distlab.planner.kernels import matmul_fraction
@@ -159,7 +159,7 @@ def _label_counts(label: str) -> tuple[int, int]:
     return int(found[1]), int(found[2])
 
 
-def check_labels(r: Result, clusters: dict, rules_cluster: str, gpus_per_node: int) -> None:
+def check_labels(r: Result, clusters: dict, rules_cluster: str) -> None:
     """What the labels print against what was priced: each cluster's nodes and GPUs; the rules table's pipeline
     rows, whose largest stage count is the GPUs over TP (every power of two up to it tiles them and is under the
     layer count); the long request's plan without CP has none; the MoE plan said to leave the node exists, its TP x
@@ -183,9 +183,9 @@ def check_labels(r: Result, clusters: dict, rules_cluster: str, gpus_per_node: i
             "MoE plan said to leave the node: its EP as its label prints", r.quantities["moe_cross_node_ep"].value, ep
         )
         r.claim(
-            f"MoE plan said to leave the node: TP x EP ({label}) > the node's {gpus_per_node} GPUs",
+            f"MoE plan said to leave the node: TP x EP ({label}) > a DGX H100's {H100_NODE} GPUs",
             tp * ep,
-            gpus_per_node + 1,
+            H100_NODE + 1,
             relation=">=",
         )
 

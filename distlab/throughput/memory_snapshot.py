@@ -177,8 +177,9 @@ def memory_snapshot(device: str) -> Result:
     rows = [["model (pure Python, the allocator's rules)", *_row(m)]]
     for k, v in by_hand.items():
         r.claim(f"model: {k} = hand count", m[k], v, unit="" if k == "segments" else "B")
-    for k, v in zip(("segments", *mib_by_hand), rows[0][1:]):  # the table's cells, as shown
-        r.claim(f"table, model row: {k} = hand count", v, by_hand["segments"] if k == "segments" else mib_by_hand[k])
+    cells_by_hand = {"segments": by_hand["segments"]} | mib_by_hand  # the table's cells, as shown
+    for (k, want), v in zip(cells_by_hand.items(), rows[0][1:], strict=True):
+        r.claim(f"table, model row: {k} = hand count", v, want)
     r.add("model_reserved_mib", m["reserved"] / MIB, "MiB", "reserved after the pattern (model)")
     r.add("model_allocated_mib", m["allocated"] / MIB, "MiB", "allocated after the pattern (model)")
     r.add("model_largest_free_mib", m["largest_free"] / MIB, "MiB", "largest cached free block (model)")
