@@ -800,6 +800,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=MAX_JOBS, help=f"parallel children (at most {MAX_JOBS})")
     ap.add_argument("--cap", type=float, default=10.0, help="seconds: experiments slower than this are not re-run")
     ap.add_argument("--limit", type=int, default=0, help="stop after this many perturbations (development)")
+    ap.add_argument("--skip", type=int, default=0, help="leave out the first N perturbations (resume a long audit)")
     ap.add_argument("--budget", type=float, default=0, help="seconds: start no perturbation after this (CI); 0: none")
     ap.add_argument("--list", action="store_true", help="print how many perturbations each file gets, run none")
     args = ap.parse_args(argv)
@@ -896,6 +897,8 @@ def main(argv: list[str] | None = None) -> int:
     js_todo = [
         (m, page, check) for rel, page, check in js for m in js_mutants(rel) if not any(e.covers(m) for e in excluded)
     ]
+    if args.skip:  # the order is stable, so a long audit resumes where its budget stopped it
+        todo = todo[args.skip :]
     if args.limit:
         todo = todo[: args.limit]
         js_todo = js_todo[: args.limit]

@@ -64,7 +64,7 @@ from distlab.planner.memory import (  # noqa: F401  (re-exported: the memory mod
     state_bytes_per_param,
 )
 from distlab.planner.scale_costs import straggler_seconds
-from distlab.planner.stages import local_params, stage_layers, stage_params
+from distlab.planner.stages import expert_group, layer_params_local, split_params, stage_layers, stage_params
 
 DDP_BUCKET_BYTES = 25 * 2**20  # DistributedDataParallel(bucket_cap_mb=25): the last bucket waits for backward
 
@@ -326,27 +326,34 @@ def data_parallel_exposed(
     group = p.shard_group
     g = comms.group(c, group, p.tp)
     g_rep = comms.group(c, p.dp_replicate, p.tp * group)  # ranks 1 (no HSDP): every collective on it costs 0
+    # an MoE's routed experts sync over the ranks that hold the same experts: dp x cp / ep, strided by tp x ep
+    g_ex = comms.group(c, expert_group(p), p.tp * p.ep)
     tax = sm_share(c)
+
+    def sync(kind: str, dense: float, routed: float) -> float:
+        """One collective over the dense part's group, and one over the experts' group for their bytes."""
+        return comms.seconds(kind, dense, g) + (comms.seconds(kind, routed, g_ex) if routed else 0.0)
 
     def hide(comm: float, under: float) -> float:
         hidden = min(comm, under) if t.grad_reduce_overlap or p.zero == 3 else 0.0  # FSDP always overlaps
         return comm - hidden + tax * hidden
 
-    def reduce(grad_bytes: float) -> float:
-        """Reduce-scatter over the shard group, then the shard's all-reduce across replicas."""
-        rs_ = comms.seconds("reduce-scatter", grad_bytes, g)
-        return rs_ + comms.seconds("all-reduce", grad_bytes / group, g_rep)
+    def reduce(grad_bytes: float, routed_bytes: float = 0.0) -> float:
+        """Reduce-scatter over the shard group (the experts' over theirs), then the shard's all-reduce across
+        replicas."""
+        rs_ = sync("reduce-scatter", grad_bytes, routed_bytes)
+        return rs_ + comms.seconds("all-reduce", grad_bytes / group + routed_bytes / expert_group(p), g_rep)
 
-    params = local_params(m, p)
+    params, routed = split_params(m, t.moe, p)
     gbytes = grad_reduce_bytes(t)
     n = p.microbatches
     fwd, bwd = first.forward, first.backward
     if p.zero == 0:
-        total = comms.seconds("all-reduce", params * gbytes, g)
+        total = sync("all-reduce", params * gbytes, routed * gbytes)
         last = comms.seconds("all-reduce", min(DDP_BUCKET_BYTES, params * gbytes), g) if t.grad_reduce_overlap else 0
         return hide(total, bwd) + last, total
-    rs = reduce(params * gbytes)
-    ag = comms.seconds("all-gather", params * 2, g)
+    rs = reduce(params * gbytes, routed * gbytes)
+    ag = sync("all-gather", params * 2, routed * 2)
     last = reduce(min(DDP_BUCKET_BYTES, params * gbytes)) if t.grad_reduce_overlap else 0
     if p.zero == 1 or (p.zero == 3 and p.pp > 1):
         extra = ag if p.zero == 3 else 0.0  # ZeRO-3 with pipelines: the step's gather before the first forward
@@ -355,9 +362,9 @@ def data_parallel_exposed(
         return n * (hide(rs, bwd) + last) + hide(ag, fwd), n * rs + ag
     # ZeRO-2 / FSDP SHARD_GRAD_OP and ZeRO-3 / FSDP FULL_SHARD: per layer, per micro-batch, each collective with its
     # own latency. SHARD_GRAD_OP keeps a layer's gathered weights from its forward to its backward: no second gather
-    per_layer = math.ceil(m.params_per_layer() / p.tp)
-    ag_l = comms.seconds("all-gather", per_layer * 2, g)
-    rs_l = reduce(per_layer * gbytes)
+    per_layer, routed_l = layer_params_local(m, t.moe, p)
+    ag_l = sync("all-gather", per_layer * 2, routed_l * 2)
+    rs_l = reduce(per_layer * gbytes, routed_l * gbytes)
     f_l, b_l = fwd / max(layers, 1), bwd / max(layers, 1)
     rest = params - layers * per_layer  # embedding and head: gathered once per micro-batch, outside the layers
     ag_rest = comms.seconds("all-gather", max(rest, 0) * 2, g)
@@ -369,14 +376,21 @@ def data_parallel_exposed(
     return n * exposed, n * total
 
 
+def _shard(m: ModelShape, t: Training, p: Plan, zero: int | None = None) -> int:
+    """Parameters whose update one GPU runs: the dense part's shard over dp x cp and the experts' over theirs."""
+    params, routed = split_params(m, t.moe, p)
+    if (p.zero if zero is None else zero) == 0:
+        return params + routed
+    return math.ceil(params / p.shard_group) + math.ceil(routed / expert_group(p))
+
+
 def optimizer_seconds(m: ModelShape, c: Cluster, t: Training, p: Plan, hbm: float | None = None) -> float:
     """The update on the GPU: a memory-bound pass over the rank's shard (read gradients and optimizer state, write
     the state and the weights). With offload it runs on the host (offload_seconds)."""
     if p.offload != "none":
         return 0.0
     per = state_bytes_per_param(t.precision)
-    params = local_params(m, p)
-    shard = params if p.zero == 0 else math.ceil(params / p.shard_group)
+    shard = _shard(m, t, p)
     per_param = per["grads"] + 2 * per["optimizer"] * optimizer_factor(t) + per["params"]
     return shard * per_param / (c.gpu.hbm_bytes_per_s * (hbm or MEMORY_EFFICIENCY))
 
@@ -390,7 +404,7 @@ def offload_seconds(m: ModelShape, c: Cluster, t: Training, p: Plan, micro: Stag
 
     if p.offload == "none":
         return 0.0
-    shard = math.ceil(local_params(m, p) / p.shard_group)
+    shard = _shard(m, t, p, zero=1)
     pcie = c.pcie.bandwidth_bytes_per_s
     per_gpu_host = c.host_bytes_per_s / c.gpus_per_node
     down = shard * 2 / pcie  # bf16 gradient shard, every micro-step

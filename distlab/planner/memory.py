@@ -37,7 +37,7 @@ from distlab.memory.activations import model_activation_bytes_per_layer
 from distlab.memory.model_states import BYTES_PER_PARAM
 from distlab.models.shapes import ModelShape
 from distlab.planner.config import FRAGMENTATION_FRACTION, Cluster, Plan, Training, device_capacity_bytes
-from distlab.planner.stages import local_params, stage_layers, stage_params
+from distlab.planner.stages import expert_group, layer_params_local, split_params, stage_layers
 from distlab.sharding.zero import bytes_per_param_by_state, model_state_bytes_per_gpu, shard_elements
 
 PHASES = ("forward", "backward", "optimizer_step")
@@ -428,12 +428,11 @@ def model_states(m: ModelShape, t: Training, p: Plan, stage: int) -> dict[str, f
     """Weights, gradients, optimizer state and host bytes of one GPU of pipeline stage `stage`, and the parameters
     its optimizer shard covers."""
     group = p.shard_group  # dp x cp, or one replica's ranks x cp with hybrid sharding
-    params = stage_params(m, p.pp)[stage]
     # ZeRO-3 with a pipeline (torchtitan's FSDP + PP): each stage's weights are gathered once per step and kept, its
     # gradients accumulate unsharded and reduce-scatter once at the end: ZeRO-1's memory
     zero = 1 if (p.pp > 1 and p.zero == 3) else p.zero
     zero = zero if group > 1 or p.offload != "none" else 0
-    local = math.ceil(params / p.tp)
+    local = split_params(m, t.moe, p, stage)[0]  # an MoE's routed experts: memory_per_gpu
     if t.peft != "none":
         return _peft_states(m, t, p, stage, local, group, zero)
     st = _states(local, group, zero, t.precision, p.offload != "none", p.offload == "params")
@@ -446,7 +445,7 @@ def model_states(m: ModelShape, t: Training, p: Plan, stage: int) -> dict[str, f
         # accumulate in FSDP's reduce dtype (fp32 in torchtitan's default), not in the bf16 compute dtype
         grads = grads * _fact("fsdp2-pp-accumulation", "reduce_dtype_bytes") / state_bytes_per_param("mixed")["grads"]
     if t.optimizer == "adamw-in-backward":  # each gradient is applied and freed in backward: one layer's at most
-        grads = min(grads, per["grads"] * math.ceil(m.params_per_layer() / p.tp))
+        grads = min(grads, per["grads"] * sum(layer_params_local(m, t.moe, p)))
     return {
         "weights": st["params_bytes"],
         "gradients": grads,
@@ -576,7 +575,7 @@ def autocast_cache_bytes(m: ModelShape, t: Training, p: Plan) -> float:
     matmuls save those casts for backward, so 2 B per local parameter stay alive through backward."""
     if t.framework not in ("torchtitan", "fsdp2") or p.zero != 0 or t.precision != "mixed" or t.peft != "none":
         return 0.0
-    return _fact("autocast-cache", "cast_bytes") * local_params(m, p)
+    return _fact("autocast-cache", "cast_bytes") * sum(split_params(m, t.moe, p))
 
 
 def zero3_gather_bytes(m: ModelShape, t: Training, p: Plan) -> float:
@@ -586,13 +585,13 @@ def zero3_gather_bytes(m: ModelShape, t: Training, p: Plan) -> float:
     its documented defaults, never more than the local model."""
     if p.zero != 3:
         return 0.0
-    local = local_params(m, p)
+    local = sum(split_params(m, t.moe, p))
     if t.framework == "deepspeed":
         live = min(_fact("deepspeed-zero3", "max_live_parameters"), local)
         return 2.0 * (live + min(_fact("deepspeed-zero3", "prefetch_bucket_size"), local))
     if not t.reshard_after_forward and p.pp == 1:
         return 2.0 * local
-    return 2 * 2 * m.params_per_layer() / p.tp
+    return 2 * 2 * sum(layer_params_local(m, t.moe, p))
 
 
 def fsdp2_buffers(m: ModelShape, t: Training, p: Plan) -> tuple[float, float | None, float]:
@@ -607,7 +606,7 @@ def fsdp2_buffers(m: ModelShape, t: Training, p: Plan) -> tuple[float, float | N
 
     bytes_ = _fact("fsdp2-buffers", "param_bytes")
     root = bytes_ * (embedding_params(m) + head_params(m, 1)) / p.tp
-    layer = bytes_ * m.params_per_layer() / p.tp
+    layer = bytes_ * sum(layer_params_local(m, t.moe, p))
     kept = _fact("fsdp2-buffers", f"layers_kept_at_loss_{t.framework}")
     return root, kept * layer, layer
 
@@ -753,32 +752,30 @@ def memory_per_gpu(m: ModelShape, c: Cluster, t: Training, p: Plan) -> MemoryBre
     for s in sorted({0, p.pp - 1}):  # the first stage holds the most micro-batches and layers, the last the logits
         st = model_states(m, t, p, s)
         weights, grads, opt = st["weights"], st["gradients"], st["optimizer"]
-        if moe is not None:  # the routed experts beyond the dense path, sharded over the dp x cp / ep replicas
-            from distlab.planner.moe import expert_params_per_gpu
-
-            extra = expert_params_per_gpu(m, moe, layers[s], p.tp, p.ep)
-            replicas = max(1, (p.dp * p.cp) // p.ep)
+        opt_shard, host = st["optimizer_shard_params"], st["host"]
+        routed = split_params(m, moe, p, s)[1]
+        if routed:  # this GPU's experts, sharded over the ranks that hold the same experts (dp x cp / ep)
+            group = expert_group(p)
             zero = 1 if (p.pp > 1 and p.zero == 3) else p.zero
-            if extra:
-                ex = _states(extra, replicas, zero if replicas > 1 else 0, t.precision, False, False)
-                weights += ex["params_bytes"]
-                grads += ex["grads_bytes"]
-                opt += ex["optimizer_bytes"]
+            zero = zero if group > 1 or p.offload != "none" else 0
+            ex = _states(routed, group, zero, t.precision, p.offload != "none", p.offload == "params")
+            weights += ex["params_bytes"]
+            grads += ex["grads_bytes"]
+            opt += ex["optimizer_bytes"]
+            host += ex["host_bytes"]
+            opt_shard += 0.0 if p.offload != "none" else (shard_elements(routed, group) if zero >= 1 else routed)
         last = s == p.pp - 1
         acts = per_layer * layers[s] * in_flight(p, s)
         own = per_layer * (layers[s] - 1) / (p.virtual if p.schedule == "interleaved" else 1)  # this micro-batch's
-        host = st["host"]
         if (
             t.activation_offload
         ):  # two layers on the device (the one computing, the one in transfer), the rest on the host
             on_device = min(acts, 2 * per_layer)
             host, acts = host + acts - on_device, on_device
             own = 0.0  # what is on the device is the layer computing and the one in transfer
-        buckets, temps, persistent = _stack_buffers(
-            t, p, grads, st["optimizer_shard_params"], _moment_bytes(t.precision)
-        )
+        buckets, temps, persistent = _stack_buffers(t, p, grads, opt_shard, _moment_bytes(t.precision))
         if t.framework == "deepspeed" and p.zero == 3:  # the gradient bucket of reduce_bucket_size elements
-            buckets += 2 * min(_fact("deepspeed-zero3", "reduce_bucket_size"), local_params(m, p))
+            buckets += 2 * min(_fact("deepspeed-zero3", "reduce_bucket_size"), sum(split_params(m, t.moe, p)))
         head = head_input_bytes(m, t, p) if last else 0.0
         chunks = pipeline_buffer_bytes(m, t, p, s, 2.0 * logit_elements)
         mb = MemoryBreakdown(

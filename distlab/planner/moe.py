@@ -99,9 +99,19 @@ def moe_from_row(name: str, r: dict) -> tuple[ModelShape, MoESpec]:
 
 
 def expert_params_per_gpu(m: ModelShape, spec: MoESpec, layers: int, tp: int, ep: int) -> int:
-    """Routed-expert parameters one GPU holds for `layers` layers beyond the dense path's MLP: its experts / ep, each
-    split by tp (Megatron's expert tensor parallelism defaults to TP)."""
+    """Routed-expert parameters beyond the dense path's MLP for `layers` layers on one GPU (the model's total, with
+    tp = ep = 1: the path counts top_k experts, the model has `experts` of them and a router)."""
     moe_share = spec.moe_layers(m.layers) / m.layers
-    routed = spec.expert_params_per_layer(m.hidden) // ep // tp
-    active = 3 * m.hidden * spec.top_k * spec.moe_ffn // tp  # already counted in the dense path's MLP
-    return int(layers * moe_share * max(0, routed - active))
+    return int(layers * moe_share * (routed_per_layer(m, spec, tp, ep) - path_excess_per_layer(m, spec, tp)))
+
+
+def routed_per_layer(m: ModelShape, spec: MoESpec, tp: int, ep: int) -> int:
+    """One MoE layer's routed experts on one GPU: experts / ep of them, each split by tp (Megatron-Core's expert
+    tensor parallelism defaults to TP)."""
+    return spec.experts // ep * 3 * m.hidden * spec.moe_ffn // tp
+
+
+def path_excess_per_layer(m: ModelShape, spec: MoESpec, tp: int) -> int:
+    """What the dense path's layer counts that is not the layer's dense part: the top_k routed experts its MLP width
+    includes, less the router it lacks (hidden x experts; the router is not split by TP)."""
+    return 3 * m.hidden * spec.top_k * spec.moe_ffn // tp - m.hidden * spec.experts

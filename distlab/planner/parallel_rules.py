@@ -17,7 +17,13 @@ from distlab.planner.rules import (
     tp_overhead_closed_form,
     zero3_hidden_tokens,
 )
-from distlab.planner.rules_checks import check_closed_forms, check_labels, check_plan_memory, check_search_figures
+from distlab.planner.rules_checks import (
+    check_closed_forms,
+    check_compared_memory,
+    check_labels,
+    check_plan_memory,
+    check_search_figures,
+)
 
 # ---------------------------------------------------------------- the experiment
 MODELS = ("7B", "13B", "70B", "175B")
@@ -208,6 +214,15 @@ def _moe(r: Result, rows: list) -> None:
             relation=">=",
             unit="s",
         )
+        if near:
+            r.claim(
+                f"{MOE_MODEL}: the page's 'EP stays inside the NVLink domain': the best EP plan inside is faster than "
+                "the best across",
+                near[0].step_seconds,
+                wide[0].step_seconds,
+                relation="<=",
+                unit="s",
+            )
         r.add(
             "moe_cross_node_a2a",
             wide[0].time.breakdown.exposed_cp_ep / wide[0].step_seconds,
@@ -221,6 +236,9 @@ def _compared(r: Result, **plans) -> None:
     """Keep the step breakdowns of the plans the page compares (rules_checks re-derives the shares and slowdowns
     shown from their causes)."""
     r.data.setdefault("compared", {}).update({k: e.time.breakdown.as_dict() for k, e in plans.items()})
+    r.data.setdefault("compared_plans", {}).update(
+        {k: {"label": e.plan.label(), "memory": e.memory_bytes} for k, e in plans.items()}
+    )
 
 
 def _rules_table(r: Result) -> None:
@@ -347,3 +365,4 @@ def _closed_forms(r: Result) -> None:
     check_search_figures(r)
     check_labels(r, clusters(), RULES_CLUSTER)
     check_plan_memory(r)
+    check_compared_memory(r)

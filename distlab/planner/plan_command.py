@@ -22,6 +22,7 @@ from distlab.planner.config import (
     STACKS,
     TASKS,
     Cluster,
+    Plan,
     Training,
     cluster,
     model,
@@ -39,6 +40,7 @@ from distlab.planner.search import (
     versus_fastest,
 )
 from distlab.planner.stacks import UNRESTRICTED, runners
+from distlab.planner.stages import split_params
 
 MAX_PARALLEL = 2**20  # a parallel size beyond a million GPUs is no request
 MAX_HEADROOM = 0.9  # a rule leaving more than 90 % of the memory free recommends nothing useful
@@ -394,7 +396,7 @@ def plan_command(argv: list[str]) -> int:
         "rank_jitter": c.rank_jitter,
     }
     lines = [
-        f"{m.name} ({m.params() / 1e9:.2f}B parameters{', MoE' if t.moe else ''}), {t.task}, "
+        f"{m.name} ({_params_text(m, t)}), {t.task}, "
         f"{t.global_batch_tokens:,} tokens per step of {t.seq:,}-token sequences, on {c.describe()}",
         f"{len(ranked)} plan{'s' if len(ranked) != 1 else ''} fit"
         + (f" with {', '.join(f'{k} {v}' for k, v in fixed.items())} fixed" if fixed else "")
@@ -412,3 +414,11 @@ def plan_command(argv: list[str]) -> int:
     lines += ["", "Why the first:"] + [f"  - {r}" for r in reasons]
     emit(plans, args.json, "\n".join(lines))
     return 0
+
+
+def _params_text(m: ModelShape, t: Training) -> str:
+    """A dense model's parameters; an MoE's total (every expert) and the active ones a token passes through."""
+    if t.moe is None:
+        return f"{m.params() / 1e9:.2f}B parameters"
+    total = sum(split_params(m, t.moe, Plan()))
+    return f"{total / 1e9:.2f}B parameters, {m.params() / 1e9:.2f}B active, MoE"

@@ -193,7 +193,8 @@ def check_overlap_column(r: Result, breakdowns: list[dict[str, float]]) -> None:
 
 
 LABEL = (
-    r"TP (\d+) x PP (\d+) x DP (\d+)(?: \(shard \d+ x replicate (\d+)\))?, (?:DDP|ZeRO-(\d)), "
+    r"TP (\d+) x PP (\d+) x DP (\d+)(?: \(shard \d+ x replicate (\d+)\))?(?: x CP (\d+))?(?: x EP (\d+))?, "
+    r"(?:DDP|ZeRO-(\d)), "
     r"micro-batch (\d+) x (\d+)(?:, (full|selective) recompute)?(?:, (offload optimizer(?: and params)?))?"
     r"(?:, (zb-h1|interleaved v=(\d+)))?$"
 )
@@ -204,11 +205,13 @@ def read_label(text: str) -> Plan | None:
     m = re.fullmatch(LABEL, text)
     if m is None:
         return None
-    tp, pp, dp, rep, zero, b, n, recompute, offload, schedule, v = m.groups()
+    tp, pp, dp, rep, cp, ep, zero, b, n, recompute, offload, schedule, v = m.groups()
     return Plan(
         tp=int(tp),
         pp=int(pp),
         dp=int(dp),
+        cp=int(cp or 1),
+        ep=int(ep or 1),
         dp_replicate=int(rep or 1),
         zero=int(zero or 0),
         micro_batch=int(b),

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import re
 
-from distlab.core.facts import quoted
+from distlab.core.facts import quoted, value
 from distlab.core.results import Result, worst_relative_gap
 from distlab.hardware.gpus import gpu
 from distlab.interconnect.placement_checks import H100_NODE, LINK_QUOTES
@@ -23,7 +23,7 @@ from distlab.planner.config import FRAGMENTATION_FRACTION, Plan
 from distlab.planner.kernels import matmul_fraction
 from distlab.planner.memory_quotes import quoted as memory_quoted
 from distlab.planner.planner_checks import read_label, share_of_step
-from distlab.planner.worked_plan_checks import CONFIGS, plan_memory
+from distlab.planner.worked_plan_checks import CONFIGS, budget, model_params, plan_memory
 
 MSMF_H200_BF16 = r"H200 bf16: GPU0 alone MSMF ([0-9.]+) TFLOPS"
 SEQ_70B = 4096  # Llama 2's training context (its paper's Table 1)
@@ -190,25 +190,77 @@ def check_labels(r: Result, clusters: dict, rules_cluster: str) -> None:
         )
 
 
+def _row_model(cell: str) -> tuple[str, int] | None:
+    """(hand config, sequence) of a plans-table row as its model cell prints them: a dense model at its training
+    sequence, "70B, 131,072-token sequences", "Mixtral 8x7B, ..." at its 32,768-token context."""
+    if cell in CONFIGS:
+        return cell, preset(cell).seq
+    long = re.fullmatch(r"(\w+), ([\d,]+)-token sequences", cell)
+    if long and long[1] in CONFIGS:
+        return long[1], int(long[2].replace(",", ""))
+    if cell.startswith("Mixtral 8x7B,"):
+        return "Mixtral-8x7B", CONFIGS["Mixtral-8x7B"]["seq"]
+    return None
+
+
 def check_plan_memory(r: Result) -> None:
     """The plans table's memory per GPU, row by row, against the plan its label names sized by hand from the model's
-    config.json (worked_plan_checks.plan_memory) at the model's training sequence; the long-context and MoE rows
-    (context and expert parallelism) have no hand reference yet and are left to chapter 12's planner claims."""
+    config.json (worked_plan_checks.plan_memory) at the row's sequence, the context- and expert-parallel rows too."""
     pairs, unread = [], 0
-    for model, _cluster, label, memory, *_ in r.tables["plans"].rows:
-        if model not in CONFIGS or label == "does not fit":
+    for cell, _cluster, label, memory, *_ in r.tables["plans"].rows:
+        model = _row_model(cell)
+        if model is None or label == "does not fit":
+            unread += model is None
             continue
         plan = read_label(label)
         if plan is None:
             unread += 1
             continue
-        pairs.append((memory.value, plan_memory(plan, preset(model).seq, model)["device"]))
-    r.claim("plans table: dense models' plan labels that do not read back", unread, 0)
+        pairs.append((memory.value, plan_memory(plan, model[1], model[0])["device"]))
+    r.claim("plans table: plan labels or model cells that do not read back", unread, 0)
     r.claim(
-        f"plans table: memory per GPU of the {len(pairs)} dense plans = each label's plan sized by hand: worst gap",
+        f"plans table: memory per GPU of the {len(pairs)} plans = each label's plan sized by hand: worst gap",
         worst_relative_gap(pairs),
         0.0,
         abs_tol=1e-9,
-        formula="16 B/param by ZeRO stage; per layer (12h + 4kv + 8f + 8 + 4a) sb/t (Llama), "
-        "(32h + 16 + 4a) sb/t (GPT-3)",
+        formula="16 B/param by ZeRO stage over dp x cp (experts over dp x cp / ep); per layer "
+        "(12h + 4kv + 8f + 8 + 4a) sb/t (Llama; Mixtral with f = 2 x 14336), (32h + 16 + 4a) sb/t (GPT-3)",
+    )
+
+
+def check_compared_memory(r: Result) -> None:
+    """Every plan the page compares beside the table (the long request's without CP, the rules table's without
+    rules, the MoE plans inside and across nodes): its memory sized by hand, within the H100's usable bytes by hand;
+    and the hand Mixtral config against the released checkpoint's parameter count."""
+    requests = {
+        "long": ("70B", int(r.quantities["long_seq"].value)),
+        "cp_cut": ("70B", SEQ_70B),
+        "moe": ("Mixtral-8x7B", CONFIGS["Mixtral-8x7B"]["seq"]),
+    }
+    usable = budget("H100-SXM")
+    compared, over = [], []
+    for key, shown in r.data["compared_plans"].items():
+        model, seq = next(v for k, v in requests.items() if key.startswith(k))
+        plan = read_label(shown["label"])
+        hand = plan_memory(plan, seq, model)["device"] if plan else math.inf
+        compared.append((shown["memory"], hand))
+        over += [f"{key}: {shown['label']}"] if hand > usable else []
+    r.claim(
+        f"the {len(compared)} compared plans (long-context, no-rules, MoE): memory = each sized by hand: worst gap",
+        worst_relative_gap(compared),
+        0.0,
+        abs_tol=1e-9,
+    )
+    r.claim(
+        f"the compared plans over the H100's usable {usable / 2**30:.1f} GiB by hand (NVML total less fragmentation "
+        "and context)",
+        len(over),
+        0,
+        formula="over: " + ("; ".join(over) or "none"),
+    )
+    total = model_params("Mixtral-8x7B", 0)
+    r.claim(
+        "Mixtral 8x7B's parameters by hand (the hand config) = the released checkpoint's safetensors total",
+        total,
+        value("moe_models.Mixtral-8x7B.params_published"),
     )

@@ -10,6 +10,7 @@ import math
 
 from distlab.models.shapes import ModelShape
 from distlab.planner.config import Plan
+from distlab.planner.moe import MoESpec, path_excess_per_layer, routed_per_layer
 
 
 @functools.lru_cache(maxsize=4096)
@@ -45,3 +46,38 @@ def stage_params(m: ModelShape, pp: int) -> tuple[int, ...]:
 def local_params(m: ModelShape, p: Plan) -> int:
     """Parameters one GPU holds a slice of: its stage's (the largest stage) / tp."""
     return math.ceil(max(stage_params(m, p.pp)) / p.tp)
+
+
+# ---------------------------------------------------------------- a mixture of experts' split
+def stage_moe_layers(m: ModelShape, spec: MoESpec, pp: int, stage: int) -> int:
+    """MoE layers of pipeline stage `stage`: its layers past the leading dense ones (DeepSeek-V3's first 3)."""
+    layers = stage_layers(m, pp)
+    start = sum(layers[:stage])
+    return max(0, start + layers[stage] - max(start, spec.dense_layers))
+
+
+def split_params(m: ModelShape, spec: MoESpec | None, p: Plan, stage: int | None = None) -> tuple[int, int]:
+    """(dense, routed) parameters one GPU of pipeline stage `stage` (None: the largest stage) holds before ZeRO. The
+    dense part (attention, norms, router, embedding and head) is sharded by ZeRO over the dp x cp group, the routed
+    experts over the expert-data-parallel group of dp x cp / ep ranks that hold the same experts (Megatron-Core's
+    expert data parallelism): with EP, a GPU's own experts have fewer ranks to shard over. Dense models: (local, 0)."""
+    sizes = stage_params(m, p.pp)
+    stage = max(range(p.pp), key=lambda s: sizes[s]) if stage is None else stage
+    local = math.ceil(sizes[stage] / p.tp)
+    if spec is None:
+        return local, 0
+    n = stage_moe_layers(m, spec, p.pp, stage)
+    return local - n * path_excess_per_layer(m, spec, p.tp), n * routed_per_layer(m, spec, p.tp, p.ep)
+
+
+def layer_params_local(m: ModelShape, spec: MoESpec | None, p: Plan) -> tuple[int, int]:
+    """(dense, routed) parameters of one layer on one GPU (an MoE layer for an MoE model): what ZeRO-3 gathers."""
+    dense = math.ceil(m.params_per_layer() / p.tp)
+    if spec is None:
+        return dense, 0
+    return dense - path_excess_per_layer(m, spec, p.tp), routed_per_layer(m, spec, p.tp, p.ep)
+
+
+def expert_group(p: Plan) -> int:
+    """Ranks that hold the same experts and shard their model state: dp x cp / ep (within one HSDP replica)."""
+    return max(1, p.shard_group // p.ep)

@@ -48,6 +48,19 @@ CONFIGS: dict[str, dict[str, int]] = {
     "13B": {"layers": 40, "hidden": 5120, "heads": 40, "kv": 40 * 128, "ffn": 13824, "vocab": 32000},
     "70B": {"layers": 80, "hidden": 8192, "heads": 64, "kv": 8 * 128, "ffn": 28672, "vocab": 32000},
     "175B": {"layers": 96, "hidden": 12288, "heads": 96, "kv": 12288, "ffn": 4 * 12288, "vocab": 50257},
+    # Mixtral 8x7B: MixtralConfig's defaults as transformers prints them (moe_models.toml, mixtral-hf-config), each
+    # expert a SwiGLU of intermediate_size, top-2 of 8; the context of 32,768 from the paper's Table 1
+    "Mixtral-8x7B": {
+        "layers": 32,
+        "hidden": 4096,
+        "heads": 32,
+        "kv": 8 * 128,
+        "ffn": 14336,
+        "vocab": 32000,
+        "experts": 8,
+        "top_k": 2,
+        "seq": 32768,
+    },
 }
 GPT_BLOCKS = {"175B"}  # LayerNorm, biases, a GeLU MLP, tied embedding and learned positions; the rest are Llama's
 
@@ -55,11 +68,15 @@ GPT_BLOCKS = {"175B"}  # LayerNorm, biases, a GeLU MLP, tied embedding and learn
 def layer_params(model: str) -> int:
     """One block's parameters. Llama: q, o (h x h), k, v (h x kv), gate, up, down (h x f), two RMSNorm weights.
     GPT: q, k, v and o with biases (4h^2 + 4h), the MLP's two matrices with biases (2hf + f + h), two LayerNorms'
-    weights and biases (4h)."""
+    weights and biases (4h). Mixtral: Llama's attention and norms, E experts of three h x f matrices and the router
+    (h x E)."""
     c = CONFIGS[model]
     h, kv, f = c["hidden"], c["kv"], c["ffn"]
     if model in GPT_BLOCKS:
         return 4 * h * h + 4 * h + 2 * h * f + f + h + 4 * h
+    experts = c.get("experts", 0)
+    if experts:
+        return 2 * h * h + 2 * h * kv + experts * 3 * h * f + h * experts + 2 * h
     return 2 * h * h + 2 * h * kv + 3 * h * f + 2 * h
 
 
@@ -94,13 +111,23 @@ def plan_memory(plan, seq: int, model: str = "7B") -> dict[str, float]:
     ZeRO-1's memory and two layers' gather buffers; offload moves the optimizer state, and from ZeRO-2 on the
     gradients, to the host, and parameter offload ZeRO-3's weight shard; hybrid sharding shards inside a replica),
     FlashAttention with sequence parallelism under TP, the fused vocab-parallel loss, gradients accumulating across
-    micro-batches. A model of CONFIGS; a split that is not even gives the first stages the extra layers."""
+    micro-batches. A model of CONFIGS; a split that is not even gives the first stages the extra layers.
+
+    Context parallelism: each GPU holds seq / cp tokens of every sequence, and its model state is sharded over the
+    dp x cp ranks (CP ranks hold the same weights). Experts (Mixtral): a GPU holds E / ep experts of each layer, each
+    split by TP, and their state is sharded over the dp x cp / ep ranks that hold the same experts; the router is
+    whole on every GPU; a token's activations are those of a dense layer whose MLP is top_k experts wide (the
+    planner's stated simplification, distlab.planner.moe)."""
     cfg = CONFIGS[model]
     h, f, v, layers, a, kv = (cfg[k] for k in ("hidden", "ffn", "vocab", "layers", "heads", "kv"))
-    tp, pp, dp, b = plan.tp, plan.pp, plan.dp, plan.micro_batch
-    block = layer_params(model)
+    tp, pp, dp, cp, ep, b = plan.tp, plan.pp, plan.dp, plan.cp, plan.ep, plan.micro_batch
+    experts = cfg.get("experts", 0)
+    router = h * experts
+    block = layer_params(model) - experts * 3 * h * f - router  # attention and norms (an MoE's); the whole block
+    routed = experts // ep * 3 * h * f // tp  # one layer's experts on this GPU
+    f = f * cfg.get("top_k", 1)  # the width a token's MLP activations take
     zero = 1 if plan.zero == 3 and pp > 1 else plan.zero
-    sb = seq * b
+    sb = seq // cp * b
     if model in GPT_BLOCKS:
         # Korthikanti et al. 2022, Table 2 with sequence parallelism and no score matrix (FlashAttention): 34 sbh
         # less the two 1-byte dropout masks (sbh each; the planner trains without dropout), plus the two
@@ -115,18 +142,30 @@ def plan_memory(plan, seq: int, model: str = "7B") -> dict[str, float]:
     per_layer, working = (flash, 0.0) if plan.recompute == "none" else (2 * h * sb / tp, rebuilt)
     fwd_logit = quoted("memory_buffers.loss-fused.forward_bytes_per_logit")
     bwd_logit = quoted("memory_buffers.loss-fused.forward_bytes_per_logit", FUSED_LOSS_GRADIENT)
-    gather = 2 * 2 * math.ceil(block / tp) if plan.zero == 3 else 0.0  # the layer computing, the prefetched
-    comm = nccl_by_hand() * sum(1 for n in (tp, pp, dp, plan.dp_replicate) if n > 1)  # one per parallel dimension
+    # the layer computing, the prefetched
+    gather = 2 * 2 * (math.ceil(block / tp) + router + routed) if plan.zero == 3 else 0.0
+    # one communicator per group a GPU joins: TP, PP, the gradient group dp x cp, CP's ring, EP, HSDP's replicas
+    comm = nccl_by_hand() * sum(1 for n in (tp, pp, dp * cp, cp, ep, plan.dp_replicate) if n > 1)
+    group = dp * cp // plan.dp_replicate  # hybrid sharding: ZeRO shards inside one replica
+
+    def states(n: int, ranks: int) -> tuple[float, float, float, float]:
+        """bf16 weights, bf16 gradients, fp32 master and moments, host bytes of `n` parameters over `ranks`."""
+        shard = math.ceil(n / ranks)
+        weights = 0.0 if plan.offload == "params" else 2 * (shard if zero == 3 else n)
+        # offloaded, ZeRO-2 and 3 stream the reduced gradient shard to the host; ZeRO-1 accumulates them whole here
+        grads = 0.0 if plan.offload != "none" and zero >= 2 else 2 * (shard if zero >= 2 else n)
+        opt = 0.0 if plan.offload != "none" else 12 * (shard if zero >= 1 else n)
+        # the host: fp32 master and moments, the bf16 gradient shard; with parameter offload the bf16 weights too
+        host = (12 + 2 + (2 if plan.offload == "params" else 0)) * shard if plan.offload != "none" else 0.0
+        return weights, grads, opt, host
+
     stages = []
     for stage in sorted({0, pp - 1}):
         first, last = stage == 0, stage == pp - 1
         here = -(-layers // pp) if first else layers // pp  # an uneven split gives the first stages one layer more
-        local = math.ceil((here * block + edge_params(model, seq, first, last, pp)) / tp)
-        shard = math.ceil(local / (dp // plan.dp_replicate))  # hybrid sharding: ZeRO shards inside one replica
-        weights = 0.0 if plan.offload == "params" else 2 * (shard if zero == 3 else local)
-        # offloaded, ZeRO-2 and 3 stream the reduced gradient shard to the host; ZeRO-1 accumulates them whole here
-        grads = 0.0 if plan.offload != "none" and zero >= 2 else 2 * (shard if zero >= 2 else local)
-        opt = 0.0 if plan.offload != "none" else 12 * (shard if zero >= 1 else local)
+        local = math.ceil((here * block + edge_params(model, seq, first, last, pp)) / tp) + here * router
+        dense, own = states(local, group), states(here * routed, max(1, group // ep))
+        weights, grads, opt, host = (x + y for x, y in zip(dense, own, strict=True))
         if pp == 1:
             in_flight = 1.0
         elif plan.schedule == "interleaved":  # the warm-up's 2(p - s - 1) + (v - 1)p chunks and the one computing
@@ -146,8 +185,6 @@ def plan_memory(plan, seq: int, model: str = "7B") -> dict[str, float]:
             "step": weights + opt + grads,
         }
         peak = max(phases.values())
-        # the host: fp32 master and moments, the bf16 gradient shard; with parameter offload the bf16 weights too
-        host = (12 + 2 + (2 if plan.offload == "params" else 0)) * shard if plan.offload != "none" else 0.0
         stages.append(
             {
                 "weights": weights,

@@ -50,19 +50,45 @@ def test_a_wrong_slowdown_fails_and_the_right_one_passes():
 def test_a_plans_table_memory_cell_off_by_a_layer_fails():
     """One row of chapter 7's plans table, its memory as the hand reference sizes it, then with one layer's
     weights too many: only the second fails."""
-    from distlab.core.results import Quantity
     from distlab.models.shapes import preset
     from distlab.planner.planner_checks import read_label
     from distlab.planner.worked_plan_checks import layer_params, plan_memory
 
     label = "TP 1 x PP 1 x DP 8, ZeRO-1, micro-batch 1 x 128"
     right = plan_memory(read_label(label), preset("7B").seq, "7B")["device"]
-    for memory, fails in ((right, False), (right + 2 * layer_params("7B"), True)):
-        r = Result("parallel-rules", kind="computed")
-        r.table(
-            "plans",
-            ["model", "cluster", "plan", "memory", "step", "why"],
-            [["7B", "1 node", label, Quantity(memory, "B"), Quantity(1.0, "s"), ""]],
-        )
-        rc.check_plan_memory(r)
-        assert bool(r.failed_claims) is fails
+    assert not _plans_row_fails("7B", label, right)
+    assert _plans_row_fails("7B", label, right + 2 * layer_params("7B"))
+
+
+def _plans_row_fails(model: str, label: str, memory: float) -> bool:
+    """Whether chapter 7's plans-table memory claim fails on one row."""
+    from distlab.core.results import Quantity
+
+    r = Result("parallel-rules", kind="computed")
+    r.table(
+        "plans",
+        ["model", "cluster", "plan", "memory", "step", "why"],
+        [[model, "8 nodes", label, Quantity(memory, "B"), Quantity(1.0, "s"), ""]],
+    )
+    rc.check_plan_memory(r)
+    return bool(r.failed_claims)
+
+
+def test_a_mixtral_row_with_its_experts_sharded_over_every_rank_fails():
+    """Chapter 7's MoE row: the hand reference shards a GPU's experts over the dp x cp / ep ranks that hold them.
+    Its memory as the planner priced it before (experts' state over all dp x cp ranks, as if EP did not shrink their
+    group) is 6.3 GB lower at EP 4 and fails; the hand figure passes."""
+    from distlab.planner.planner_checks import read_label
+    from distlab.planner.worked_plan_checks import CONFIGS, plan_memory
+
+    label = "TP 1 x PP 1 x DP 16 x CP 4 x EP 4, ZeRO-1, micro-batch 1 x 8, full recompute"
+    plan = read_label(label)
+    assert plan is not None and (plan.cp, plan.ep) == (4, 4)
+    right = plan_memory(plan, CONFIGS["Mixtral-8x7B"]["seq"], "Mixtral-8x7B")["device"]
+    # the 32 layers' 2 experts a GPU holds at EP 4: 12 B of master and moments each, over 64 ranks instead of 16
+    experts = 32 * 2 * 3 * 4096 * 14336
+    wrong = right - 12 * (experts / 16 - experts / 64)
+    assert right - wrong == pytest.approx(6.34e9, rel=0.01)
+    row = "Mixtral 8x7B, 8 experts, top-2"
+    assert not _plans_row_fails(row, label, right)
+    assert _plans_row_fails(row, label, wrong)
