@@ -2,7 +2,9 @@
 8 nodes, the sizes at which it switches algorithm or protocol, and the model against a published nccl-tests sweep.
 
 Checks, each against something the model does not compute itself:
-- the crossovers (walked analytically along the lower envelope) against a brute-force scan of sizes;
+- every cell of the tuning table, the quantities the page quotes and the crossovers (walked analytically along the
+  lower envelope) against ncclTopoTuneModel's loop transcribed from tuning.cc with the C text's own constants
+  (nccl_tuning_checks);
 - the protocols' bandwidth factors against the bytes a line carries (LL and LL128 line layouts in device.h);
 - every latency, bandwidth factor and cap typed in interconnect.toml against tuning.cc itself, copied by machine at
   both commits (nccl_source_checks);
@@ -18,9 +20,9 @@ import numpy as np
 
 from distlab.core.experiments import experiment
 from distlab.core.facts import entries, value
-from distlab.core.results import Quantity, Result
+from distlab.core.results import Quantity, Result, worst_relative_gap
 from distlab.hardware.links import per_direction_bytes_per_s
-from distlab.interconnect import nccl_source_checks, nccl_tests_checks, placement_checks
+from distlab.interconnect import nccl_source_checks, nccl_tests_checks, nccl_tuning_checks, placement_checks
 from distlab.interconnect.nccl_model import (
     COLLECTIVES,
     algorithm_bandwidth,
@@ -40,6 +42,11 @@ PUBLISHED = "dgxc-h100-8gpu-all-reduce"  # nccl_tests.toml: 8 x H100 SXM, one no
 
 def topologies():
     return {"node": nvlink_node(8), "cluster": ib_cluster(8)}
+
+
+def by_source(topo) -> dict:
+    """The topology's tables as ncclTopoTuneModel computes them (nccl_tuning_checks)."""
+    return nccl_tuning_checks.tune_model(topo.ranks, topo.nodes, topo.cpu_vendor)
 
 
 @experiment(
@@ -65,11 +72,21 @@ def nccl_algorithms(device: str) -> Result:
 def _tuning_table(r: Result, topos) -> None:
     """What NCCL prints under NCCL_DEBUG_SUBSYS=TUNING: latency and algbw per algorithm x protocol."""
     rows = []
+    pairs: list[tuple[float, float]] = []
     for key, topo in topos.items():
+        hand = by_source(topo)
+        shown = set()
         for coll in COLLECTIVES:
             if coll == "reduce-scatter":  # same numbers as all-gather in this model
                 continue
             for a, p in choices(coll, topo):
+                shown.add((coll, a, p))
+                cell = hand.get((coll, a, p), {"latency_us": math.nan, "bus": math.nan, "algbw": math.nan})
+                pairs += [
+                    (latency_us(coll, a, p, topo), cell["latency_us"]),
+                    (algorithm_bandwidth(coll, a, p, topo), cell["algbw"]),
+                    (bus_bandwidth(coll, a, p, topo), cell["bus"]),
+                ]
                 rows.append(
                     [
                         topo.label,
@@ -81,12 +98,36 @@ def _tuning_table(r: Result, topos) -> None:
                     ]
                 )
         r.add(f"{key}_graph_bytes_per_s", topo.graph_bytes_per_s, "B/s", f"{topo.label}: graph bandwidth")
+        r.claim(
+            f"{topo.label}: graph bandwidth = NCCL's effective NVLink rate, capped by the node's NICs at NDR's rate",
+            topo.graph_bytes_per_s,
+            nccl_tuning_checks.graph_bytes_per_s(topo.nodes),
+            rel_tol=1e-12,
+            unit="B/s",
+        )
+        offered = {k for k in hand if k[0] != "reduce-scatter"}
+        odd = sorted(shown ^ offered)
+        r.claim(
+            f"{topo.label}: table rows that are not an algorithm x protocol pair tuning.cc's loop fills (RS as AG)",
+            len(odd),
+            0,
+            formula="rows: " + ("; ".join("/".join(k) for k in odd) or "none"),
+        )
+        differ = [k for k in offered if k[0] == "all-gather" and hand[("reduce-scatter", *k[1:])] != hand[k]]
+        r.claim(f"{topo.label}: reduce-scatter cells that differ from all-gather's in tuning.cc's loop", len(differ), 0)
     r.table(
         "tuning",
         ["communicator", "collective", "algorithm/protocol", "latency", "algbw", "busBw (NCCL's)"],
         rows,
         caption="NCCL 2.20.3's tuning model rebuilt from its tables (reduce-scatter = all-gather here); "
         "time = latency + bytes / algbw; computed",
+    )
+    r.claim(
+        f"tuning table: its {len(pairs)} latencies, algbw and busBw = ncclTopoTuneModel's loop transcribed from "
+        "tuning.cc with the C text's constants: worst gap",
+        worst_relative_gap(pairs),
+        0.0,
+        abs_tol=1e-12,
     )
     node, cluster = topos["node"], topos["cluster"]
     for key, topo, coll, a, p in (
@@ -96,6 +137,13 @@ def _tuning_table(r: Result, topos) -> None:
         ("cluster_ring_ll_latency_s", cluster, "all-reduce", "ring", "ll"),
     ):
         r.add(key, latency_us(coll, a, p, topo) * 1e-6, "s", f"{topo.label}: {label(a, p)} {coll} latency")
+        r.claim(
+            f"{topo.label}: {label(a, p)} {coll} latency = tuning.cc's loop",
+            r.quantities[key].value,
+            by_source(topo)[(coll, a, p)]["latency_us"] * 1e-6,
+            rel_tol=1e-12,
+            unit="s",
+        )
     r.add(
         "node_nvls_algbw",
         algorithm_bandwidth("all-reduce", "nvls", "simple", node),
@@ -108,6 +156,14 @@ def _tuning_table(r: Result, topos) -> None:
         "B/s",
         "8 GPUs: ring Simple all-reduce algbw",
     )
+    for key, a in (("node_nvls_algbw", "nvls"), ("node_ring_algbw", "ring")):
+        r.claim(
+            f"{key} = tuning.cc's loop",
+            r.quantities[key].value,
+            by_source(node)[("all-reduce", a, "simple")]["algbw"],
+            rel_tol=1e-12,
+            unit="B/s",
+        )
     r.add("cluster_nics", value("interconnect.DGX-H100.compute_nics"), "", "NICs per DGX H100 node")
 
 
@@ -116,22 +172,22 @@ def _crossovers(r: Result, topos) -> None:
     for key, topo in topos.items():
         for coll in ("all-reduce", "all-gather"):
             env = winners(coll, topo)
-            scan = _scan_switches(coll, topo)
+            hand = nccl_tuning_checks.hand_overs(by_source(topo), coll)
             analytic = [w["from_bytes"] for w in env[1:]]
             r.claim(
-                f"{topo.label}, {coll}: crossovers walked analytically = a brute-force scan of sizes",
+                f"{topo.label}, {coll}: crossovers walked analytically = those of tuning.cc's tables by source",
                 len(analytic),
-                len(scan),
+                len(hand),
                 formula="the same hand-overs, in the same order",
             )
-            for i, (s_walk, s_scan) in enumerate(zip(analytic, scan)):
+            for i, (s_walk, s_hand) in enumerate(zip(analytic, hand)):
                 r.claim(
-                    f"{topo.label}, {coll}: hand-over {i + 1} at the scanned size",
+                    f"{topo.label}, {coll}: hand-over {i + 1} where the tables by source change their argmin",
                     s_walk,
-                    s_scan,
-                    rel_tol=1e-6,
+                    s_hand,
+                    rel_tol=1e-9,
                     unit="B",
-                    formula="L1 + S/W1 = L2 + S/W2, against bisection on the argmin of the predicted times",
+                    formula="L1 + S/W1 = L2 + S/W2 where the fastest of every pair changes",
                 )
             for i, w in enumerate(env):
                 rows.append(
@@ -151,21 +207,6 @@ def _crossovers(r: Result, topos) -> None:
         rows,
         caption="Which algorithm/protocol has the smallest predicted time, by message size (computed)",
     )
-
-
-def _scan_switches(coll: str, topo, lo: float = 1.0, hi: float = 2.0**36) -> list[float]:
-    """Brute force: evaluate `best` on a log grid, then bisect every interval where the winner changes."""
-    sizes = np.logspace(math.log10(lo), math.log10(hi), 600)
-    picks = [best(coll, s, topo)[:2] for s in sizes]
-    out = []
-    for i in range(1, len(sizes)):
-        if picks[i] != picks[i - 1]:
-            a, b = sizes[i - 1], sizes[i]
-            for _ in range(60):
-                mid = math.sqrt(a * b)
-                a, b = (mid, b) if best(coll, mid, topo)[:2] == picks[i - 1] else (a, mid)
-            out.append(math.sqrt(a * b))
-    return out
 
 
 def _protocol_factors(r: Result) -> None:

@@ -26,7 +26,8 @@ Inputs NCCL measures at run time and no datasheet gives are made explicit here, 
 - graph latencyInter (the network's extra latency from the topology search) = 0;
 - the per-channel caps (perChMax*) are ignored: with NCCL's usual 16+ channels on these machines they do not bind;
 - NCCL's size-dependent tree correction factors and the ring's multi-node "plateau" factor are left out (they are
-  not in the data file), and multi-node LL caps use the AMD-host row, the one stored (Intel's differs by ~7 %).
+  not in the data file); several nodes take the LL cap of their CPU's row (Intel by default, as the DGX H100's
+  Xeons, or AMD).
 
 Everything is pure arithmetic (no torch): distlab.interconnect.nccl_algorithms draws and checks it.
 """
@@ -174,7 +175,8 @@ def bus_bandwidth(collective: str, algorithm: str, protocol: str, topo: Topology
     """NCCL's busBw after its per-protocol refinements, bytes/s."""
     bus = topo.graph_bytes_per_s
     index2 = min(topo.nodes, 3) - 1  # caps are indexed [1 node, 2 nodes, more]
-    ll_cap_row = "hopper" if topo.nodes == 1 else "ampere"  # one node: by GPU; several: by CPU (AMD row = ampere's)
+    # one node: the GPU's row; several: the CPU's (llMaxBws row 0 Intel, row 1 AMD, which are Volta's and Ampere's)
+    ll_cap_row = "hopper" if topo.nodes == 1 else ("ampere" if topo.cpu_vendor == "amd" else "volta")
     ll_cap = value(f"interconnect.nccl-factors-v2-20.ll_max_gbytes_per_s_{ll_cap_row}")[index2] * 1e9
     if algorithm == "ring" and protocol == "ll":
         quarter = topo.nodes > 1 or collective == "all-reduce"

@@ -1,0 +1,35 @@
+"""ncclTopoTuneModel transcribed from tuning.cc (2.20.3), against cells worked by hand from the C tables."""
+
+from __future__ import annotations
+
+import pytest
+
+from distlab.interconnect.nccl_tuning_checks import hand_overs, tune_model
+
+
+def test_one_node_ring_ll_all_reduce_is_base_plus_14_nvlink_steps():
+    """8 GPUs: baseLat Ring/LL 6.6 us + 2(8-1) x hwLat NVLink Ring/LL 0.6 us = 15.0 us; busBw 370 GB/s x 1/4 = 92.5,
+    over Hopper's one-node LL cap of 87.7 GB/s; algbw x 8/14. Would catch the steps counted as n - 1, or the cap
+    dropped."""
+    cell = tune_model(8, 1)[("all-reduce", "ring", "ll")]
+    assert cell["latency_us"] == pytest.approx(6.6 + 14 * 0.6, rel=1e-12)
+    assert cell["bus"] == pytest.approx(87.7e9, rel=1e-12)
+    assert cell["algbw"] == pytest.approx(87.7e9 * 8 / 14, rel=1e-12)
+
+
+def test_eight_nodes_tree_ll_and_the_cpu_vendors_ll_cap():
+    """64 GPUs on 8 nodes: tree LL latency 6.8 + 2 (7 x 0.6 + log2 8 x 5.0) = 45.2 us; the LL ring's busBw is capped
+    by llMaxBws' CPU row at more than 2 nodes: 20.4 GB/s on Intel hosts (row 0), 19.0 on AMD (row 1). Would catch
+    the AMD row used for Intel hosts (the model's former simplification)."""
+    intel, amd = tune_model(64, 8, "intel"), tune_model(64, 8, "amd")
+    assert intel[("all-reduce", "tree", "ll")]["latency_us"] == pytest.approx(6.8 + 2 * (7 * 0.6 + 3 * 5.0))
+    assert intel[("all-reduce", "ring", "ll")]["bus"] == pytest.approx(20.4e9)
+    assert amd[("all-reduce", "ring", "ll")]["bus"] == pytest.approx(19.0e9)
+
+
+def test_one_node_all_reduce_hands_over_once_from_ll_ring_to_nvls():
+    """8 GPUs: the LL ring (15 us, 87.7 x 8/14 GB/s) hands over to NVLS (23 us, 370 x 5/6 GB/s) once, where
+    15 us + S / W_ll = 23 us + S / W_nvls."""
+    w_ll, w_nvls = 87.7e9 * 8 / 14, 370e9 * 5 / 6
+    expected = 8e-6 / (1 / w_ll - 1 / w_nvls)
+    assert hand_overs(tune_model(8, 1), "all-reduce") == [pytest.approx(expected, rel=1e-9)]
