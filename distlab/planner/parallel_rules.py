@@ -10,6 +10,7 @@ from distlab.planner.config import Cluster, Plan, Training, cluster
 from distlab.planner.cost import memory_per_gpu
 from distlab.planner.rules import (
     LONG_SEQ,
+    MIN_HEADROOM,
     Choice,
     decisions,
     pipeline_sizes,
@@ -186,7 +187,9 @@ def _moe(r: Result, rows: list) -> None:
     r.add("moe_ep", ep, "", "expert-parallel size of the best plan")
     r.add("moe_a2a_share", best.time.breakdown.exposed_cp_ep / best.step_seconds, "fraction", "its all-to-all share")
     _compared(r, moe_best=best)
-    near = [e for e in ranked if e.plan.ep > 1 and e.plan.tp * e.plan.ep <= c.domain]
+    # the comparisons keep to the headroom rule too: a plan at the memory edge is not one anybody would run
+    roomy = [e for e in ranked if e.headroom_fraction >= MIN_HEADROOM]
+    near = [e for e in roomy if e.plan.ep > 1 and e.plan.tp * e.plan.ep <= c.domain]
     if near:
         _compared(r, moe_inside=near[0])
         r.add("moe_inside_ep", near[0].plan.ep, "", "the best plan with EP > 1 inside the NVLink domain: its EP")
@@ -197,7 +200,7 @@ def _moe(r: Result, rows: list) -> None:
             "its exposed all-to-all share",
         )
         r.add("moe_inside_slowdown", near[0].step_seconds / best.step_seconds - 1, "fraction", "how much slower")
-    wide = [e for e in ranked if e.plan.tp * e.plan.ep > c.domain]
+    wide = [e for e in roomy if e.plan.tp * e.plan.ep > c.domain]
     if wide:
         _compared(r, moe_cross_node=wide[0])
         r.add(
