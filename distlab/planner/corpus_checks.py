@@ -90,6 +90,7 @@ def _narayanan(key: str, row: dict, script: dict, seq: int) -> list[tuple]:
         (key, "gpus_per_node", row["gpus_per_node"], per_node, 0),
         (key, "virtual", row["virtual"], layers // pp // int(vpp.group(1)) if vpp else 1, 0),
         (key, "seq", row["seq"], seq, 0),
+        (key, "vocab", row["vocab"], quoted(f"published_runs.{key}.vocab", r"vocabulary ([0-9,]+)"), 0),
         (key, "grad_reduce", row["grad_reduce"], DDP_IMPL[case["DDP"]], 0),
         (key, "recompute", row["recompute"], "full" if "--checkpoint-activations" in extra else "none", 0),
         (key, "params_billion", row["params_billion"], params, half_unit(row["params_billion"])),

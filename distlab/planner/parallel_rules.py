@@ -240,7 +240,16 @@ def _compared(r: Result, **plans) -> None:
     shown from their causes)."""
     r.data.setdefault("compared", {}).update({k: e.time.breakdown.as_dict() for k, e in plans.items()})
     r.data.setdefault("compared_plans", {}).update(
-        {k: {"label": e.plan.label(), "memory": e.memory_bytes} for k, e in plans.items()}
+        {
+            k: {
+                "label": e.plan.label(),
+                "memory": e.memory_bytes,
+                # what the fit test adds to the memory: the allocator's fragmentation, the CUDA context
+                "beyond": e.memory.reserved_bytes + e.memory.outside_allocator_bytes - e.memory_bytes,
+                "usable": e.usable_bytes,
+            }
+            for k, e in plans.items()
+        }
     )
 
 

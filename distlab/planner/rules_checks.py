@@ -261,6 +261,17 @@ def check_compared_memory(r: Result) -> None:
         formula="over: " + ("; ".join(over) or "none"),
     )
     total = model_params("Mixtral-8x7B", 0)
+    # the fit test: the memory plus the allocator's fragmentation and the CUDA context within nvidia-smi's total
+    capacity = memory_quoted("planner.capacity-H100-SXM.reported_mib") * 2**20
+    beyond = [(shown["beyond"], capacity - usable) for shown in r.data["compared_plans"].values()]
+    beyond += [(shown["usable"], usable) for shown in r.data["compared_plans"].values()]
+    r.claim(
+        "the compared plans' fit test: fragmentation + CUDA context beyond the memory, and the usable bytes, = "
+        "nvidia-smi's total less the hand budget: worst gap",
+        worst_relative_gap(beyond),
+        0.0,
+        abs_tol=1e-9,
+    )
     r.claim(
         "Mixtral 8x7B's parameters by hand (the hand config) = the released checkpoint's safetensors total",
         total,
