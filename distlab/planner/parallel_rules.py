@@ -22,6 +22,7 @@ from distlab.planner.rules_checks import (
     check_closed_forms,
     check_compared_memory,
     check_labels,
+    check_picks,
     check_plan_memory,
     check_search_figures,
 )
@@ -102,8 +103,9 @@ def parallel_rules(device: str) -> Result:
                 [name, label, p.label(), Quantity(best.memory_bytes, "B"), Quantity(best.step_seconds, "s"), _short(d)]
             )
             r.data[f"{name} / {label}"] = {"label": best.plan.label(), "step_seconds": best.step_seconds}
-    _long(r, rows)
-    _moe(r, rows)
+    chosen = picks()
+    _long(r, rows, chosen)
+    _moe(r, rows, chosen)
     r.table(
         "plans",
         ["model", "cluster", "best plan", "memory per GPU", "step", "the rules' verdicts"],
@@ -111,22 +113,55 @@ def parallel_rules(device: str) -> Result:
         caption=f"distlab plan with the rules: pretraining at {_batch_tokens() / 2**20:g}M tokens per step, "
         "each model's training sequence, mixed-precision AdamW, FlashAttention",
     )
-    _rules_table(r)
+    _rules_table(r, chosen)
     _closed_forms(r)
     return r
 
 
-def _long(r: Result, rows: list) -> None:
+def moe_request() -> tuple[ModelShape, Training]:
+    from distlab.planner.moe import moe_model
+
+    m, spec = moe_model(MOE_MODEL)
+    return m, Training(global_batch_tokens=_batch_tokens(), seq=m.seq, moe=spec)
+
+
+def picks(sizer=None) -> dict:
+    """The plans the page compares, each the search's pick on 64 H100s: the long request's best and best without CP,
+    70B's best at 4k tokens with the rules and without them, Mixtral's best, and of its plans that keep the headroom
+    rule the best with EP inside the NVLink domain and the best with its EP group across nodes. `sizer` replaces the
+    memory model (rules_checks picks them again with each plan sized by hand)."""
     from distlab.planner.search import NothingFits, search
 
+    c = clusters()[RULES_CLUSTER]
+    m = preset("70B")
+    long_t, t = pretraining(m, LONG_EXAMPLE), pretraining(m)
+    out = {"long_best": search(m, c, long_t, sizer=sizer)[0]}
+    try:
+        out["long_no_cp"] = search(m, c, long_t, where=lambda q: q.cp == 1, sizer=sizer)[0]
+    except NothingFits:
+        pass
+    out["cp_cut_rules"] = search(m, c, t, sizer=sizer)[0]
+    out["cp_cut_free"] = search(m, c, t, rules=(), sizer=sizer)[0]  # CP at 4k tokens too
+    mm, tm = moe_request()
+    ranked = search(mm, c, tm, sizer=sizer)
+    out["moe_best"] = ranked[0]
+    # the comparisons keep to the headroom rule too: a plan at the memory edge is not one anybody would run
+    roomy = [e for e in ranked if e.headroom_fraction >= MIN_HEADROOM]
+    near = [e for e in roomy if e.plan.ep > 1 and e.plan.tp * e.plan.ep <= c.domain]
+    wide = [e for e in roomy if e.plan.tp * e.plan.ep > c.domain]
+    out.update({k: v[0] for k, v in (("moe_inside", near), ("moe_cross_node", wide)) if v})
+    return out
+
+
+def _long(r: Result, rows: list, chosen: dict) -> None:
     label = RULES_CLUSTER
     c, m = clusters()[label], preset("70B")
     t = pretraining(m, LONG_EXAMPLE)
-    best = search(m, c, t)[0]
+    best = chosen["long_best"]
     p = best.plan
     r.claim(f"70B at {LONG_EXAMPLE} tokens on {label}: the best plan uses context parallelism", p.cp, 2, relation=">=")
-    try:
-        no_cp = search(m, c, t, where=lambda q: q.cp == 1)[0]
+    if "long_no_cp" in chosen:
+        no_cp = chosen["long_no_cp"]
         _compared(r, long_best=best, long_no_cp=no_cp)
         r.add(
             "long_no_cp_slowdown",
@@ -135,7 +170,7 @@ def _long(r: Result, rows: list) -> None:
             "70B at the long sequence: how much slower the best plan without CP is",
         )
         r.data["long_no_cp_label"] = no_cp.plan.label()
-    except NothingFits:
+    else:
         r.data["long_no_cp_label"] = "nothing fits"
     rows.append(
         [
@@ -153,18 +188,15 @@ def _long(r: Result, rows: list) -> None:
     r.add("long_tp", p.tp, "", "tensor-parallel size the planner chooses at that length")
 
 
-def _moe(r: Result, rows: list) -> None:
+def _moe(r: Result, rows: list, chosen: dict) -> None:
     """Mixtral 8x7B (moe_models.toml) on 64 H100s: the planner searches EP with the rest, timing the dispatch and
     combine all-to-alls inside the NVLink domain or across nodes (distlab.planner.cost)."""
-    from distlab.planner.moe import moe_model
-    from distlab.planner.search import search
-
     label = RULES_CLUSTER
     c = clusters()[label]
-    m, spec = moe_model(MOE_MODEL)
-    t = Training(global_batch_tokens=_batch_tokens(), seq=m.seq, moe=spec)
-    ranked = search(m, c, t)
-    best = ranked[0]
+    m, t = moe_request()
+    spec = t.moe
+    assert spec is not None
+    best = chosen["moe_best"]
     ep = best.plan.ep
     inside = best.plan.tp * ep <= c.domain
     r.claim(
@@ -187,32 +219,24 @@ def _moe(r: Result, rows: list) -> None:
     r.add("moe_ep", ep, "", "expert-parallel size of the best plan")
     r.add("moe_a2a_share", best.time.breakdown.exposed_cp_ep / best.step_seconds, "fraction", "its all-to-all share")
     _compared(r, moe_best=best)
-    # the comparisons keep to the headroom rule too: a plan at the memory edge is not one anybody would run
-    roomy = [e for e in ranked if e.headroom_fraction >= MIN_HEADROOM]
-    near = [e for e in roomy if e.plan.ep > 1 and e.plan.tp * e.plan.ep <= c.domain]
+    near, wide = chosen.get("moe_inside"), chosen.get("moe_cross_node")
     if near:
-        _compared(r, moe_inside=near[0])
-        r.add("moe_inside_ep", near[0].plan.ep, "", "the best plan with EP > 1 inside the NVLink domain: its EP")
-        r.add(
-            "moe_inside_a2a",
-            near[0].time.breakdown.exposed_cp_ep / near[0].step_seconds,
-            "fraction",
-            "its exposed all-to-all share",
-        )
-        r.add("moe_inside_slowdown", near[0].step_seconds / best.step_seconds - 1, "fraction", "how much slower")
-    wide = [e for e in roomy if e.plan.tp * e.plan.ep > c.domain]
+        _compared(r, moe_inside=near)
+        r.add("moe_inside_ep", near.plan.ep, "", "the best plan with EP > 1 inside the NVLink domain: its EP")
+        r.add("moe_inside_a2a", near.time.breakdown.exposed_cp_ep / near.step_seconds, "fraction", "its a2a share")
+        r.add("moe_inside_slowdown", near.step_seconds / best.step_seconds - 1, "fraction", "how much slower")
     if wide:
-        _compared(r, moe_cross_node=wide[0])
+        _compared(r, moe_cross_node=wide)
         r.add(
             "moe_cross_node_slowdown",
-            wide[0].step_seconds / best.step_seconds - 1,
+            wide.step_seconds / best.step_seconds - 1,
             "fraction",
             "the best plan whose EP group leaves the node, how much slower",
         )
-        r.data["moe_cross_node_label"] = wide[0].plan.label()
+        r.data["moe_cross_node_label"] = wide.plan.label()
         r.claim(
             f"{MOE_MODEL}: an EP group that leaves the node is slower than the best plan (all-to-alls on the NICs)",
-            wide[0].step_seconds,
+            wide.step_seconds,
             best.step_seconds,
             relation=">=",
             unit="s",
@@ -221,18 +245,18 @@ def _moe(r: Result, rows: list) -> None:
             r.claim(
                 f"{MOE_MODEL}: the page's 'EP stays inside the NVLink domain': the best EP plan inside is faster than "
                 "the best across",
-                near[0].step_seconds,
-                wide[0].step_seconds,
+                near.step_seconds,
+                wide.step_seconds,
                 relation="<=",
                 unit="s",
             )
         r.add(
             "moe_cross_node_a2a",
-            wide[0].time.breakdown.exposed_cp_ep / wide[0].step_seconds,
+            wide.time.breakdown.exposed_cp_ep / wide.step_seconds,
             "fraction",
             "that plan's exposed all-to-all share",
         )
-        r.add("moe_cross_node_ep", wide[0].plan.ep, "", "that plan's EP")
+        r.add("moe_cross_node_ep", wide.plan.ep, "", "that plan's EP")
 
 
 def _compared(r: Result, **plans) -> None:
@@ -253,13 +277,13 @@ def _compared(r: Result, **plans) -> None:
     )
 
 
-def _rules_table(r: Result) -> None:
+def _rules_table(r: Result, chosen: dict) -> None:
     """Every rule's verdict for one request: 70B on 64 H100s, at the best plan's TP and CP."""
     from distlab.planner.search import search
 
     c, m = clusters()[RULES_CLUSTER], preset("70B")
     t = pretraining(m)
-    best = search(m, c, t)[0]
+    best = chosen["cp_cut_rules"]
     p = best.plan
     d = decisions(m, c, t, p)
     rows = [[rule, str(ch.value), ch.reason] for rule, ch in d.items()]
@@ -281,7 +305,7 @@ def _rules_table(r: Result) -> None:
         rel_tol=1e-12,
         unit="s",
     )
-    exhaustive = search(m, c, t, rules=())[0]  # CP at 4k tokens too
+    exhaustive = chosen["cp_cut_free"]
     _compared(r, cp_cut_rules=best, cp_cut_free=exhaustive)
     r.add(
         "cp_cut_cost",
@@ -378,3 +402,4 @@ def _closed_forms(r: Result) -> None:
     check_labels(r, clusters(), RULES_CLUSTER)
     check_plan_memory(r)
     check_compared_memory(r)
+    check_picks(r, picks)

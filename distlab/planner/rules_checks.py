@@ -277,3 +277,43 @@ def check_compared_memory(r: Result) -> None:
         total,
         value("moe_models.Mixtral-8x7B.params_published"),
     )
+
+
+def hand_sizer():
+    """A sizer for search (its `sizer`): each plan's bytes by hand (worked_plan_checks.plan_memory, the model named
+    by its config, the request's sequence) as a MemoryBreakdown whose peak, NCCL buffers and host bytes are the hand
+    figures, with the fragmentation and the CUDA context from nvidia-smi's total and the hand budget."""
+    from distlab.planner.memory import MemoryBreakdown
+
+    capacity = memory_quoted("planner.capacity-H100-SXM.reported_mib") * 2**20
+    context = memory_quoted("planner.memory-reserve.cuda_context_mib") * 2**20
+    fragmentation = capacity - budget("H100-SXM") - context
+    configs = {"Llama 2 70B": "70B", "Mixtral 8x7B": "Mixtral-8x7B"}
+
+    def size(m, _c, t, plan: Plan) -> MemoryBreakdown:
+        hand = plan_memory(plan, t.seq, configs[m.name])
+        zero = dict.fromkeys(("gradients", "optimizer", "activations", "logits", "gather_buffers"), 0.0)
+        return MemoryBreakdown(
+            weights=hand["peak"],
+            comm_buffers=hand["device"] - hand["peak"],
+            host=hand["host"],
+            context=context,
+            fragmentation=fragmentation,
+            **zero,
+        )
+
+    return size
+
+
+def check_picks(r: Result, picks) -> None:
+    """Which plans the page compares depends on which plans fit: searched again by `picks` (the experiment's) with
+    every plan sized by hand (the model's step times, the hand's bytes), the same plans come out."""
+    again = {k: e.plan.label() for k, e in picks(sizer=hand_sizer()).items()}
+    shown = {k: v["label"] for k, v in r.data["compared_plans"].items()}
+    differ = sorted(k for k in shown.keys() | again.keys() if shown.get(k) != again.get(k))
+    r.claim(
+        f"the {len(shown)} compared plans, searched again with every candidate sized by hand: plans that differ",
+        len(differ),
+        0,
+        formula="; ".join(f"{k}: {shown.get(k)} / by hand {again.get(k)}" for k in differ) or "none",
+    )

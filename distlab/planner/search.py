@@ -337,6 +337,7 @@ def search(
     share: float | None = None,
     min_headroom: float = MIN_HEADROOM,
     unrestricted: bool = False,
+    sizer=None,
 ) -> list[Estimate]:
     """Feasible plans: the recommended one first (`recommend`: the headroom rule), then the others fastest first
     (ties: less memory); the first RESIMULATE with the simulated pipeline. `where(plan) -> bool` restricts the
@@ -345,7 +346,8 @@ def search(
     may ask about pipelines the rule would skip). `min_headroom` = 0 ranks by time alone (the published runs of
     chapter 13 are compared fastest to fastest). A `t.framework` other than "any" keeps to that stack, and "any"
     to plans one stack runs whole (distlab.planner.stacks.allows); `unrestricted` lifts that for "any": every
-    technique the cost model prices, combined freely (`--framework unrestricted`)."""
+    technique the cost model prices, combined freely (`--framework unrestricted`). `sizer(m, c, t, plan)` replaces
+    memory_per_gpu (a check sizes each plan by hand and searches again)."""
     from distlab.planner.stacks import allows, check
 
     fixed = dict(fixed or {})
@@ -365,7 +367,7 @@ def search(
             shipless = shipless or p
             continue
         seen += 1
-        mem = memory_per_gpu(m, c, t, p)
+        mem = (sizer or memory_per_gpu)(m, c, t, p)
         if least is None or mem.device_bytes < least[0]:
             least = (mem.device_bytes, p, mem.host)
         if fits(m, c, t, p, mem):

@@ -92,3 +92,21 @@ def test_a_mixtral_row_with_its_experts_sharded_over_every_rank_fails():
     row = "Mixtral 8x7B, 8 experts, top-2"
     assert not _plans_row_fails(row, label, right)
     assert _plans_row_fails(row, label, wrong)
+
+
+def test_the_hand_sizer_reports_the_hand_bytes_and_the_fit_margin():
+    """search's `sizer` for chapter 7's re-search: a plan's device bytes are plan_memory's, and what the fit test
+    adds (fragmentation, CUDA context) makes the budget by hand the usable bytes. Would catch the NCCL buffers
+    dropped from the hand figure, or the context counted twice."""
+    from distlab.models.shapes import preset
+    from distlab.planner.config import Plan, Training, cluster
+    from distlab.planner.worked_plan_checks import budget, plan_memory
+
+    plan = Plan(tp=2, pp=8, dp=4, zero=1, microbatches=256, offload="optimizer")
+    m = preset("70B")
+    t = Training(global_batch_tokens=4 * 2**20, seq=4096)
+    mem = rc.hand_sizer()(m, cluster("H100-SXM", nodes=8), t, plan)
+    hand = plan_memory(plan, 4096, "70B")
+    assert mem.device_bytes == pytest.approx(hand["device"], rel=1e-12)
+    capacity = mem.reserved_bytes + mem.outside_allocator_bytes - mem.device_bytes + budget("H100-SXM")
+    assert capacity == pytest.approx(81559 * 2**20, rel=1e-12)  # nvidia-smi's total for an H100 80GB HBM3, MiB
