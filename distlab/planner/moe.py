@@ -3,10 +3,10 @@
 A MoE layer replaces the MLP by `experts` SwiGLU experts of width `moe_ffn` (plus `shared_experts` every token
 passes through); each token goes to `top_k` of them. So one token's compute is that of a dense layer whose MLP
 is (top_k + shared) x moe_ffn wide, which is the ModelShape `dense_path` returns (the cost model times it as
-any dense model), while the parameters and their model state are all the experts', split over EP ranks
-(`expert_params_per_gpu`). Expert parallelism moves each token to the GPU of its experts and back: a dispatch
-and a combine all-to-all per MoE layer, forward and backward (distlab.planner.cost), inside the NVLink domain
-when tp x ep fits in a node, over the NICs otherwise.
+any dense model), while the parameters and their model state are all the experts', split over EP ranks and
+sharded over the ranks that hold the same experts (distlab.planner.stages.split_params). Expert parallelism moves
+each token to the GPU of its experts and back: a dispatch and a combine all-to-all per MoE layer, forward and
+backward (distlab.planner.cost), inside the NVLink domain when tp x ep fits in a node, over the NICs otherwise.
 
 Shapes come from distlab/data/moe_models.toml (Mixtral 8x7B, DeepSeek-V3; DeepSeek's multi-head latent
 attention is timed as ordinary attention over its heads, a stated simplification).
@@ -96,13 +96,6 @@ def moe_from_row(name: str, r: dict) -> tuple[ModelShape, MoESpec]:
         head_dim=r.get("head_dim", 0),
     )
     return m, spec
-
-
-def expert_params_per_gpu(m: ModelShape, spec: MoESpec, layers: int, tp: int, ep: int) -> int:
-    """Routed-expert parameters beyond the dense path's MLP for `layers` layers on one GPU (the model's total, with
-    tp = ep = 1: the path counts top_k experts, the model has `experts` of them and a router)."""
-    moe_share = spec.moe_layers(m.layers) / m.layers
-    return int(layers * moe_share * (routed_per_layer(m, spec, tp, ep) - path_excess_per_layer(m, spec, tp)))
 
 
 def routed_per_layer(m: ModelShape, spec: MoESpec, tp: int, ep: int) -> int:

@@ -43,11 +43,6 @@ def stage_params(m: ModelShape, pp: int) -> tuple[int, ...]:
     return tuple(out)
 
 
-def local_params(m: ModelShape, p: Plan) -> int:
-    """Parameters one GPU holds a slice of: its stage's (the largest stage) / tp."""
-    return math.ceil(max(stage_params(m, p.pp)) / p.tp)
-
-
 # ---------------------------------------------------------------- a mixture of experts' split
 def stage_moe_layers(m: ModelShape, spec: MoESpec, pp: int, stage: int) -> int:
     """MoE layers of pipeline stage `stage`: its layers past the leading dense ones (DeepSeek-V3's first 3)."""

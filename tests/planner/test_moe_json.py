@@ -10,9 +10,9 @@ from distlab.core.facts import entries
 from distlab.planner.config import Plan, Training, cluster
 from distlab.planner.cost import memory_per_gpu, step
 from distlab.planner.kernels import gemm_seconds, layer_shape, layer_times, training_share
-from distlab.planner.moe import expert_params_per_gpu
 from distlab.planner.plan_command import resolve_model
 from distlab.planner.search import search
+from distlab.planner.stages import split_params
 
 PRICED = ("name", "layers", "hidden", "heads", "kv_heads", "ffn", "moe_ffn", "vocab", "seq", "experts")
 PRICED += ("shared_experts", "top_k", "dense_layers", "tie_embeddings")
@@ -64,7 +64,7 @@ def test_qwen3_json_counts_its_published_parameters(tmp_path):
     hidden / heads = 64 would give 30.1B (1.4 % short). Would catch head_dim dropped from the JSON path."""
     m, spec = resolve_model(_write(tmp_path, QWEN3_30B))
     assert m.head_dim == 128 and m.q_width == 4096
-    total = m.params() + expert_params_per_gpu(m, spec, m.layers, 1, 1)
+    total = sum(split_params(m, spec, Plan()))
     assert total == pytest.approx(QWEN3_30B_PUBLISHED, rel=0.005)
 
 
