@@ -402,4 +402,4 @@ def _closed_forms(r: Result) -> None:
     check_labels(r, clusters(), RULES_CLUSTER)
     check_plan_memory(r)
     check_compared_memory(r)
-    check_picks(r, picks)
+    check_picks(r, picks, clusters())

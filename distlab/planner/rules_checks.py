@@ -288,7 +288,7 @@ def hand_sizer():
     capacity = memory_quoted("planner.capacity-H100-SXM.reported_mib") * 2**20
     context = memory_quoted("planner.memory-reserve.cuda_context_mib") * 2**20
     fragmentation = capacity - budget("H100-SXM") - context
-    configs = {"Llama 2 70B": "70B", "Mixtral 8x7B": "Mixtral-8x7B"}
+    configs = {preset(k).name: k for k in ("7B", "13B", "70B", "175B")} | {"Mixtral 8x7B": "Mixtral-8x7B"}
 
     def size(m, _c, t, plan: Plan) -> MemoryBreakdown:
         hand = plan_memory(plan, t.seq, configs[m.name])
@@ -305,14 +305,27 @@ def hand_sizer():
     return size
 
 
-def check_picks(r: Result, picks) -> None:
-    """Which plans the page compares depends on which plans fit: searched again by `picks` (the experiment's) with
-    every plan sized by hand (the model's step times, the hand's bytes), the same plans come out."""
-    again = {k: e.plan.label() for k, e in picks(sizer=hand_sizer()).items()}
+def check_picks(r: Result, picks, clusters: dict) -> None:
+    """Which plans the page shows and compares depends on which plans fit: searched again with every plan sized by
+    hand (the model's step times, the hand's bytes), the same plans come out: the compared ones (`picks`, the
+    experiment's searches) and the plans table's best on the H100 clusters (the hand budget is the H100's)."""
+    from distlab.planner.config import Training
+    from distlab.planner.search import PRETRAIN_BATCH_TOKENS, search
+
+    sizer = hand_sizer()
+    again = {k: e.plan.label() for k, e in picks(sizer=sizer).items()}
     shown = {k: v["label"] for k, v in r.data["compared_plans"].items()}
+    for model, label, plan, *_ in r.tables["plans"].rows:
+        c = clusters.get(label)
+        if model in CONFIGS and c is not None and c.gpu.name.startswith("H100") and plan != "does not fit":
+            m = preset(model)
+            t = Training(global_batch_tokens=PRETRAIN_BATCH_TOKENS, seq=m.seq)  # the table's pretraining request
+            shown[f"{model} / {label}"] = plan
+            again[f"{model} / {label}"] = search(m, c, t, sizer=sizer)[0].plan.label()
     differ = sorted(k for k in shown.keys() | again.keys() if shown.get(k) != again.get(k))
     r.claim(
-        f"the {len(shown)} compared plans, searched again with every candidate sized by hand: plans that differ",
+        f"the {len(shown)} compared and H100 table plans, searched again with every candidate sized by hand: plans "
+        "that differ",
         len(differ),
         0,
         formula="; ".join(f"{k}: {shown.get(k)} / by hand {again.get(k)}" for k in differ) or "none",
