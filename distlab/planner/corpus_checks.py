@@ -262,7 +262,15 @@ def _node(key: str, row: dict, excerpts: dict) -> list[tuple]:
     return [(key, f, row[f], v, 0) for f, v in zip(fields, printed) if f in row]
 
 
-def _torchtitan(key: str, row: dict, tables: dict) -> list[tuple]:
+def _config_seq(excerpts: dict, commit: str, model: str) -> int:
+    """seq_len of the Llama 3 training config (8b, 70b, 405b from the row's model) at `commit`, as copied."""
+    size = _found(r"([0-9]+)B$", model).group(1)
+    blocks = excerpts["torchtitan-train-configs"]["text"].split("# [")
+    block = next(b for b in blocks if b.startswith(f"{commit}:") and f"llama3_{size}b.toml" in b.split("]")[0])
+    return int(_found(r"seq_len = ([0-9]+)", block).group(1))
+
+
+def _torchtitan(key: str, row: dict, tables: dict, excerpts: dict) -> list[tuple]:
     """A torchtitan row against its table's cell and heading (GPUs, batch sizes, parallel degrees, checkpointing)."""
     heading, cells = tables[_found(r"Table ([0-9]+)", row["detail"]).group(1)]
     printed = cells[_found(r"row '([^']+)'", row["detail"]).group(1)]
@@ -286,8 +294,17 @@ def _torchtitan(key: str, row: dict, tables: dict) -> list[tuple]:
         (key, "global_batch", row["global_batch"], int(batch.group(1)) if batch else local * dp, 0),
         (key, "recompute", row["recompute"], "selective" if "Selective activation" in heading else "full", 0),
     ]
-    if "Sequence Length" in printed:
-        out.append((key, "seq", row["seq"], int(printed["Sequence Length"]), 0))
+    # the sequence: the table's column where it prints one, else the training config's seq_len at the benchmark's
+    # torchtitan commit (9dec370, the page's stated version)
+    seq = (
+        int(printed["Sequence Length"])
+        if "Sequence Length" in printed
+        else _config_seq(excerpts, "9dec370", row["model"])
+    )
+    out.append((key, "seq", row["seq"], seq, 0))
+    schedule = _found(r"row '([^']+)'", row["detail"]).group(1) if pp > 1 else ""
+    if "virtual" in row and "1F1B" in schedule + heading and "Interleaved" not in schedule:
+        out.append((key, "virtual", row["virtual"], 1, 0))  # plain 1F1B: one model chunk per rank
     if "micro_batch" in row and pp == 1:  # no pipeline: a rank's local batch is its one micro-batch
         out.append((key, "micro_batch", row["micro_batch"], local, 0))
     return out
@@ -317,7 +334,12 @@ def _torchtitan_2025(key: str, row: dict, excerpts: dict) -> list[tuple]:
         gpus = int(nodes) * int(_found(r"--nproc_per_node ([0-9]+)", text).group(1))
         tp, dp = 1, gpus  # FSDP over every GPU (llama3_8b.toml's defaults)
         local, recompute = int(_found(r"--training.local_batch_size=([0-9]+)", text).group(1)), row["recompute"]
-    return [
+    seq = (
+        [(key, "seq", row["seq"], _config_seq(excerpts, "820504e", row["model"]), 0)]  # the page's torchtitan commit
+        if row["source"] == "torchtitan-asynctp-2506"
+        else []
+    )
+    return seq + [
         (key, "tokens_per_s_per_gpu", row["tokens_per_s_per_gpu"], tokens, 0),
         (key, "gpus", row["gpus"], gpus, 0),
         (key, "tp", row["tp"], tp, 0),
@@ -365,7 +387,7 @@ def second_printings() -> list[tuple]:
         elif row.get("source") == "llm-foundry-benchmarks":
             out += _mpt(key, row, configs)
         elif row.get("source") == "torchtitan-2412":
-            out += _torchtitan(key, row, tables)
+            out += _torchtitan(key, row, tables, excerpts)
         elif row.get("source") in ("torchtitan-asynctp-2506", "torchtitan-h200-2506"):
             out += _torchtitan_2025(key, row, excerpts)
         elif row.get("source") == "megatron-core-readme":
