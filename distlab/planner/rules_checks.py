@@ -3,7 +3,8 @@ hiding point counted as times of a concrete layer and replica, not by the simpli
 returns; the sustained matmul rate, the link rates and the budget from the numbers their sources print (the MSMF
 table, the InfiniBand and Ethernet standards, nvidia-smi's total, the CUDA context); Llama 2 70B's shape from its
 config.json (worked_plan_checks.CONFIGS); 1F1B's first-stage activations from Korthikanti et al.'s bytes per layer
-(worked_plan_checks.plan_memory); the global batch from Llama 2's printed 4M tokens.
+(worked_plan_checks.plan_memory), and so every plan the page shows or compares, CP and Mixtral's experts included,
+whose picks are searched again with each candidate sized by hand; the global batch from Llama 2's printed 4M tokens.
 
 The plans the search picks come from the cost model (chapter 13 judges it against published runs); here the shares
 and slowdowns the page prints are re-derived from the compared plans' causes, each step the sum of its causes.
@@ -232,8 +233,8 @@ def check_plan_memory(r: Result) -> None:
 def check_compared_memory(r: Result) -> None:
     """Every plan the page compares beside the table (the long request's without CP, the rules table's without
     rules, the MoE plans inside and across nodes): its memory sized by hand, leaving the headroom rule's share of the
-    H100's usable bytes free by hand;
-    and the hand Mixtral config against the released checkpoint's parameter count."""
+    H100's usable bytes free by hand, its fit margin; and the hand Mixtral config against the released checkpoint's
+    parameter count."""
     requests = {
         "long": ("70B", int(r.quantities["long_seq"].value)),
         "cp_cut": ("70B", SEQ_70B),
@@ -260,10 +261,8 @@ def check_compared_memory(r: Result) -> None:
         0,
         formula="over: " + ("; ".join(over) or "none"),
     )
-    total = model_params("Mixtral-8x7B", 0)
     # the fit test: the memory plus the allocator's fragmentation and the CUDA context within nvidia-smi's total
-    capacity = memory_quoted("planner.capacity-H100-SXM.reported_mib") * 2**20
-    beyond = [(shown["beyond"], capacity - usable) for shown in r.data["compared_plans"].values()]
+    beyond = [(shown["beyond"], h100_capacity() - usable) for shown in r.data["compared_plans"].values()]
     beyond += [(shown["usable"], usable) for shown in r.data["compared_plans"].values()]
     r.claim(
         "the compared plans' fit test: fragmentation + CUDA context beyond the memory, and the usable bytes, = "
@@ -274,9 +273,14 @@ def check_compared_memory(r: Result) -> None:
     )
     r.claim(
         "Mixtral 8x7B's parameters by hand (the hand config) = the released checkpoint's safetensors total",
-        total,
+        model_params("Mixtral-8x7B", 0),
         value("moe_models.Mixtral-8x7B.params_published"),
     )
+
+
+def h100_capacity() -> float:
+    """An H100 SXM's bytes as nvidia-smi prints its total (MiB), in its source's sentence."""
+    return memory_quoted("planner.capacity-H100-SXM.reported_mib") * 2**20
 
 
 def hand_sizer():
@@ -285,9 +289,8 @@ def hand_sizer():
     figures, with the fragmentation and the CUDA context from nvidia-smi's total and the hand budget."""
     from distlab.planner.memory import MemoryBreakdown
 
-    capacity = memory_quoted("planner.capacity-H100-SXM.reported_mib") * 2**20
     context = memory_quoted("planner.memory-reserve.cuda_context_mib") * 2**20
-    fragmentation = capacity - budget("H100-SXM") - context
+    fragmentation = h100_capacity() - budget("H100-SXM") - context
     configs = {preset(k).name: k for k in ("7B", "13B", "70B", "175B")} | {"Mixtral 8x7B": "Mixtral-8x7B"}
 
     def size(m, _c, t, plan: Plan) -> MemoryBreakdown:
