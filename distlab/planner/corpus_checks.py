@@ -334,11 +334,9 @@ def _torchtitan_2025(key: str, row: dict, excerpts: dict) -> list[tuple]:
         gpus = int(nodes) * int(_found(r"--nproc_per_node ([0-9]+)", text).group(1))
         tp, dp = 1, gpus  # FSDP over every GPU (llama3_8b.toml's defaults)
         local, recompute = int(_found(r"--training.local_batch_size=([0-9]+)", text).group(1)), row["recompute"]
-    seq = (
-        [(key, "seq", row["seq"], _config_seq(excerpts, "820504e", row["model"]), 0)]  # the page's torchtitan commit
-        if row["source"] == "torchtitan-asynctp-2506"
-        else []
-    )
+    # the sequence: llama3's training config at the torchtitan commit each page names
+    commit = "820504e" if row["source"] == "torchtitan-asynctp-2506" else "e7c0cae"
+    seq = [(key, "seq", row["seq"], _config_seq(excerpts, commit, row["model"]), 0)]
     return seq + [
         (key, "tokens_per_s_per_gpu", row["tokens_per_s_per_gpu"], tokens, 0),
         (key, "gpus", row["gpus"], gpus, 0),
