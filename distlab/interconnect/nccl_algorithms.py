@@ -82,11 +82,6 @@ def _tuning_table(r: Result, topos) -> None:
             for a, p in choices(coll, topo):
                 shown.add((coll, a, p))
                 cell = hand.get((coll, a, p), {"latency_us": math.nan, "bus": math.nan, "algbw": math.nan})
-                pairs += [
-                    (latency_us(coll, a, p, topo), cell["latency_us"]),
-                    (algorithm_bandwidth(coll, a, p, topo), cell["algbw"]),
-                    (bus_bandwidth(coll, a, p, topo), cell["bus"]),
-                ]
                 rows.append(
                     [
                         topo.label,
@@ -122,6 +117,12 @@ def _tuning_table(r: Result, topos) -> None:
         caption="NCCL 2.20.3's tuning model rebuilt from its tables (reduce-scatter = all-gather here); "
         "time = latency + bytes / algbw; computed",
     )
+    topo_of = {topo.label: topo for topo in topos.values()}
+    for where, coll, name, *shown in rows:  # the cells as the page shows them
+        a, p = (x.lower() for x in name.split("/"))
+        cell = by_source(topo_of[where]).get((coll, a, p), {"latency_us": math.nan, "bus": math.nan, "algbw": math.nan})
+        want = (cell["latency_us"] * 1e-6, cell["algbw"], cell["bus"])
+        pairs += [(q.value, w) for q, w in zip(shown, want, strict=True)]
     r.claim(
         f"tuning table: its {len(pairs)} latencies, algbw and busBw = ncclTopoTuneModel's loop transcribed from "
         "tuning.cc with the C text's constants: worst gap",
@@ -199,6 +200,16 @@ def _crossovers(r: Result, topos) -> None:
                         Quantity(w["to_bytes"], "B") if i < len(env) - 1 else "largest",
                     ]
                 )
+            # the table's from/to cells as shown: each hand-over of the tables by source, in order
+            cells = [q.value for row in rows if row[:2] == [topo.label, coll] for q in row[3:] if hasattr(q, "value")]
+            r.claim(
+                f"{topo.label}, {coll}: the winners table's from/to cells = the hand-overs by source, each twice",
+                worst_relative_gap(list(zip(cells, [x for x in hand for _ in (0, 1)], strict=False)))
+                if len(cells) == 2 * len(hand)
+                else math.inf,
+                0.0,
+                abs_tol=1e-9,
+            )
             for i, s in enumerate(analytic):
                 r.add(f"{key}_{coll.replace('-', '_')}_crossover_{i + 1}", s, "B", f"{topo.label}, {coll}: hand-over")
     r.table(
