@@ -73,6 +73,8 @@ def _tuning_table(r: Result, topos) -> None:
     """What NCCL prints under NCCL_DEBUG_SUBSYS=TUNING: latency and algbw per algorithm x protocol."""
     rows = []
     pairs: list[tuple[float, float]] = []
+    graphs: list[tuple[float, float]] = []
+    odd: list[tuple] = []
     for key, topo in topos.items():
         hand = by_source(topo)
         shown = set()
@@ -81,7 +83,6 @@ def _tuning_table(r: Result, topos) -> None:
                 continue
             for a, p in choices(coll, topo):
                 shown.add((coll, a, p))
-                cell = hand.get((coll, a, p), {"latency_us": math.nan, "bus": math.nan, "algbw": math.nan})
                 rows.append(
                     [
                         topo.label,
@@ -93,23 +94,22 @@ def _tuning_table(r: Result, topos) -> None:
                     ]
                 )
         r.add(f"{key}_graph_bytes_per_s", topo.graph_bytes_per_s, "B/s", f"{topo.label}: graph bandwidth")
-        r.claim(
-            f"{topo.label}: graph bandwidth = NCCL's effective NVLink rate, capped by the node's NICs at NDR's rate",
-            topo.graph_bytes_per_s,
-            nccl_tuning_checks.graph_bytes_per_s(topo.nodes),
-            rel_tol=1e-12,
-            unit="B/s",
-        )
-        offered = {k for k in hand if k[0] != "reduce-scatter"}
-        odd = sorted(shown ^ offered)
-        r.claim(
-            f"{topo.label}: table rows that are not an algorithm x protocol pair tuning.cc's loop fills (RS as AG)",
-            len(odd),
-            0,
-            formula="rows: " + ("; ".join("/".join(k) for k in odd) or "none"),
-        )
-        differ = [k for k in offered if k[0] == "all-gather" and hand[("reduce-scatter", *k[1:])] != hand[k]]
-        r.claim(f"{topo.label}: reduce-scatter cells that differ from all-gather's in tuning.cc's loop", len(differ), 0)
+        graphs.append((topo.graph_bytes_per_s, nccl_tuning_checks.graph_bytes_per_s(topo.nodes)))
+        offered = {k for k in hand if k[0] != "reduce-scatter"}  # the table shows reduce-scatter as all-gather
+        odd += sorted(shown ^ offered)
+        odd += [k for k in offered if k[0] == "all-gather" and hand[("reduce-scatter", *k[1:])] != hand[k]]
+    r.claim(
+        "graph bandwidths = NCCL's NVLink rate, capped by the NICs: worst gap",
+        worst_relative_gap(graphs),
+        0.0,
+        abs_tol=1e-12,
+    )
+    r.claim(
+        "tuning table: rows tuning.cc's loop does not fill, or where its RS and AG differ",
+        len(odd),
+        0,
+        formula="; ".join("/".join(k) for k in odd) or "none",
+    )
     r.table(
         "tuning",
         ["communicator", "collective", "algorithm/protocol", "latency", "algbw", "busBw (NCCL's)"],
@@ -124,13 +124,13 @@ def _tuning_table(r: Result, topos) -> None:
         want = (cell["latency_us"] * 1e-6, cell["algbw"], cell["bus"])
         pairs += [(q.value, w) for q, w in zip(shown, want, strict=True)]
     r.claim(
-        f"tuning table: its {len(pairs)} latencies, algbw and busBw = ncclTopoTuneModel's loop transcribed from "
-        "tuning.cc with the C text's constants: worst gap",
+        f"tuning table: {len(pairs)} cells = tuning.cc's loop: worst gap",
         worst_relative_gap(pairs),
         0.0,
         abs_tol=1e-12,
     )
     node, cluster = topos["node"], topos["cluster"]
+    quoted: list[tuple[float, float]] = []
     for key, topo, coll, a, p in (
         ("node_ring_ll_latency_s", node, "all-reduce", "ring", "ll"),
         ("node_nvls_latency_s", node, "all-reduce", "nvls", "simple"),
@@ -138,13 +138,7 @@ def _tuning_table(r: Result, topos) -> None:
         ("cluster_ring_ll_latency_s", cluster, "all-reduce", "ring", "ll"),
     ):
         r.add(key, latency_us(coll, a, p, topo) * 1e-6, "s", f"{topo.label}: {label(a, p)} {coll} latency")
-        r.claim(
-            f"{topo.label}: {label(a, p)} {coll} latency = tuning.cc's loop",
-            r.quantities[key].value,
-            by_source(topo)[(coll, a, p)]["latency_us"] * 1e-6,
-            rel_tol=1e-12,
-            unit="s",
-        )
+        quoted.append((r.quantities[key].value, by_source(topo)[(coll, a, p)]["latency_us"] * 1e-6))
     r.add(
         "node_nvls_algbw",
         algorithm_bandwidth("all-reduce", "nvls", "simple", node),
@@ -158,38 +152,21 @@ def _tuning_table(r: Result, topos) -> None:
         "8 GPUs: ring Simple all-reduce algbw",
     )
     for key, a in (("node_nvls_algbw", "nvls"), ("node_ring_algbw", "ring")):
-        r.claim(
-            f"{key} = tuning.cc's loop",
-            r.quantities[key].value,
-            by_source(node)[("all-reduce", a, "simple")]["algbw"],
-            rel_tol=1e-12,
-            unit="B/s",
-        )
+        quoted.append((r.quantities[key].value, by_source(node)[("all-reduce", a, "simple")]["algbw"]))
+    r.claim("quoted latencies and algbw = tuning.cc's loop: worst gap", worst_relative_gap(quoted), 0.0, abs_tol=1e-12)
     r.add("cluster_nics", value("interconnect.DGX-H100.compute_nics"), "", "NICs per DGX H100 node")
 
 
 def _crossovers(r: Result, topos) -> None:
-    rows = []
+    rows: list = []
+    shown_cells: list[tuple[float, float]] = []
+    walked: list[tuple[float, float]] = []
     for key, topo in topos.items():
         for coll in ("all-reduce", "all-gather"):
             env = winners(coll, topo)
             hand = nccl_tuning_checks.hand_overs(by_source(topo), coll)
             analytic = [w["from_bytes"] for w in env[1:]]
-            r.claim(
-                f"{topo.label}, {coll}: crossovers walked analytically = those of tuning.cc's tables by source",
-                len(analytic),
-                len(hand),
-                formula="the same hand-overs, in the same order",
-            )
-            for i, (s_walk, s_hand) in enumerate(zip(analytic, hand)):
-                r.claim(
-                    f"{topo.label}, {coll}: hand-over {i + 1} where the tables by source change their argmin",
-                    s_walk,
-                    s_hand,
-                    rel_tol=1e-9,
-                    unit="B",
-                    formula="L1 + S/W1 = L2 + S/W2 where the fastest of every pair changes",
-                )
+            walked += list(zip(analytic, hand, strict=False)) if len(analytic) == len(hand) else [(math.inf, 1.0)]
             for i, w in enumerate(env):
                 rows.append(
                     [
@@ -200,18 +177,22 @@ def _crossovers(r: Result, topos) -> None:
                         Quantity(w["to_bytes"], "B") if i < len(env) - 1 else "largest",
                     ]
                 )
-            # the table's from/to cells as shown: each hand-over of the tables by source, in order
+            # the table's from/to cells as shown: each hand-over of the tables by source, in order, twice
             cells = [q.value for row in rows if row[:2] == [topo.label, coll] for q in row[3:] if hasattr(q, "value")]
-            r.claim(
-                f"{topo.label}, {coll}: the winners table's from/to cells = the hand-overs by source, each twice",
-                worst_relative_gap(list(zip(cells, [x for x in hand for _ in (0, 1)], strict=False)))
-                if len(cells) == 2 * len(hand)
-                else math.inf,
-                0.0,
-                abs_tol=1e-9,
-            )
+            twice = [x for x in hand for _ in (0, 1)]
+            shown_cells += list(zip(cells, twice, strict=False)) if len(cells) == len(twice) else [(math.inf, 1.0)]
             for i, s in enumerate(analytic):
                 r.add(f"{key}_{coll.replace('-', '_')}_crossover_{i + 1}", s, "B", f"{topo.label}, {coll}: hand-over")
+    r.claim(
+        "hand-overs walked along the envelope = where tuning.cc's tables change their fastest choice: worst gap",
+        worst_relative_gap(walked),
+        0.0,
+        abs_tol=1e-9,
+        formula="L1 + S/W1 = L2 + S/W2, the same hand-overs in the same order",
+    )
+    r.claim(
+        "winners table: from/to cells = those hand-overs: worst gap", worst_relative_gap(shown_cells), 0.0, abs_tol=1e-9
+    )
     r.table(
         "winners",
         ["communicator", "collective", "NCCL's model picks", "from", "to"],

@@ -243,8 +243,7 @@ def _moe(r: Result, rows: list, chosen: dict) -> None:
         )
         if near:
             r.claim(
-                f"{MOE_MODEL}: the page's 'EP stays inside the NVLink domain': the best EP plan inside is faster than "
-                "the best across",
+                f"{MOE_MODEL}: the best EP plan inside the NVLink domain beats the best across",
                 near.step_seconds,
                 wide.step_seconds,
                 relation="<=",

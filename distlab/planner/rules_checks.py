@@ -249,14 +249,13 @@ def check_compared_memory(r: Result) -> None:
         compared.append((shown["memory"], hand))
         over += [f"{key}: {shown['label']}"] if hand > (1 - MIN_HEADROOM) * usable else []
     r.claim(
-        f"the {len(compared)} compared plans (long-context, no-rules, MoE): memory = each sized by hand: worst gap",
+        f"the {len(compared)} compared plans' memory = each sized by hand: worst gap",
         worst_relative_gap(compared),
         0.0,
         abs_tol=1e-9,
     )
     r.claim(
-        f"the compared plans that leave less than the headroom rule's {MIN_HEADROOM:.0%} of the H100's usable "
-        f"{usable / 2**30:.1f} GiB free, by hand (NVML total less fragmentation and context)",
+        f"compared plans with less than {MIN_HEADROOM:.0%} of {usable / 2**30:.1f} GiB free, by hand",
         len(over),
         0,
         formula="over: " + ("; ".join(over) or "none"),
@@ -265,14 +264,13 @@ def check_compared_memory(r: Result) -> None:
     beyond = [(shown["beyond"], h100_capacity() - usable) for shown in r.data["compared_plans"].values()]
     beyond += [(shown["usable"], usable) for shown in r.data["compared_plans"].values()]
     r.claim(
-        "the compared plans' fit test: fragmentation + CUDA context beyond the memory, and the usable bytes, = "
-        "nvidia-smi's total less the hand budget: worst gap",
+        "compared plans' fit margin and usable bytes = nvidia-smi's total less the hand budget: worst gap",
         worst_relative_gap(beyond),
         0.0,
         abs_tol=1e-9,
     )
     r.claim(
-        "Mixtral 8x7B's parameters by hand (the hand config) = the released checkpoint's safetensors total",
+        "Mixtral 8x7B's parameters by hand = its checkpoint's safetensors total",
         model_params("Mixtral-8x7B", 0),
         value("moe_models.Mixtral-8x7B.params_published"),
     )
@@ -327,8 +325,7 @@ def check_picks(r: Result, picks, clusters: dict) -> None:
             again[f"{model} / {label}"] = search(m, c, t, sizer=sizer)[0].plan.label()
     differ = sorted(k for k in shown.keys() | again.keys() if shown.get(k) != again.get(k))
     r.claim(
-        f"the {len(shown)} compared and H100 table plans, searched again with every candidate sized by hand: plans "
-        "that differ",
+        f"the {len(shown)} shown plans, searched again with each candidate sized by hand: picks that differ",
         len(differ),
         0,
         formula="; ".join(f"{k}: {shown.get(k)} / by hand {again.get(k)}" for k in differ) or "none",
