@@ -44,9 +44,9 @@ def topologies():
     return {"node": nvlink_node(8), "cluster": ib_cluster(8)}
 
 
-def by_source(topo) -> dict:
-    """The topology's tables as ncclTopoTuneModel computes them (nccl_tuning_checks)."""
-    return nccl_tuning_checks.tune_model(topo.ranks, topo.nodes, topo.cpu_vendor)
+def by_source(topos) -> dict:
+    """Each topology's tables as ncclTopoTuneModel computes them (nccl_tuning_checks), by the topology's key."""
+    return {key: nccl_tuning_checks.tune_model(t.ranks, t.nodes, t.cpu_vendor) for key, t in topos.items()}
 
 
 @experiment(
@@ -58,9 +58,10 @@ def by_source(topo) -> dict:
 def nccl_algorithms(device: str) -> Result:
     r = Result("nccl-algorithms", kind="computed")
     topos = topologies()
-    _tuning_table(r, topos)
+    hands = by_source(topos)
+    _tuning_table(r, topos, hands)
     placement_checks.nccl_latency_claim(r)
-    _crossovers(r, topos)
+    _crossovers(r, topos, hands)
     _protocol_factors(r)
     nccl_source_checks.nccl_source_claim(r)
     _against_published(r, topos["node"])
@@ -69,20 +70,20 @@ def nccl_algorithms(device: str) -> Result:
     return r
 
 
-def _tuning_table(r: Result, topos) -> None:
+def _tuning_table(r: Result, topos, hands: dict) -> None:
     """What NCCL prints under NCCL_DEBUG_SUBSYS=TUNING: latency and algbw per algorithm x protocol."""
     rows = []
     pairs: list[tuple[float, float]] = []
     graphs: list[tuple[float, float]] = []
     odd: list[tuple] = []
     for key, topo in topos.items():
-        hand = by_source(topo)
-        shown = set()
+        hand = hands[key]
+        listed = set()
         for coll in COLLECTIVES:
             if coll == "reduce-scatter":  # same numbers as all-gather in this model
                 continue
             for a, p in choices(coll, topo):
-                shown.add((coll, a, p))
+                listed.add((coll, a, p))
                 rows.append(
                     [
                         topo.label,
@@ -96,7 +97,7 @@ def _tuning_table(r: Result, topos) -> None:
         r.add(f"{key}_graph_bytes_per_s", topo.graph_bytes_per_s, "B/s", f"{topo.label}: graph bandwidth")
         graphs.append((topo.graph_bytes_per_s, nccl_tuning_checks.graph_bytes_per_s(topo.nodes)))
         offered = {k for k in hand if k[0] != "reduce-scatter"}  # the table shows reduce-scatter as all-gather
-        odd += sorted(shown ^ offered)
+        odd += sorted(listed ^ offered)
         odd += [k for k in offered if k[0] == "all-gather" and hand[("reduce-scatter", *k[1:])] != hand[k]]
     r.claim(
         "graph bandwidths = NCCL's NVLink rate, capped by the NICs: worst gap",
@@ -117,10 +118,10 @@ def _tuning_table(r: Result, topos) -> None:
         caption="NCCL 2.20.3's tuning model rebuilt from its tables (reduce-scatter = all-gather here); "
         "time = latency + bytes / algbw; computed",
     )
-    topo_of = {topo.label: topo for topo in topos.values()}
+    key_of = {topo.label: key for key, topo in topos.items()}
     for where, coll, name, *shown in rows:  # the cells as the page shows them
         a, p = (x.lower() for x in name.split("/"))
-        cell = by_source(topo_of[where]).get((coll, a, p), {"latency_us": math.nan, "bus": math.nan, "algbw": math.nan})
+        cell = hands[key_of[where]].get((coll, a, p), {"latency_us": math.nan, "bus": math.nan, "algbw": math.nan})
         want = (cell["latency_us"] * 1e-6, cell["algbw"], cell["bus"])
         pairs += [(q.value, w) for q, w in zip(shown, want, strict=True)]
     r.claim(
@@ -129,16 +130,17 @@ def _tuning_table(r: Result, topos) -> None:
         0.0,
         abs_tol=1e-12,
     )
-    node, cluster = topos["node"], topos["cluster"]
+    node = topos["node"]
     quoted: list[tuple[float, float]] = []
-    for key, topo, coll, a, p in (
-        ("node_ring_ll_latency_s", node, "all-reduce", "ring", "ll"),
-        ("node_nvls_latency_s", node, "all-reduce", "nvls", "simple"),
-        ("cluster_tree_ll_latency_s", cluster, "all-reduce", "tree", "ll"),
-        ("cluster_ring_ll_latency_s", cluster, "all-reduce", "ring", "ll"),
+    for key, where, coll, a, p in (
+        ("node_ring_ll_latency_s", "node", "all-reduce", "ring", "ll"),
+        ("node_nvls_latency_s", "node", "all-reduce", "nvls", "simple"),
+        ("cluster_tree_ll_latency_s", "cluster", "all-reduce", "tree", "ll"),
+        ("cluster_ring_ll_latency_s", "cluster", "all-reduce", "ring", "ll"),
     ):
+        topo = topos[where]
         r.add(key, latency_us(coll, a, p, topo) * 1e-6, "s", f"{topo.label}: {label(a, p)} {coll} latency")
-        quoted.append((r.quantities[key].value, by_source(topo)[(coll, a, p)]["latency_us"] * 1e-6))
+        quoted.append((r.quantities[key].value, hands[where][(coll, a, p)]["latency_us"] * 1e-6))
     r.add(
         "node_nvls_algbw",
         algorithm_bandwidth("all-reduce", "nvls", "simple", node),
@@ -152,19 +154,19 @@ def _tuning_table(r: Result, topos) -> None:
         "8 GPUs: ring Simple all-reduce algbw",
     )
     for key, a in (("node_nvls_algbw", "nvls"), ("node_ring_algbw", "ring")):
-        quoted.append((r.quantities[key].value, by_source(node)[("all-reduce", a, "simple")]["algbw"]))
+        quoted.append((r.quantities[key].value, hands["node"][("all-reduce", a, "simple")]["algbw"]))
     r.claim("quoted latencies and algbw = tuning.cc's loop: worst gap", worst_relative_gap(quoted), 0.0, abs_tol=1e-12)
     r.add("cluster_nics", value("interconnect.DGX-H100.compute_nics"), "", "NICs per DGX H100 node")
 
 
-def _crossovers(r: Result, topos) -> None:
+def _crossovers(r: Result, topos, hands: dict) -> None:
     rows: list = []
     shown_cells: list[tuple[float, float]] = []
     walked: list[tuple[float, float]] = []
     for key, topo in topos.items():
         for coll in ("all-reduce", "all-gather"):
             env = winners(coll, topo)
-            hand = nccl_tuning_checks.hand_overs(by_source(topo), coll)
+            hand = nccl_tuning_checks.hand_overs(hands[key], coll)
             analytic = [w["from_bytes"] for w in env[1:]]
             walked += list(zip(analytic, hand, strict=False)) if len(analytic) == len(hand) else [(math.inf, 1.0)]
             for i, w in enumerate(env):

@@ -104,17 +104,17 @@ def hand_overs(cells: dict, collective: str, lo: float = 1.0, hi: float = 2.0**3
     """Where the fastest choice changes between lo and hi bytes: every size at which two choices' times are equal
     (L1 + S/W1 = L2 + S/W2) and the argmin over all choices just below differs from just above."""
     mine = [v for (coll, _, _), v in cells.items() if coll == collective]
+
+    def fastest(size: float) -> int:
+        return min(range(len(mine)), key=lambda k: time_s(mine[k], size))
+
     out = []
     for i, x in enumerate(mine):
-        for y in mine[i + 1 :]:
-            slope = 1 / x["algbw"] - 1 / y["algbw"]
+        for j in range(i + 1, len(mine)):
+            slope = 1 / x["algbw"] - 1 / mine[j]["algbw"]
             if slope == 0:
                 continue
-            s = (y["latency_us"] - x["latency_us"]) * 1e-6 / slope
-            if not lo < s < hi:
-                continue
-            below = min(range(len(mine)), key=lambda k: time_s(mine[k], s * (1 - 1e-9)))
-            above = min(range(len(mine)), key=lambda k: time_s(mine[k], s * (1 + 1e-9)))
-            if below != above and {id(mine[below]), id(mine[above])} == {id(x), id(y)}:
+            s = (mine[j]["latency_us"] - x["latency_us"]) * 1e-6 / slope
+            if lo < s < hi and {fastest(s * (1 - 1e-9)), fastest(s * (1 + 1e-9))} == {i, j}:
                 out.append(s)
     return sorted(out)

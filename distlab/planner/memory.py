@@ -424,14 +424,20 @@ def _moment_bytes(precision: str) -> float:
     return 2 * _fact(entry, "moment_bytes")
 
 
+def _zero_stage(p: Plan, group: int) -> int:
+    """The ZeRO stage whose memory a plan's state takes when sharded over `group` ranks. ZeRO-3 with a pipeline
+    (torchtitan's FSDP + PP): each stage's weights are gathered once per step and kept, its gradients accumulate
+    unsharded and reduce-scatter once at the end: ZeRO-1's memory. Over one rank nothing is sharded, unless offload
+    moves the state to the host."""
+    zero = 1 if (p.pp > 1 and p.zero == 3) else p.zero
+    return zero if group > 1 or p.offload != "none" else 0
+
+
 def model_states(m: ModelShape, t: Training, p: Plan, stage: int) -> dict[str, float]:
     """Weights, gradients, optimizer state and host bytes of one GPU of pipeline stage `stage`, and the parameters
     its optimizer shard covers."""
     group = p.shard_group  # dp x cp, or one replica's ranks x cp with hybrid sharding
-    # ZeRO-3 with a pipeline (torchtitan's FSDP + PP): each stage's weights are gathered once per step and kept, its
-    # gradients accumulate unsharded and reduce-scatter once at the end: ZeRO-1's memory
-    zero = 1 if (p.pp > 1 and p.zero == 3) else p.zero
-    zero = zero if group > 1 or p.offload != "none" else 0
+    zero = _zero_stage(p, group)
     local = split_params(m, t.moe, p, stage)[0]  # an MoE's routed experts: memory_per_gpu
     if t.peft != "none":
         return _peft_states(m, t, p, stage, local, group, zero)
@@ -756,8 +762,7 @@ def memory_per_gpu(m: ModelShape, c: Cluster, t: Training, p: Plan) -> MemoryBre
         routed = split_params(m, moe, p, s)[1]
         if routed:  # this GPU's experts, sharded over the ranks that hold the same experts (dp x cp / ep)
             group = expert_group(p)
-            zero = 1 if (p.pp > 1 and p.zero == 3) else p.zero
-            zero = zero if group > 1 or p.offload != "none" else 0
+            zero = _zero_stage(p, group)
             ex = _states(routed, group, zero, t.precision, p.offload != "none", p.offload == "params")
             weights += ex["params_bytes"]
             grads += ex["grads_bytes"]

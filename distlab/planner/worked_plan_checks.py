@@ -123,7 +123,7 @@ def plan_memory(plan, seq: int, model: str = "7B") -> dict[str, float]:
     tp, pp, dp, cp, ep, b = plan.tp, plan.pp, plan.dp, plan.cp, plan.ep, plan.micro_batch
     experts = cfg.get("experts", 0)
     router = h * experts
-    block = layer_params(model) - experts * 3 * h * f - router  # attention and norms (an MoE's); the whole block
+    block = layer_params(model) - experts * 3 * h * f - router  # an MoE's attention and norms; a dense whole block
     routed = experts // ep * 3 * h * f // tp  # one layer's experts on this GPU
     f = f * cfg.get("top_k", 1)  # the width a token's MLP activations take
     zero = 1 if plan.zero == 3 and pp > 1 else plan.zero
