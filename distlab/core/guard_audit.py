@@ -531,7 +531,7 @@ def _render(name: str, result, placeholders: list[str]) -> dict[str, str]:
                 out[text] = f"{fig.caption} png:{hashlib.sha256(fig.png).hexdigest()[:12]}"
             else:
                 out[text] = page._expand(text)
-        except Exception as exc:  # noqa: BLE001 - a placeholder the result no longer has is a moved number
+        except Exception as exc:  # noqa: BLE001 - a placeholder the result no longer has stops the page's build
             out[text] = f"(cannot render: {type(exc).__name__}: {exc})"
     return out
 
@@ -1032,8 +1032,9 @@ def _judge(m: Mutant, runs: list[str], got: dict, base: dict, noisy: set, chosen
                 moved.append((text, before or "", after))
         errors = [f"{n}: {got[n].error}" for n in mine if got.get(n) and got[n].error]
         failed = [f"{n}: {c}" for n in mine for c in (got[n].failed if got.get(n) else [])]
-        if errors and not failed:
-            out.append(Outcome(m, page.path, "raised", moved, errors[0]))
+        lost = [text for text, _, after in moved if after.startswith("(cannot render")]
+        if not failed and (errors or lost):  # the page's build stops: an exception, or a placeholder gone
+            out.append(Outcome(m, page.path, "raised", moved, errors[0] if errors else f"{lost[0]}: not rendered"))
         elif moved:
             out.append(Outcome(m, page.path, "guarded" if failed else "escaped", moved, failed[0] if failed else ""))
     return out

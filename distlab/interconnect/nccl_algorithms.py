@@ -15,6 +15,7 @@ Checks, each against something the model does not compute itself:
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 
@@ -38,6 +39,12 @@ from distlab.interconnect.nccl_model import (
 )
 
 PUBLISHED = "dgxc-h100-8gpu-all-reduce"  # nccl_tests.toml: 8 x H100 SXM, one node, 8 B to 16 GiB
+# Inputs the page states: the sweep's sizes the published table shows, and where its two ends are cut.
+SHOWN_SIZES = (8, 1024, 65536, 2**20, 2**22, 2**24, 2**26, 2**28, 2**30, 2**32, 2**34)
+SMALL_TOP = 1024  # the latency end: 8 B to 1 KiB
+LARGE_FROM = 2**30  # the bandwidth end: 1 GiB and up
+FIGURE_SIZES = np.logspace(0, 10.5, 300)  # the figure's x grid: 1 B to 32 GB
+Y_RANGE = (5e-6, 1)  # the figure's y axis, seconds
 
 
 def topologies():
@@ -66,7 +73,8 @@ def nccl_algorithms(device: str) -> Result:
     nccl_source_checks.nccl_source_claim(r)
     _against_published(r, topos["node"])
     nccl_tests_checks.check_columns(r, PUBLISHED, entries("nccl_tests")[PUBLISHED])  # the sweep it is judged by
-    _figure(r, topos)
+    _figure(r, topos, hands)
+    _label_claim(r, topos)
     return r
 
 
@@ -264,9 +272,9 @@ def _against_published(r: Result, topo) -> None:
     measured = [min(a, b) * 1e-6 for a, b in zip(row["time_us"], row["inplace_time_us"])]  # best of the two columns
     predicted = [best("all-reduce", s, topo)[2] for s in sizes]
     ratio = [p / m for p, m in zip(predicted, measured)]
-    small = [q for s, q in zip(sizes, ratio) if s <= 1024]
-    large = [q for s, q in zip(sizes, ratio) if s >= 2**30]
-    mid = [(q, s) for s, q in zip(sizes, ratio) if 1024 < s < 2**30]
+    small = [q for s, q in zip(sizes, ratio) if s <= SMALL_TOP]
+    large = [q for s, q in zip(sizes, ratio) if s >= LARGE_FROM]
+    mid = [(q, s) for s, q in zip(sizes, ratio) if SMALL_TOP < s < LARGE_FROM]
     worst_mid, worst_mid_size = min(mid)
     rows = [
         [
@@ -277,15 +285,18 @@ def _against_published(r: Result, topo) -> None:
             f"{q:.2f}",
         ]
         for s, m, p, q in zip(sizes, measured, predicted, ratio)
-        if s in (8, 1024, 65536, 2**20, 2**22, 2**24, 2**26, 2**28, 2**30, 2**32, 2**34)
+        if s in SHOWN_SIZES
     ]
     r.table(
         "published",
         ["size", "published (best of out-of/in-place)", "NCCL's model", "model's pick", "model / published"],
         rows,
-        caption="8 x H100 SXM all_reduce_perf from NVIDIA's DGX benchmarking recipe (published sample output) "
-        "against the model; the published run does not print the algorithm it used",
+        caption=f"8 x H100 SXM all_reduce_perf from NVIDIA's DGX benchmarking recipe (published sample output; "
+        f"{len(rows)} of its {len(sizes)} sizes) against the model; the published run does not print the algorithm "
+        "it used",
     )
+    r.add("small_band_top", SMALL_TOP, "B", "the latency end: sizes up to this")
+    r.add("large_band_from", LARGE_FROM, "B", "the bandwidth end: sizes from this")
     r.add("small_ratio_mean", float(np.mean(small)), "", "model / published, 8 B to 1 KiB")
     r.add("large_ratio_mean", float(np.mean(large)), "", "model / published, 1 GiB and up")
     r.add("mid_ratio_worst", worst_mid, "", "model / published, worst between 1 KiB and 1 GiB")
@@ -342,14 +353,14 @@ def _against_published(r: Result, topo) -> None:
     )
 
 
-def _figure(r: Result, topos) -> None:
+def _figure(r: Result, topos, hands: dict) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    sizes = np.logspace(0, 10.5, 300)
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.4), sharey=True)
+    sizes = FIGURE_SIZES
+    fig, axes = plt.subplots(1, len(topos), figsize=(12, 4.4), sharey=True)
     styles = {"ll": ":", "ll128": "--", "simple": "-"}
     colours = {"ring": "tab:blue", "tree": "tab:green", "nvls": "tab:red"}
     for ax, (key, topo) in zip(axes, topos.items()):
@@ -374,11 +385,69 @@ def _figure(r: Result, topos) -> None:
         ax.grid(True, which="major", alpha=0.3)
         ax.legend(fontsize=7, loc="upper left")
     axes[0].set_ylabel("predicted seconds per call")
-    axes[0].set_ylim(5e-6, 1)
+    axes[0].set_ylim(Y_RANGE)
     fig.tight_layout()
+    r.claim(
+        "figure read back: curves, NCCL's pick and hand-overs = tuning.cc's loop, dots = the published columns, "
+        "titles = the labels; points off",
+        _figure_read_back(axes, topos, hands),
+        0,
+        formula="each curve's y = latency + x / algbw from nccl_tuning_checks, the pick their minimum",
+    )
     r.figure(
         "time_vs_size",
         fig,
-        "NCCL 2.20.3's predicted all-reduce time per algorithm/protocol (computed; dashed lines: the hand-overs), "
-        "with the published 8 x H100 sweep",
+        "NCCL 2.20.3's predicted all-reduce time per algorithm/protocol (computed; dash-dotted grey lines: the "
+        "hand-overs), with the published 8 x H100 sweep",
+    )
+
+
+def _figure_read_back(axes, topos, hands: dict) -> int:
+    """What the drawing shows, point by point, against tuning.cc's transcribed loop and the sweep's columns."""
+    bad = 0
+    row = entries("nccl_tests")[PUBLISHED]
+    for ax, (key, topo) in zip(axes, topos.items(), strict=True):
+        cells = {k[1:]: v for k, v in hands[key].items() if k[0] == "all-reduce"}
+        lines = list(ax.get_lines())
+        by_name = {ln.get_label(): ln for ln in lines}
+        bad += ax.get_title() != topo.label
+        for (a, p), cell in cells.items():
+            ln = by_name.get(label(a, p))
+            ys = [] if ln is None else list(zip(ln.get_xdata(), ln.get_ydata(), strict=True))
+            bad += not ys or sum(not math.isclose(y, nccl_tuning_checks.time_s(cell, x), rel_tol=1e-9) for x, y in ys)
+        pick = by_name.get("NCCL's pick (smallest)")
+        envelope = [] if pick is None else list(zip(pick.get_xdata(), pick.get_ydata(), strict=True))
+        fastest = [min(nccl_tuning_checks.time_s(c, x) for c in cells.values()) for x, _ in envelope]
+        bad += not envelope or sum(not math.isclose(y, t, rel_tol=1e-9) for (_, y), t in zip(envelope, fastest))
+        dots = by_name.get("published 8 x H100 all_reduce_perf")
+        if key == "node":
+            shown = [] if dots is None else list(zip(dots.get_xdata(), dots.get_ydata(), strict=True))
+            printed = [(s, min(a, b) / 1e6) for s, a, b in zip(row["bytes"], row["time_us"], row["inplace_time_us"])]
+            bad += len(shown) != len(printed)
+            bad += sum(x != s or not math.isclose(y, t, rel_tol=1e-12) for (x, y), (s, t) in zip(shown, printed))
+        else:
+            bad += dots is not None
+        named = {label(a, p) for a, p in cells} | {"NCCL's pick (smallest)", "published 8 x H100 all_reduce_perf"}
+        verticals = [ln.get_xdata() for ln in lines if ln.get_label() not in named]
+        bad += any(x[0] != x[-1] for x in verticals)
+        wanted = nccl_tuning_checks.hand_overs(hands[key], "all-reduce")
+        drawn = sorted(x[0] for x in verticals)
+        bad += len(drawn) != len(wanted) or sum(not math.isclose(d, w, rel_tol=1e-9) for d, w in zip(drawn, wanted))
+    return bad
+
+
+def _label_claim(r: Result, topos) -> None:
+    """The communicators' labels head the tables and the figure's panels: their GPU counts against the DGX H100's
+    GPUs per node (the guide's 8) times the nodes each label names, and the nodes against the model's topology."""
+    per_node = value("interconnect.DGX-H100.gpus_per_node")
+    bad = 0
+    for topo in topos.values():
+        m = re.match(r"(\d+) H100(?:, one node| on (\d+) nodes)", topo.label)
+        nodes = 0 if m is None else int(m[2] or 1)
+        bad += m is None or int(m[1]) != nodes * per_node or nodes != topo.nodes
+    r.claim(
+        "communicators' labels: GPUs = nodes x the DGX H100's 8 per node; labels off",
+        bad,
+        0,
+        formula="; ".join(t.label for t in topos.values()),
     )

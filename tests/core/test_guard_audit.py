@@ -201,3 +201,19 @@ def test_an_escape_in_a_measured_experiment_counts_only_when_it_reproduces(monke
     computed = [ga.Outcome(m, "page.md", "escaped", [("zero-memory.x", "1", "2")])]
     monkeypatch.setattr(ga, "fork_call", lambda *a: pytest.fail("a computed experiment is not re-run"))
     assert not ga._confirm_noise(m, ["zero-memory"], computed, got, base, set(), {}, set())
+
+
+def test_a_placeholder_that_no_longer_renders_stops_the_build_and_is_not_counted():
+    """A perturbation that renames a quantity leaves its placeholder unrenderable: the strict build stops with an
+    error naming it, so no wrong number reaches the page (not counted, like an exception); a moved number beside it
+    with no failed claim is still an escape."""
+    page = ga.PageSpec("page.md", ("exp.a", "exp.b"), ("exp",))
+    base = {"exp": ga.Run(rendered={"exp.a": "1 s", "exp.b": "2 s"})}
+    m = ga.Mutant("distlab/x.py", 1, "`+` -> `-`", ("code", 0, "swap", "+"))
+    lost = {"exp": ga.Run(rendered={"exp.a": "(cannot render: KeyError: 'a')", "exp.b": "2 s"})}
+    (o,) = ga._judge(m, ["exp"], lost, base, set(), [page])
+    assert (o.status, o.detail) == ("raised", "exp.a: not rendered")
+    moved = {"exp": ga.Run(rendered={"exp.a": "1 s", "exp.b": "3 s"})}
+    assert [o.status for o in ga._judge(m, ["exp"], moved, base, set(), [page])] == ["escaped"]
+    failed = {"exp": ga.Run(rendered={"exp.a": "(cannot render: KeyError: 'a')"}, failed=["claim x"])}
+    assert [o.status for o in ga._judge(m, ["exp"], failed, base, set(), [page])] == ["guarded"]
