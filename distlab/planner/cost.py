@@ -266,9 +266,9 @@ def stage_time(
         g_ep = comms.group(c, p.ep, p.tp * p.cp)
         sent = tokens * moe.top_k * m.hidden * 2 / (p.tp if ls.sequence_parallel else 1)
         a2a = comms.alltoall_seconds(sent, g_ep)
-        share = moe.moe_layers(m.layers) / m.layers
-        ep_f, ep_b = 2 * a2a * share, 2 * a2a * share
-        ep_comm = 4 * a2a * share
+        moe_share = moe.moe_layers(m.layers) / m.layers  # not `share`: that is the kernels' training share
+        ep_f, ep_b = 2 * a2a * moe_share, 2 * a2a * moe_share
+        ep_comm = 4 * a2a * moe_share
     # recomputation repeats the forward (full) or the attention core (selective; without FlashAttention also the
     # scores' memory traffic, which selective recompute exists to avoid keeping)
     if p.recompute == "full":

@@ -13,48 +13,162 @@ import math
 from distlab.core.results import Result, worst_relative_gap
 from distlab.planner.worked_plan_checks import edge_params, layer_params
 
+NCCL_SMS = 32  # the SMs an overlapped collective takes: NCCL's 32 channels on an H100 node (nccl issue 1685's log)
 
-def tp_exposed_by_hand(m, c, t, plan) -> float:
-    """A plan's exposed tensor-parallel seconds per step without overlap: per micro-batch and layer, an all-gather
-    before the QKV and MLP-up GEMMs and a reduce-scatter after the projection and MLP-down, in the forward and
-    again in the backward, each moving the micro-batch's bf16 activations (tokens x hidden x 2 B)."""
+
+def _over(comm: float, under: float, c) -> float:
+    """A collective hidden behind `under` seconds of compute as far as it can be: what sticks out, and the SMs its
+    hidden part takes from the compute (NCCL_SMS of the GPU's)."""
+    hidden = min(comm, under)
+    return comm - hidden + NCCL_SMS / c.gpu.sms * hidden
+
+
+def stage_blocks(m, plan) -> int:
+    """Blocks on one pipeline stage (equal stages only: the hand references below are for even splits)."""
+    assert m.layers % plan.pp == 0, "the references below are for pipelines of equal stages"
+    return m.layers // plan.pp
+
+
+def _tp_layer(m, c, t, plan) -> float:
+    """One layer's TP collectives in one pass without overlap: an all-gather before the QKV and MLP-up GEMMs and a
+    reduce-scatter after the projection and MLP-down, each moving the micro-batch's bf16 activations of this rank's
+    tokens (seq / cp x hidden x 2 B); the backward runs the same four."""
     from distlab.planner import comms
 
+    if plan.tp == 1:
+        return 0.0
     assert not t.tp_overlap and t.sequence_parallel, "the count below is for sequence parallelism without overlap"
-    act = plan.micro_batch * t.seq * m.hidden * 2
+    act = plan.micro_batch * t.seq // plan.cp * m.hidden * 2
     g = comms.group(c, plan.tp, 1)
-    per_layer = 2 * comms.seconds("all-gather", act, g) + 2 * comms.seconds("reduce-scatter", act, g)
-    return plan.microbatches * m.layers * 2 * per_layer
+    return 2 * comms.seconds("all-gather", act, g) + 2 * comms.seconds("reduce-scatter", act, g)
 
 
-def offload_by_hand(local_params: int, c, plan, backward: float) -> float:
+def tp_exposed_by_hand(m, c, t, plan) -> float:
+    """A plan's exposed tensor-parallel seconds per step without overlap: per micro-batch and layer of a stage, the
+    four collectives of _tp_layer in the forward and again in the backward."""
+    return plan.microbatches * stage_blocks(m, plan) * 2 * _tp_layer(m, c, t, plan)
+
+
+def _layer_kernels(m, c, t, plan):
+    """One layer's kernels on one GPU for one micro-batch (this rank's seq / cp tokens attending to the whole
+    sequence): the kernel model's times (kernels.py, guarded on chapter 14's page)."""
+    from distlab.planner.kernels import layer_shape, layer_times
+
+    tokens = plan.micro_batch * t.seq // plan.cp
+    shape = layer_shape(
+        m, tokens=tokens, kv_tokens=t.seq, micro_batch=plan.micro_batch, tp=plan.tp, sp=t.sequence_parallel, t=t
+    )
+    return layer_times(m, c.gpu, shape)
+
+
+def _cp_layer(m, c, t, plan) -> tuple[float, float]:
+    """Ring attention's exposed (forward, backward) seconds of one layer and micro-batch: the forward passes this
+    rank's K and V (seq / cp tokens x KV heads x head dim / tp, bf16) on around the ring of cp ranks, cp - 1 swaps
+    with a ring neighbour (tp GPUs apart, Megatron's tp-cp order); the backward passes K, V and their gradients,
+    twice the bytes. Each swap hides behind the attention over a chunk already held: all but one of the cp chunks'
+    share of the layer's attention."""
+    from distlab.planner import comms
+
+    if plan.cp == 1:
+        return 0.0, 0.0
+    tokens = plan.micro_batch * t.seq // plan.cp
+    mine = 2 * tokens * m.kv * m.head_dim / plan.tp * 2  # K and V, bf16
+    swap = comms.seconds("all-gather", 2 * mine, comms.group(c, 2, plan.tp))  # two ranks, one chunk each
+    lt = _layer_kernels(m, c, t, plan)
+    held = (plan.cp - 1) / plan.cp
+    return (
+        _over((plan.cp - 1) * swap, lt.attention_forward * held, c),
+        _over(2 * (plan.cp - 1) * swap, lt.attention_backward * held, c),
+    )
+
+
+def cp_exposed_by_hand(m, c, t, plan) -> float:
+    """Ring attention's exposed seconds per step: _cp_layer's, every layer of a stage and micro-batch."""
+    return plan.microbatches * stage_blocks(m, plan) * sum(_cp_layer(m, c, t, plan))
+
+
+def _ep_layer(m, c, t, plan) -> float:
+    """Expert parallelism's exposed seconds of one MoE layer and micro-batch in one pass: the dispatch and the
+    combine all-to-all, none hidden (the layer's experts wait for their tokens); each rank sends its tokens' top-k
+    copies of the hidden state (seq / cp tokens, split over TP under sequence parallelism, bf16) over the ep ranks
+    that hold the other experts, tp x cp GPUs apart (Megatron's tp-cp-ep order). The backward runs the same two."""
+    from distlab.planner import comms
+
+    if plan.ep == 1:
+        return 0.0
+    tokens = plan.micro_batch * t.seq // plan.cp // (plan.tp if t.sequence_parallel else 1)
+    sent = tokens * t.moe.top_k * m.hidden * 2
+    return 2 * comms.alltoall_seconds(sent, comms.group(c, plan.ep, plan.tp * plan.cp))
+
+
+def ep_exposed_by_hand(m, c, t, plan) -> float:
+    """Expert parallelism's exposed seconds per step: _ep_layer's forward and backward, every layer of a stage (all
+    of Mixtral's layers are MoE layers) and micro-batch."""
+    return plan.microbatches * stage_blocks(m, plan) * 2 * _ep_layer(m, c, t, plan)
+
+
+def last_stage_by_hand(m, c, t, plan) -> tuple[float, float, float, float]:
+    """(forward, backward, compute, recompute) seconds of one micro-batch on the last stage, the slowest of equal
+    stages (it adds the head): each block's kernels plus what its TP, CP and EP collectives leave exposed, full
+    recomputation repeating the forward in the backward; the head's GEMMs and loss (kernels.head_times); without a
+    pipeline the stage also holds the embedding."""
+    from distlab.planner.kernels import head_times
+
+    assert plan.recompute in ("none", "full"), "selective recomputation is not written out here"
+    lt = _layer_kernels(m, c, t, plan)
+    tp = _tp_layer(m, c, t, plan)
+    cp_f, cp_b = _cp_layer(m, c, t, plan)
+    ep = _ep_layer(m, c, t, plan)
+    forward = lt.forward + tp + cp_f + ep
+    rec = forward if plan.recompute == "full" else 0.0
+    blocks = stage_blocks(m, plan)
+    tokens = plan.micro_batch * t.seq // plan.cp
+    head_f, head_b = head_times(m, c.gpu, tokens, plan.tp, t.compute_dtype, kernels=t.kernels)
+    emb_f, emb_b = embedding_by_hand(m, c, t, plan) if plan.pp == 1 else (0.0, 0.0)
+    ends_f, ends_b = head_f + emb_f, head_b + emb_b
+    return (
+        blocks * forward + ends_f,
+        blocks * (lt.backward + tp + cp_b + ep + rec) + ends_b,
+        blocks * (lt.forward + lt.backward) + ends_f + ends_b,
+        blocks * rec,
+    )
+
+
+def optimizer_by_hand(shard: int, c) -> float:
+    """The update on the GPU, memory-bound: AdamW reads the bf16 gradient and the fp32 master, m and v, writes them
+    and the bf16 weights (2 + 12 + 12 + 2 B per parameter of the rank's shard) at the HBM rate the kernel model
+    reaches (MEMORY_EFFICIENCY of the datasheet's)."""
+    from distlab.planner.kernels import MEMORY_EFFICIENCY
+
+    return shard * (2 + 12 + 12 + 2) / (c.gpu.hbm_bytes_per_s * MEMORY_EFFICIENCY)
+
+
+def offload_by_hand(local_params: int, c, plan, backward: float, group: int = 0) -> float:
     """ZeRO-Offload's exposed seconds per step: the bf16 gradient shard down PCIe every micro-step (what the
     micro-step's backward does not cover), the host's AdamW over the shard (read the bf16 gradient, fp32 master, m
     and v; write them and the bf16 weights: 2 + 12 + 12 + 2 B per parameter, the node's GPUs sharing its DRAM), the
-    bf16 weights back up PCIe."""
-    shard = math.ceil(local_params / plan.dp)
+    bf16 weights back up PCIe. The shard: `local_params` over the `group` ranks holding the same weights (default
+    the plan's DP)."""
+    shard = math.ceil(local_params / (group or plan.dp))
     pcie, host = c.pcie.bandwidth_bytes_per_s, c.host_bytes_per_s / c.gpus_per_node
     down = 2 * shard / pcie
     return plan.microbatches * max(0.0, down - backward) + shard * (2 + 12 + 12 + 2) / host + 2 * shard / pcie
 
 
-def zero1_exposed_by_hand(params: int, c, t, plan, forward: float, backward: float, bucket: int) -> float:
+def zero1_exposed_by_hand(
+    params: int, c, t, plan, forward: float, backward: float, bucket: int, group: int = 0
+) -> float:
     """ZeRO-1's exposed data-parallel seconds per step (mixed precision: bf16 gradients and weights on the wire):
     the gradients' reduce-scatter hides behind the last micro-batch's backward and its last bucket cannot, the
     updated weights' all-gather hides behind the next forward; what hides still takes the SMs NCCL's channels run
-    on (32 of the GPU's SMs)."""
+    on (32 of the GPU's SMs). The group: the `group` ranks holding the same weights (default the plan's DP), tp
+    apart."""
     from distlab.planner import comms
 
-    g = comms.group(c, plan.dp, plan.tp)
-    tax = 32 / c.gpu.sms  # NCCL's channels, one SM each (NVIDIA/nccl issue 1685's log)
-
-    def over(comm: float, under: float) -> float:
-        hidden = min(comm, under)
-        return comm - hidden + tax * hidden
-
+    g = comms.group(c, group or plan.dp, plan.tp)
     rs = comms.seconds("reduce-scatter", 2 * params, g)
     last = comms.seconds("reduce-scatter", min(bucket, 2 * params), g)
-    return over(rs, backward) + last + over(comms.seconds("all-gather", 2 * params, g), forward)
+    return _over(rs, backward, c) + last + _over(comms.seconds("all-gather", 2 * params, g), forward, c)
 
 
 def sharded_exposed_by_hand(params: int, layer: int, layers: int, c, plan, forward: float, backward: float) -> float:
@@ -62,15 +176,14 @@ def sharded_exposed_by_hand(params: int, layer: int, layers: int, c, plan, forwa
     bf16 weights before its forward (ZeRO-3 again before its backward) and reduce-scatters its bf16 gradients after
     its backward, each hidden behind one layer's share of the pass (taking NCCL's SMs while it hides); the first
     layer's gather, and the embedding's and head's gather and reduce-scatter (once per micro-batch, outside the
-    layers), have nothing to hide behind."""
+    layers), have nothing to hide behind. The group: the dp x cp ranks that hold the same weights, tp apart."""
     from distlab.planner import comms
 
     assert plan.pp == 1 and plan.dp_replicate == 1 and plan.zero in (2, 3)
-    g = comms.group(c, plan.dp, plan.tp)
-    tax = 32 / c.gpu.sms
+    g = comms.group(c, plan.dp * plan.cp, plan.tp)
 
     def over(comm: float, under: float) -> float:
-        return comm - min(comm, under) + tax * min(comm, under)
+        return _over(comm, under, c)
 
     per_layer = math.ceil(layer / plan.tp)
     ends = params - layers * per_layer

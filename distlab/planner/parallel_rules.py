@@ -20,12 +20,14 @@ from distlab.planner.rules import (
 )
 from distlab.planner.rules_checks import (
     check_closed_forms,
+    check_compared_costs,
     check_compared_memory,
     check_labels,
     check_picks,
     check_plan_memory,
     check_search_figures,
 )
+from distlab.planner.worked_plan_7b import ddp_bucket_bytes_of_torch
 
 # ---------------------------------------------------------------- the experiment
 MODELS = ("7B", "13B", "70B", "175B")
@@ -115,6 +117,7 @@ def parallel_rules(device: str) -> Result:
     )
     _rules_table(r, chosen)
     _closed_forms(r)
+    check_compared_costs(r, chosen, requests(), ddp_bucket_bytes_of_torch())
     return r
 
 
@@ -125,6 +128,14 @@ def moe_request() -> tuple[ModelShape, Training]:
     return m, Training(global_batch_tokens=_batch_tokens(), seq=m.seq, moe=spec)
 
 
+def requests() -> dict:
+    """The page's three requests on 64 H100s, by the prefix of the compared plans' keys: (model, cluster, training)
+    for 70B at LONG_EXAMPLE tokens, 70B at its 4k, Mixtral 8x7B."""
+    c, m = clusters()[RULES_CLUSTER], preset("70B")
+    mm, tm = moe_request()
+    return {"long": (m, c, pretraining(m, LONG_EXAMPLE)), "cp_cut": (m, c, pretraining(m)), "moe": (mm, c, tm)}
+
+
 def picks(sizer=None) -> dict:
     """The plans the page compares, each the search's pick on 64 H100s: the long request's best and best without CP,
     70B's best at 4k tokens with the rules and without them, Mixtral's best, and of its plans that keep the headroom
@@ -132,9 +143,9 @@ def picks(sizer=None) -> dict:
     memory model (rules_checks picks them again with each plan sized by hand)."""
     from distlab.planner.search import NothingFits, search
 
-    c = clusters()[RULES_CLUSTER]
-    m = preset("70B")
-    long_t, t = pretraining(m, LONG_EXAMPLE), pretraining(m)
+    asked = requests()
+    m, c, long_t = asked["long"]
+    t, (mm, _, tm) = asked["cp_cut"][2], asked["moe"]
     out = {"long_best": search(m, c, long_t, sizer=sizer)[0]}
     try:
         out["long_no_cp"] = search(m, c, long_t, where=lambda q: q.cp == 1, sizer=sizer)[0]
@@ -142,7 +153,6 @@ def picks(sizer=None) -> dict:
         pass
     out["cp_cut_rules"] = search(m, c, t, sizer=sizer)[0]
     out["cp_cut_free"] = search(m, c, t, rules=(), sizer=sizer)[0]  # CP at 4k tokens too
-    mm, tm = moe_request()
     ranked = search(mm, c, tm, sizer=sizer)
     out["moe_best"] = ranked[0]
     # the comparisons keep to the headroom rule too: a plan at the memory edge is not one anybody would run

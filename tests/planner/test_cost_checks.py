@@ -1,0 +1,48 @@
+"""Chapter 7's compared plans' step causes by hand (distlab.planner.cost_checks): the ring attention's and the
+experts' collectives counted against closed forms with a toy collective time, and the regression the hand
+reference found (an EP plan's head timed at a training share of 1)."""
+
+from __future__ import annotations
+
+import pytest
+
+from distlab.planner import comms, cost_checks
+from distlab.planner.config import Plan
+from distlab.planner.cost import stage_time
+from distlab.planner.parallel_rules import requests
+
+
+@pytest.fixture
+def bytes_per_ns(monkeypatch):
+    """Every collective takes its message's bytes in nanoseconds: the counts and bytes are then readable."""
+    monkeypatch.setattr(comms, "seconds", lambda op, b, g: b * 1e-9 if g.ranks > 1 else 0.0)
+    monkeypatch.setattr(comms, "alltoall_seconds", lambda b, g: b * 1e-9 if g.ranks > 1 else 0.0)
+
+
+def test_ring_attention_and_all_to_alls_by_closed_form(bytes_per_ns):
+    m, c, t = requests()["moe"]  # Mixtral 8x7B: h 4096, 8 KV heads of 128, top-2, seq 32768, on H100s
+    p = Plan(tp=2, pp=4, dp=1, cp=8, ep=2, zero=1, micro_batch=1, microbatches=4)
+    tokens = 32768 // 8
+    swap = 2 * (2 * tokens * 8 * 128 / 2 * 2) * 1e-9  # two ranks' K and V chunks
+    assert cost_checks.stage_blocks(m, p) == 8
+    lt = cost_checks._layer_kernels(m, c, t, p)
+    tax = 32 / c.gpu.sms
+    fwd, bwd = 7 * swap, 14 * swap
+    hf, hb = min(fwd, lt.attention_forward * 7 / 8), min(bwd, lt.attention_backward * 7 / 8)
+    per_layer = fwd - hf + tax * hf + bwd - hb + tax * hb
+    assert cost_checks.cp_exposed_by_hand(m, c, t, p) == pytest.approx(4 * 8 * per_layer, rel=1e-12)
+    sent = tokens // 2 * 2 * 4096 * 2  # seq/cp tokens split over TP 2, top-2 copies of h in bf16
+    assert cost_checks.ep_exposed_by_hand(m, c, t, p) == pytest.approx(4 * 8 * 4 * sent * 1e-9, rel=1e-12)
+
+
+def test_an_expert_parallel_plans_head_takes_the_same_time_as_without_ep():
+    """The cost model once reused the name `share` (the kernels' training share) for the MoE layers' share, so with
+    EP the head's GEMMs were timed at a share of 1: faster than the same head without EP."""
+    m, c, t = requests()["moe"]
+    head = []
+    for ep in (1, 2):
+        p = Plan(tp=2, pp=4, dp=2, cp=2, ep=ep, zero=1, micro_batch=1, microbatches=8)
+        last = stage_time(m, c, t, p, 8, first=False, last=True)
+        middle = stage_time(m, c, t, p, 8, first=False, last=False)
+        head.append(last.forward - middle.forward)
+    assert head[1] == pytest.approx(head[0], rel=1e-12)
