@@ -143,32 +143,38 @@ def optimizer_by_hand(shard: int, c) -> float:
     return shard * (2 + 12 + 12 + 2) / (c.gpu.hbm_bytes_per_s * MEMORY_EFFICIENCY)
 
 
-def offload_by_hand(local_params: int, c, plan, backward: float, group: int = 0) -> float:
+def offload_by_hand(local_params: int, c, plan, backward: float, group: int = 0, experts: int = 0) -> float:
     """ZeRO-Offload's exposed seconds per step: the bf16 gradient shard down PCIe every micro-step (what the
     micro-step's backward does not cover), the host's AdamW over the shard (read the bf16 gradient, fp32 master, m
     and v; write them and the bf16 weights: 2 + 12 + 12 + 2 B per parameter, the node's GPUs sharing its DRAM), the
     bf16 weights back up PCIe. The shard: `local_params` over the `group` ranks holding the same weights (default
-    the plan's DP)."""
-    shard = math.ceil(local_params / (group or plan.dp))
+    the plan's DP), and an MoE's `experts` parameters of this GPU over the group / ep ranks holding them."""
+    group = group or plan.dp
+    shard = math.ceil(local_params / group) + math.ceil(experts / max(1, group // plan.ep))
     pcie, host = c.pcie.bandwidth_bytes_per_s, c.host_bytes_per_s / c.gpus_per_node
     down = 2 * shard / pcie
     return plan.microbatches * max(0.0, down - backward) + shard * (2 + 12 + 12 + 2) / host + 2 * shard / pcie
 
 
 def zero1_exposed_by_hand(
-    params: int, c, t, plan, forward: float, backward: float, bucket: int, group: int = 0
+    params: int, c, t, plan, forward: float, backward: float, bucket: int, group: int = 0, experts: int = 0
 ) -> float:
     """ZeRO-1's exposed data-parallel seconds per step (mixed precision: bf16 gradients and weights on the wire):
     the gradients' reduce-scatter hides behind the last micro-batch's backward and its last bucket cannot, the
     updated weights' all-gather hides behind the next forward; what hides still takes the SMs NCCL's channels run
     on (32 of the GPU's SMs). The group: the `group` ranks holding the same weights (default the plan's DP), tp
-    apart."""
+    apart; an MoE's `experts` parameters of this GPU sync over the group / ep ranks holding the same experts, tp x ep
+    apart (Megatron-Core's expert data parallelism)."""
     from distlab.planner import comms
 
-    g = comms.group(c, group or plan.dp, plan.tp)
-    rs = comms.seconds("reduce-scatter", 2 * params, g)
+    group = group or plan.dp
+    g, g_ex = comms.group(c, group, plan.tp), comms.group(c, max(1, group // plan.ep), plan.tp * plan.ep)
+
+    def both(op: str) -> float:
+        return comms.seconds(op, 2 * params, g) + (comms.seconds(op, 2 * experts, g_ex) if experts else 0.0)
+
     last = comms.seconds("reduce-scatter", min(bucket, 2 * params), g)
-    return _over(rs, backward, c) + last + _over(comms.seconds("all-gather", 2 * params, g), forward, c)
+    return _over(both("reduce-scatter"), backward, c) + last + _over(both("all-gather"), forward, c)
 
 
 def sharded_exposed_by_hand(params: int, layer: int, layers: int, c, plan, forward: float, backward: float) -> float:

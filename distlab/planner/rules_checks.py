@@ -343,6 +343,19 @@ def check_picks(r: Result, picks, clusters: dict) -> None:
     )
 
 
+def _last_stage_params(model: str, seq: int, p: Plan) -> tuple[int, int]:
+    """(dense, experts') parameters one GPU of the last stage holds (the largest of equal stages: it adds the final
+    norm and the head), as plan_memory counts them: the blocks' attention and norms and both ends split by TP, the
+    router whole, E / ep experts of three h x f matrices per layer split by TP."""
+    cfg = CONFIGS[model]
+    h, f, experts = cfg["hidden"], cfg["ffn"], cfg.get("experts", 0)
+    router = h * experts
+    here = cfg["layers"] // p.pp
+    block = layer_params(model) - experts * 3 * h * f - router
+    dense = math.ceil((here * block + edge_params(model, seq, p.pp == 1, True, p.pp)) / p.tp) + here * router
+    return dense, here * (experts // p.ep * 3 * h * f // p.tp)
+
+
 def check_compared_costs(r: Result, chosen: dict, requests: dict, bucket: int) -> None:
     """The causes in which the compared plans differ, each by hand (planner/cost_checks.py): the ring attention's
     K/V swaps and the experts' all-to-alls, TP's collectives of seq / cp tokens, the last stage's forward, backward,
@@ -359,27 +372,28 @@ def check_compared_costs(r: Result, chosen: dict, requests: dict, bucket: int) -
         name = "Mixtral-8x7B" if t.moe is not None else "70B"
         p, b = e.plan, e.time.breakdown
         pairs.append((b.exposed_cp_ep, cp_exposed_by_hand(m, c, t, p) + ep_exposed_by_hand(m, c, t, p)))
-        blocks = stage_blocks(m, p) * layer_params(name)
-        local = math.ceil((blocks + edge_params(name, t.seq, p.pp == 1, True, p.pp)) / p.tp)  # the last stage's
+        local, own = _last_stage_params(name, t.seq, p)
         if p.tp > 1:
             pairs.append((b.exposed_tp, tp_exposed_by_hand(m, c, t, p)))
         forward, backward, compute, recompute = last_stage_by_hand(m, c, t, p)
         n = p.microbatches
         pairs += [(e.time.forward_seconds, forward), (e.time.backward_seconds, backward)]
         pairs += [(b.compute, n * compute), (b.recompute, n * recompute)]
-        if p.offload == "none" and t.moe is None:
-            pairs.append((b.optimizer, optimizer_by_hand(math.ceil(local / (p.dp * p.cp)) if p.zero else local, c)))
-        if p.offload == "optimizer" and t.moe is None:
+        if p.offload == "none":
+            group = p.dp * p.cp
+            shard = math.ceil(local / group) + math.ceil(own / max(1, group // p.ep)) if p.zero else local + own
+            pairs.append((b.optimizer, optimizer_by_hand(shard, c)))
+        if p.offload == "optimizer":
             last = stage_time(m, c, t, p, stage_blocks(m, p), first=p.pp == 1, last=True)
-            pairs.append((b.offload, offload_by_hand(local, c, p, last.backward, p.dp * p.cp)))
+            pairs.append((b.offload, offload_by_hand(local, c, p, last.backward, p.dp * p.cp, own)))
         if p.pp == 1 and p.zero in (2, 3) and t.moe is None:
             hand = sharded_exposed_by_hand(
                 local, layer_params(name), m.layers, c, p, e.time.forward_seconds, e.time.backward_seconds
             )
             pairs.append((b.exposed_dp, hand))
-        if p.zero == 1 and t.moe is None:
+        if p.zero == 1:
             first = e.time.stage_forward_seconds[0], e.time.stage_backward_seconds[0]
-            pairs.append((b.exposed_dp, zero1_exposed_by_hand(local, c, t, p, *first, bucket, p.dp * p.cp)))
+            pairs.append((b.exposed_dp, zero1_exposed_by_hand(local, c, t, p, *first, bucket, p.dp * p.cp, own)))
     r.claim(
         f"compared plans' step causes by hand ({len(pairs)}): worst gap",
         worst_relative_gap(pairs),
