@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 
 from distlab.core.results import Result, worst_relative_gap
-from distlab.planner.worked_plan_checks import edge_params, layer_params
+from distlab.planner.worked_plan_checks import CONFIGS, edge_params, layer_params
 
 NCCL_SMS = 32  # the SMs an overlapped collective takes: NCCL's 32 channels on an H100 node (nccl issue 1685's log)
 
@@ -29,24 +29,31 @@ def stage_blocks(m, plan) -> int:
     return m.layers // plan.pp
 
 
-def _tp_layer(m, c, t, plan) -> float:
-    """One layer's TP collectives in one pass without overlap: an all-gather before the QKV and MLP-up GEMMs and a
-    reduce-scatter after the projection and MLP-down, each moving the micro-batch's bf16 activations of this rank's
-    tokens (seq / cp x hidden x 2 B); the backward runs the same four."""
+def _tp_layer(m, c, t, plan) -> tuple[float, float]:
+    """One layer's exposed TP seconds (forward, backward) with sequence parallelism: an all-gather before the QKV
+    and MLP-up GEMMs and a reduce-scatter after the projection and MLP-down, each moving the micro-batch's bf16
+    activations of this rank's tokens (seq / cp x hidden x 2 B), the same four in the backward. Without overlap all
+    of it is exposed; with Megatron's TP overlap each hides behind (tp - 1) / tp of its GEMM (the backward's GEMMs
+    twice the forward's), the hidden part taking NCCL's SMs."""
     from distlab.planner import comms
 
     if plan.tp == 1:
-        return 0.0
-    assert not t.tp_overlap and t.sequence_parallel, "the count below is for sequence parallelism without overlap"
+        return 0.0, 0.0
+    assert t.sequence_parallel, "the count below is for sequence parallelism"
     act = plan.micro_batch * t.seq // plan.cp * m.hidden * 2
     g = comms.group(c, plan.tp, 1)
-    return 2 * comms.seconds("all-gather", act, g) + 2 * comms.seconds("reduce-scatter", act, g)
+    ag, rs = comms.seconds("all-gather", act, g), comms.seconds("reduce-scatter", act, g)
+    if not t.tp_overlap:
+        return 2 * ag + 2 * rs, 2 * ag + 2 * rs
+    gemm = dict(_layer_kernels(m, c, t, plan).gemms)
+    pairs = [(ag, gemm["qkv"]), (rs, gemm["proj"]), (ag, gemm["mlp_up"]), (rs, gemm["mlp_down"])]
+    share = (plan.tp - 1) / plan.tp
+    return sum(_over(x, y * share, c) for x, y in pairs), sum(_over(x, 2 * y * share, c) for x, y in pairs)
 
 
 def tp_exposed_by_hand(m, c, t, plan) -> float:
-    """A plan's exposed tensor-parallel seconds per step without overlap: per micro-batch and layer of a stage, the
-    four collectives of _tp_layer in the forward and again in the backward."""
-    return plan.microbatches * stage_blocks(m, plan) * 2 * _tp_layer(m, c, t, plan)
+    """A plan's exposed tensor-parallel seconds per step: _tp_layer's, every layer of a stage and micro-batch."""
+    return plan.microbatches * stage_blocks(m, plan) * sum(_tp_layer(m, c, t, plan))
 
 
 def _layer_kernels(m, c, t, plan):
@@ -109,18 +116,25 @@ def ep_exposed_by_hand(m, c, t, plan) -> float:
 
 def last_stage_by_hand(m, c, t, plan) -> tuple[float, float, float, float]:
     """(forward, backward, compute, recompute) seconds of one micro-batch on the last stage, the slowest of equal
-    stages (it adds the head): each block's kernels plus what its TP, CP and EP collectives leave exposed, full
-    recomputation repeating the forward in the backward; the head's GEMMs and loss (kernels.head_times); without a
-    pipeline the stage also holds the embedding."""
+    stages (it adds the head): each block's kernels plus what its TP, CP and EP collectives leave exposed,
+    recomputation repeating in the backward the forward (full) or the core attention and MLP (selective); the
+    head's GEMMs and loss (kernels.head_times); without a pipeline the stage also holds the embedding."""
     from distlab.planner.kernels import head_times
 
-    assert plan.recompute in ("none", "full"), "selective recomputation is not written out here"
+    assert t.recompute_modules != ("op",), "torchtitan's per-op policy is not written out here"
     lt = _layer_kernels(m, c, t, plan)
-    tp = _tp_layer(m, c, t, plan)
+    tp_f, tp_b = _tp_layer(m, c, t, plan)
     cp_f, cp_b = _cp_layer(m, c, t, plan)
     ep = _ep_layer(m, c, t, plan)
-    forward = lt.forward + tp + cp_f + ep
-    rec = forward if plan.recompute == "full" else 0.0
+    forward = lt.forward + tp_f + cp_f + ep
+    gemm = dict(lt.gemms)
+    rec = {
+        "none": 0.0,
+        "full": forward,  # the whole layer again, its collectives too
+        # Megatron's selective: the core attention again; its `mlp` (or an MoE's `moe`) module the MLP's GEMMs
+        "selective": (lt.attention_forward if "core_attn" in t.recompute_modules else 0.0)
+        + (gemm["mlp_up"] + gemm["mlp_down"] if {"mlp", "moe"} & set(t.recompute_modules) else 0.0),
+    }[plan.recompute]
     blocks = stage_blocks(m, plan)
     tokens = plan.micro_batch * t.seq // plan.cp
     head_f, head_b = head_times(m, c.gpu, tokens, plan.tp, t.compute_dtype, kernels=t.kernels)
@@ -128,7 +142,7 @@ def last_stage_by_hand(m, c, t, plan) -> tuple[float, float, float, float]:
     ends_f, ends_b = head_f + emb_f, head_b + emb_b
     return (
         blocks * forward + ends_f,
-        blocks * (lt.backward + tp + cp_b + ep + rec) + ends_b,
+        blocks * (lt.backward + tp_b + cp_b + ep + rec) + ends_b,
         blocks * (lt.forward + lt.backward) + ends_f + ends_b,
         blocks * rec,
     )
@@ -252,6 +266,55 @@ def pipeline_ends_by_hand(m, c, t, plan, est) -> list[tuple[float, float]]:
     ]
 
 
+def step_causes_by_hand(e, m, c, t, model: str, bucket: int) -> list[tuple[float, float]]:
+    """(the cost model's, by hand) pairs for one plan of equal stages, `model` naming its CONFIGS entry: the CP and
+    EP exposures, TP's, the last stage's forward, backward, compute and recomputation, the optimizer step or its
+    offload, and the data-parallel collectives of ZeRO-1 (any pipeline) and ZeRO-2/3 (without one, one replica);
+    the bubble and the stragglers are not written out here. `bucket`: DDP's bucket cap (PyTorch's default)."""
+    from distlab.planner.cost import stage_time
+
+    p, b = e.plan, e.time.breakdown
+    local, own = _largest_stage_params(model, t.seq, p)
+    group = p.dp * p.cp
+    pairs = [(b.exposed_cp_ep, cp_exposed_by_hand(m, c, t, p) + ep_exposed_by_hand(m, c, t, p))]
+    pairs.append((b.exposed_tp, tp_exposed_by_hand(m, c, t, p)))
+    forward, backward, compute, recompute = last_stage_by_hand(m, c, t, p)
+    n = p.microbatches
+    pairs += [(e.time.forward_seconds, forward), (e.time.backward_seconds, backward)]
+    pairs += [(b.compute, n * compute), (b.recompute, n * recompute)]
+    if p.offload == "none":
+        shard = math.ceil(local / group) + math.ceil(own / max(1, group // p.ep)) if p.zero else local + own
+        pairs.append((b.optimizer, optimizer_by_hand(shard, c)))
+    if p.offload == "optimizer":
+        last = stage_time(m, c, t, p, stage_blocks(m, p), first=p.pp == 1, last=True)
+        pairs.append((b.offload, offload_by_hand(local, c, p, last.backward, group, own)))
+    if p.pp == 1 and p.zero in (2, 3) and t.moe is None and p.dp_replicate == 1:
+        hand = sharded_exposed_by_hand(
+            local, layer_params(model), m.layers, c, p, e.time.forward_seconds, e.time.backward_seconds
+        )
+        pairs.append((b.exposed_dp, hand))
+    if p.zero == 1:
+        first = e.time.stage_forward_seconds[0], e.time.stage_backward_seconds[0]
+        pairs.append((b.exposed_dp, zero1_exposed_by_hand(local, c, t, p, *first, bucket, group, own)))
+    return pairs
+
+
+def _largest_stage_params(model: str, seq: int, p) -> tuple[int, int]:
+    """(dense, experts') parameters one GPU of the largest stage holds, as plan_memory counts them: its blocks'
+    attention and norms and its end split by TP, the router whole, E / ep experts of three h x f matrices per layer
+    split by TP. Of equal stages the largest is the last for Llama (the final norm and the untied head beat the
+    embedding by h) and the first for GPT (the embedding and learned positions beat the final LayerNorm and the tied
+    head's copy)."""
+    cfg = CONFIGS[model]
+    h, f, experts = cfg["hidden"], cfg["ffn"], cfg.get("experts", 0)
+    router = h * experts
+    here = cfg["layers"] // p.pp
+    block = layer_params(model) - experts * 3 * h * f - router
+    end = max(edge_params(model, seq, first, last, p.pp) for first, last in ((True, p.pp == 1), (p.pp == 1, True)))
+    dense = math.ceil((here * block + end) / p.tp) + here * router
+    return dense, here * (experts // p.ep * 3 * h * f // p.tp)
+
+
 def check_cost_terms(r: Result, m, c, t, plans: dict, local_params: int, torch_bucket_bytes: int) -> None:
     """The TP 8 and offloaded strategies' exposed TP and offload seconds, and the DDP bucket cap, against the
     references above. `plans` is the strategy table's {name: (plan, memory, estimate)}; `local_params` the 7B
@@ -318,4 +381,23 @@ def check_cost_terms(r: Result, m, c, t, plans: dict, local_params: int, torch_b
         abs_tol=1e-9,
         formula="n L 2 (2 AG + 2 RS) of s b h 2 B; n max(0, 2S/PCIe - bwd) + 28 S / (DRAM / GPUs) + 2S/PCIe; "
         "embedding 2Th2 B forward, (Vh + 3Th)2 B backward; head 2ThV at the GEMM rate",
+    )
+
+
+def check_step_causes(r: Result, timed: list[tuple], bucket: int) -> None:
+    """One claim over the plans a page shows: `timed` holds (estimate, model, cluster, training, CONFIGS name) per
+    plan; their causes by hand (step_causes_by_hand). Pipelines of unequal stages are not written out here, and the
+    claim says how many it leaves."""
+    pairs, uneven = [], 0
+    for e, m, c, t, name in timed:
+        if m.layers % e.plan.pp:
+            uneven += 1
+            continue
+        pairs += step_causes_by_hand(e, m, c, t, name, bucket)
+    r.claim(
+        f"the {len(timed) - uneven} shown plans' step causes by hand ({len(pairs)} terms; uneven pipelines left: "
+        f"{uneven}): worst gap",
+        worst_relative_gap(pairs),
+        0.0,
+        abs_tol=1e-9,
     )

@@ -226,6 +226,7 @@ def _moe(r: Result, rows: list, chosen: dict) -> None:
         ]
     )
     r.add("moe_experts", spec.experts, "", "experts per MoE layer in the example")
+    r.add("moe_top_k", spec.top_k, "", "experts each token is routed to")
     r.add("moe_ep", ep, "", "expert-parallel size of the best plan")
     r.add("moe_a2a_share", best.time.breakdown.exposed_cp_ep / best.step_seconds, "fraction", "its all-to-all share")
     _compared(r, moe_best=best)

@@ -13,6 +13,7 @@ from distlab.planner.calibration import with_band
 from distlab.planner.comms_checks import comms_by_hand
 from distlab.planner.config import FRAGMENTATION_FRACTION, Cluster, Plan, Training, cluster, model, usable_bytes
 from distlab.planner.cost import memory_per_gpu, step
+from distlab.planner.cost_checks import check_step_causes
 from distlab.planner.planner_checks import (
     check_async_tp,
     check_caption_tokens,
@@ -39,6 +40,7 @@ from distlab.planner.search import (
     finetune_batch_sequences,
     search,
 )
+from distlab.planner.worked_plan_7b import ddp_bucket_bytes_of_torch
 from distlab.planner.worked_plan_checks import budget
 
 EXAMPLES = (("7B", "finetune", 1), ("13B", "finetune", 1), ("70B", "pretrain", 8), ("175B", "pretrain", 128))
@@ -55,6 +57,8 @@ LONG_PLAN = Plan(dp=2, tp=4, cp=4, zero=2, micro_batch=1, microbatches=16)
     kind="computed",
 )
 def planner(device: str) -> Result:
+    from dataclasses import replace
+
     from distlab.core.facts import value
     from distlab.hardware.collectives import fitted_bus_bandwidth
     from distlab.planner.calibration import mfu_band
@@ -104,6 +108,7 @@ def planner(device: str) -> Result:
     # (model, candidates, kept plans, seq, usable bytes, host bytes per GPU); each quoted request's (tokens, GPUs, seq)
     shown: dict[str, list] = {"examples": [], "seventy": [], "overlap": []}
     fit_requests: list[tuple] = []
+    timed: list[tuple] = []  # (estimate, model, cluster, training, CONFIGS name) of every plan a table shows
     quoted: dict[str, tuple[int, int, int]] = {}
     usable = budget("H100-SXM")
     host = value("host_links.DGX-H100-host.host_memory_tb") * 1e12  # a DGX H100's host memory, the data's own field
@@ -116,6 +121,7 @@ def planner(device: str) -> Result:
         )
         ranked = search(m, c, t)
         best = ranked[0]
+        timed += [(e, m, c, t, name) for e in (ranked[:6] if name == "70B" else ranked[:1])]
         this = (t.global_batch_tokens, c.gpus, t.seq)
         shown["examples"].append((name, best.plan, t.seq, c.gpus, t.global_batch_tokens))
         kept = [e.plan for e in ranked]
@@ -159,6 +165,7 @@ def planner(device: str) -> Result:
             shown["seventy"] = [(name, e.plan, t.seq, c.gpus, t.global_batch_tokens) for e in ranked[:6]]
             add_advice(r, "seventy", m, c, t, ranked)
             both = _overlap_both(r, m, c, t)
+            timed += [(e, m, c, replace(t, tp_overlap=on), name) for e, on in zip(both, (False, True), strict=True)]
             check_overlap_column(r, [e.time.breakdown.as_dict() for e in both])
             shown["overlap"] = [(name, e.plan, t.seq, c.gpus, t.global_batch_tokens) for e in both]
             per_node = c.gpus_per_node
@@ -193,6 +200,7 @@ def planner(device: str) -> Result:
         f"{finetune_batch_sequences()} "
         f"sequences per step, pretraining at {PRETRAIN_BATCH_TOKENS / 2**20:g}M tokens (computed)",
     )
+    check_step_causes(r, timed, ddp_bucket_bytes_of_torch())
     check_caption_tokens(r, PRETRAIN_BATCH_TOKENS, finetune_batch_sequences())
     check_throughput_cells(r, shown)
     check_memory(r, shown, per_node)

@@ -21,22 +21,12 @@ from distlab.hardware.gpus import gpu
 from distlab.interconnect.placement_checks import H100_NODE, LINK_QUOTES
 from distlab.models.shapes import preset
 from distlab.planner.config import FRAGMENTATION_FRACTION, Plan
-from distlab.planner.cost_checks import (
-    cp_exposed_by_hand,
-    ep_exposed_by_hand,
-    last_stage_by_hand,
-    offload_by_hand,
-    optimizer_by_hand,
-    sharded_exposed_by_hand,
-    stage_blocks,
-    tp_exposed_by_hand,
-    zero1_exposed_by_hand,
-)
+from distlab.planner.cost_checks import step_causes_by_hand
 from distlab.planner.kernels import matmul_fraction
 from distlab.planner.memory_quotes import quoted as memory_quoted
 from distlab.planner.planner_checks import read_label, share_of_step
 from distlab.planner.rules import MIN_HEADROOM
-from distlab.planner.worked_plan_checks import CONFIGS, budget, edge_params, layer_params, model_params, plan_memory
+from distlab.planner.worked_plan_checks import CONFIGS, budget, model_params, plan_memory
 
 MSMF_H200_BF16 = r"H200 bf16: GPU0 alone MSMF ([0-9.]+) TFLOPS"
 SEQ_70B = 4096  # Llama 2's training context (its paper's Table 1)
@@ -343,57 +333,14 @@ def check_picks(r: Result, picks, clusters: dict) -> None:
     )
 
 
-def _last_stage_params(model: str, seq: int, p: Plan) -> tuple[int, int]:
-    """(dense, experts') parameters one GPU of the last stage holds (the largest of equal stages: it adds the final
-    norm and the head), as plan_memory counts them: the blocks' attention and norms and both ends split by TP, the
-    router whole, E / ep experts of three h x f matrices per layer split by TP."""
-    cfg = CONFIGS[model]
-    h, f, experts = cfg["hidden"], cfg["ffn"], cfg.get("experts", 0)
-    router = h * experts
-    here = cfg["layers"] // p.pp
-    block = layer_params(model) - experts * 3 * h * f - router
-    dense = math.ceil((here * block + edge_params(model, seq, p.pp == 1, True, p.pp)) / p.tp) + here * router
-    return dense, here * (experts // p.ep * 3 * h * f // p.tp)
-
-
 def check_compared_costs(r: Result, chosen: dict, requests: dict, bucket: int) -> None:
-    """The causes in which the compared plans differ, each by hand (planner/cost_checks.py): the ring attention's
-    K/V swaps and the experts' all-to-alls, TP's collectives of seq / cp tokens, the last stage's forward, backward,
-    compute and recomputation built from them and the kernel model's layer and head times, and for the dense
-    models the optimizer step or its offload of a shard over dp x cp and ZeRO-1's and ZeRO-3's collectives over
-    dp x cp (`bucket`: DDP's default cap as the installed PyTorch has it). A mistake in one of them changes a step
-    the page compares (and with it which plan wins), so each shown plan's term is checked, whichever plan the search
-    picked."""
-    from distlab.planner.cost import stage_time
-
+    """The compared plans' step causes, each by hand (cost_checks.step_causes_by_hand): a mistake in one of them
+    changes a step the page compares, and with it which plan wins, so each shown plan's terms are checked,
+    whichever plan the search picked. `bucket`: DDP's default cap as the installed PyTorch has it."""
     pairs = []
     for key, e in chosen.items():
         m, c, t = next(v for k, v in requests.items() if key.startswith(k))
-        name = "Mixtral-8x7B" if t.moe is not None else "70B"
-        p, b = e.plan, e.time.breakdown
-        pairs.append((b.exposed_cp_ep, cp_exposed_by_hand(m, c, t, p) + ep_exposed_by_hand(m, c, t, p)))
-        local, own = _last_stage_params(name, t.seq, p)
-        if p.tp > 1:
-            pairs.append((b.exposed_tp, tp_exposed_by_hand(m, c, t, p)))
-        forward, backward, compute, recompute = last_stage_by_hand(m, c, t, p)
-        n = p.microbatches
-        pairs += [(e.time.forward_seconds, forward), (e.time.backward_seconds, backward)]
-        pairs += [(b.compute, n * compute), (b.recompute, n * recompute)]
-        if p.offload == "none":
-            group = p.dp * p.cp
-            shard = math.ceil(local / group) + math.ceil(own / max(1, group // p.ep)) if p.zero else local + own
-            pairs.append((b.optimizer, optimizer_by_hand(shard, c)))
-        if p.offload == "optimizer":
-            last = stage_time(m, c, t, p, stage_blocks(m, p), first=p.pp == 1, last=True)
-            pairs.append((b.offload, offload_by_hand(local, c, p, last.backward, p.dp * p.cp, own)))
-        if p.pp == 1 and p.zero in (2, 3) and t.moe is None:
-            hand = sharded_exposed_by_hand(
-                local, layer_params(name), m.layers, c, p, e.time.forward_seconds, e.time.backward_seconds
-            )
-            pairs.append((b.exposed_dp, hand))
-        if p.zero == 1:
-            first = e.time.stage_forward_seconds[0], e.time.stage_backward_seconds[0]
-            pairs.append((b.exposed_dp, zero1_exposed_by_hand(local, c, t, p, *first, bucket, p.dp * p.cp, own)))
+        pairs += step_causes_by_hand(e, m, c, t, "Mixtral-8x7B" if t.moe is not None else "70B", bucket)
     r.claim(
         f"compared plans' step causes by hand ({len(pairs)}): worst gap",
         worst_relative_gap(pairs),

@@ -46,3 +46,15 @@ def test_an_expert_parallel_plans_head_takes_the_same_time_as_without_ep():
         middle = stage_time(m, c, t, p, 8, first=False, last=False)
         head.append(last.forward - middle.forward)
     assert head[1] == pytest.approx(head[0], rel=1e-12)
+
+
+def test_the_largest_stage_is_the_last_for_llama_and_the_first_for_gpt():
+    """Llama's last stage adds the final norm and the untied head (V x h + h) to the first's embedding (V x h); GPT's
+    first stage holds the embedding and the learned positions (V x h + s x h), its last the final LayerNorm (2h) and
+    the tied head's copy (V x h)."""
+    plan = Plan(tp=4, pp=4, dp=8, zero=1, micro_batch=1, microbatches=8)
+    llama = (80 // 4) * 855_654_400 + 32000 * 8192 + 8192  # 2h^2 + 2h kv + 3hf + 2h per block (config.json)
+    assert cost_checks._largest_stage_params("70B", 4096, plan) == (-(-llama // 4), 0)
+    h, v, s = 12288, 50257, 2048
+    gpt = (96 // 4) * (12 * h * h + 13 * h) + v * h + s * h
+    assert cost_checks._largest_stage_params("175B", s, plan) == (-(-gpt // 4), 0)
