@@ -14,7 +14,7 @@ from distlab.memory.model_states import add_state_bytes, bytes_per_param
 from distlab.planner.advice import add_advice
 from distlab.planner.calibration import mfu_band, with_band
 from distlab.planner.config import Plan, Training, cluster, usable_bytes
-from distlab.planner.cost_checks import check_cost_terms
+from distlab.planner.cost_checks import check_cost_terms, check_step_causes
 from distlab.planner.planner_validation import claim_band
 from distlab.planner.search import search
 from distlab.planner.worked_plan_checks import params as params_by_hand
@@ -196,6 +196,8 @@ def worked_plan_7b(device: str) -> Result:
     check_cost_terms(r, m, c, t, plans, params_by_hand(), ddp_bucket_bytes_of_torch())  # Llama 2 7B by its config
     ranked = search(m, c, t)
     best = ranked[0]
+    timed = [(e, m, c, t, "7B") for _, _, e in plans.values() if e is not None] + [(best, m, c, t, "7B")]
+    check_step_causes(r, timed, ddp_bucket_bytes_of_torch())
     p = best.plan
     r.table(
         "why",
