@@ -269,8 +269,9 @@ def pipeline_ends_by_hand(m, c, t, plan, est) -> list[tuple[float, float]]:
 def step_causes_by_hand(e, m, c, t, model: str, bucket: int) -> list[tuple[float, float]]:
     """(the cost model's, by hand) pairs for one plan of equal stages, `model` naming its CONFIGS entry: the CP and
     EP exposures, TP's, the last stage's forward, backward, compute and recomputation, the optimizer step or its
-    offload, and the data-parallel collectives of ZeRO-1 (any pipeline) and ZeRO-2/3 (without one, one replica);
-    the bubble and the stragglers are not written out here. `bucket`: DDP's bucket cap (PyTorch's default)."""
+    offload, and the data-parallel collectives of ZeRO-1 (any pipeline) and ZeRO-2/3 (without one, one replica); the
+    bubble only as none without a pipeline and a lower bound with one; the stragglers not at all. `bucket`: DDP's
+    bucket cap (PyTorch's default)."""
     from distlab.planner.cost import stage_time
 
     p, b = e.plan, e.time.breakdown
@@ -282,6 +283,10 @@ def step_causes_by_hand(e, m, c, t, model: str, bucket: int) -> list[tuple[float
     n = p.microbatches
     pairs += [(e.time.forward_seconds, forward), (e.time.backward_seconds, backward)]
     pairs += [(b.compute, n * compute), (b.recompute, n * recompute)]
+    # no pipeline, no bubble; a pipeline idles at least (p - 1) / v forward passes of its fastest stage (1F1B and
+    # interleaved: (p - 1) / v of forward and backward; ZB-H1: (p - 1) forwards), a bound written as a pair
+    floor = (p.pp - 1) / p.virtual * min(e.time.stage_forward_seconds, default=0.0)
+    pairs.append((b.bubble, 0.0) if p.pp == 1 else (min(b.bubble, floor), floor))
     if p.offload == "none":
         shard = math.ceil(local / group) + math.ceil(own / max(1, group // p.ep)) if p.zero else local + own
         pairs.append((b.optimizer, optimizer_by_hand(shard, c)))
