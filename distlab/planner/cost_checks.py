@@ -276,7 +276,7 @@ def step_causes_by_hand(e, m, c, t, model: str, bucket: int) -> list[tuple[float
 
     p, b = e.plan, e.time.breakdown
     local, own = _largest_stage_params(model, t.seq, p)
-    group = p.dp * p.cp
+    group = p.dp * p.cp // p.dp_replicate  # the ranks one shard spans (HSDP: inside one replica)
     pairs = [(b.exposed_cp_ep, cp_exposed_by_hand(m, c, t, p) + ep_exposed_by_hand(m, c, t, p))]
     pairs.append((b.exposed_tp, tp_exposed_by_hand(m, c, t, p)))
     forward, backward, compute, recompute = last_stage_by_hand(m, c, t, p)
@@ -298,7 +298,7 @@ def step_causes_by_hand(e, m, c, t, model: str, bucket: int) -> list[tuple[float
             local, layer_params(model), m.layers, c, p, e.time.forward_seconds, e.time.backward_seconds
         )
         pairs.append((b.exposed_dp, hand))
-    if p.zero == 1:
+    if p.zero == 1 and p.dp_replicate == 1:
         first = e.time.stage_forward_seconds[0], e.time.stage_backward_seconds[0]
         pairs.append((b.exposed_dp, zero1_exposed_by_hand(local, c, t, p, *first, bucket, group, own)))
     return pairs

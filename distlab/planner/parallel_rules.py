@@ -105,7 +105,7 @@ def parallel_rules(device: str) -> Result:
                 [name, label, p.label(), Quantity(best.memory_bytes, "B"), Quantity(best.step_seconds, "s"), _short(d)]
             )
             r.data[f"{name} / {label}"] = {"label": best.plan.label(), "step_seconds": best.step_seconds}
-    chosen = picks()
+    chosen = picks(runners_up=True)
     _long(r, rows, chosen)
     _moe(r, rows, chosen)
     r.table(
@@ -136,30 +136,36 @@ def requests() -> dict:
     return {"long": (m, c, pretraining(m, LONG_EXAMPLE)), "cp_cut": (m, c, pretraining(m)), "moe": (mm, c, tm)}
 
 
-def picks(sizer=None) -> dict:
+def picks(sizer=None, runners_up: bool = False) -> dict:
     """The plans the page compares, each the search's pick on 64 H100s: the long request's best and best without CP,
     70B's best at 4k tokens with the rules and without them, Mixtral's best, and of its plans that keep the headroom
     rule the best with EP inside the NVLink domain and the best with its EP group across nodes. `sizer` replaces the
-    memory model (rules_checks picks them again with each plan sized by hand)."""
+    memory model (rules_checks picks them again with each plan sized by hand); `runners_up` adds each pick's next
+    two as "<key>~1", "<key>~2" (the step causes by hand check them too: a mistake that slows a pick shows its
+    runner-up instead, correctly timed)."""
     from distlab.planner.search import NothingFits, search
 
     asked = requests()
     m, c, long_t = asked["long"]
     t, (mm, _, tm) = asked["cp_cut"][2], asked["moe"]
-    out = {"long_best": search(m, c, long_t, sizer=sizer)[0]}
-    try:
-        out["long_no_cp"] = search(m, c, long_t, where=lambda q: q.cp == 1, sizer=sizer)[0]
-    except NothingFits:
-        pass
-    out["cp_cut_rules"] = search(m, c, t, sizer=sizer)[0]
-    out["cp_cut_free"] = search(m, c, t, rules=(), sizer=sizer)[0]  # CP at 4k tokens too
     ranked = search(mm, c, tm, sizer=sizer)
-    out["moe_best"] = ranked[0]
     # the comparisons keep to the headroom rule too: a plan at the memory edge is not one anybody would run
     roomy = [e for e in ranked if e.headroom_fraction >= MIN_HEADROOM]
-    near = [e for e in roomy if e.plan.ep > 1 and e.plan.tp * e.plan.ep <= c.domain]
-    wide = [e for e in roomy if e.plan.tp * e.plan.ep > c.domain]
-    out.update({k: v[0] for k, v in (("moe_inside", near), ("moe_cross_node", wide)) if v})
+    lists = {
+        "long_best": search(m, c, long_t, sizer=sizer),
+        "cp_cut_rules": search(m, c, t, sizer=sizer),
+        "cp_cut_free": search(m, c, t, rules=(), sizer=sizer),  # CP at 4k tokens too
+        "moe_best": ranked,
+        "moe_inside": [e for e in roomy if e.plan.ep > 1 and e.plan.tp * e.plan.ep <= c.domain],
+        "moe_cross_node": [e for e in roomy if e.plan.tp * e.plan.ep > c.domain],
+    }
+    try:
+        lists["long_no_cp"] = search(m, c, long_t, where=lambda q: q.cp == 1, sizer=sizer)
+    except NothingFits:
+        pass
+    out = {k: v[0] for k, v in lists.items() if v}
+    if runners_up:
+        out |= {f"{k}~{i}": e for k, v in lists.items() for i, e in enumerate(v[1:3], 1)}
     return out
 
 
