@@ -391,14 +391,23 @@ def check_cost_terms(r: Result, m, c, t, plans: dict, local_params: int, torch_b
 
 def check_step_causes(r: Result, timed: list[tuple], bucket: int) -> None:
     """One claim over the plans a page shows: `timed` holds (estimate, model, cluster, training, CONFIGS name) per
-    plan; their causes by hand (step_causes_by_hand). Pipelines of unequal stages are not written out here, and the
-    claim says how many it leaves."""
+    plan; their causes by hand (step_causes_by_hand), and those of each plan's twin with the optimizer offload
+    toggled (a mistake in the path no shown plan takes, the optimizer on the GPU or on the host, can change which
+    path wins). Pipelines of unequal stages are not written out here, and the claim says how many it leaves."""
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    from distlab.planner.cost import step
+
     pairs, uneven = [], 0
     for e, m, c, t, name in timed:
         if m.layers % e.plan.pp:
             uneven += 1
             continue
         pairs += step_causes_by_hand(e, m, c, t, name, bucket)
+        if e.plan.zero and e.plan.offload in ("none", "optimizer"):  # (offload needs ZeRO)
+            twin = replace(e.plan, offload="none" if e.plan.offload == "optimizer" else "optimizer")
+            pairs += step_causes_by_hand(SimpleNamespace(plan=twin, time=step(m, c, t, twin)), m, c, t, name, bucket)
     r.claim(
         f"the {len(timed) - uneven} shown plans' step causes by hand ({len(pairs)} terms; uneven pipelines left: "
         f"{uneven}): worst gap",
