@@ -272,6 +272,7 @@ def step_causes_by_hand(e, m, c, t, model: str, bucket: int) -> list[tuple[float
     offload, and the data-parallel collectives of ZeRO-1 (any pipeline) and ZeRO-2/3 (without one, one replica); the
     bubble only as none without a pipeline and a lower bound with one; the stragglers not at all. `bucket`: DDP's
     bucket cap (PyTorch's default)."""
+    from distlab.planner import comms
     from distlab.planner.cost import stage_time
 
     p, b = e.plan, e.time.breakdown
@@ -287,6 +288,10 @@ def step_causes_by_hand(e, m, c, t, model: str, bucket: int) -> list[tuple[float
     # interleaved: (p - 1) / v of forward and backward; ZB-H1: (p - 1) forwards), a bound written as a pair
     floor = (p.pp - 1) / p.virtual * min(e.time.stage_forward_seconds, default=0.0)
     pairs.append((b.bubble, 0.0) if p.pp == 1 else (min(b.bubble, floor), floor))
+    if p.pp > 1:  # stage to stage: one micro-batch's bf16 activations (split over TP under SP), between NVLink
+        # domains when one stage fills a domain (Megatron puts PP outermost: stages tp x cp x dp GPUs apart)
+        act = p.micro_batch * t.seq // p.cp * m.hidden * 2 / (p.tp if t.sequence_parallel and p.tp > 1 else 1)
+        pairs.append((e.time.p2p_seconds, comms.p2p_seconds(c, act, p.tp * p.cp * p.dp >= c.domain)))
     if p.offload == "none":
         shard = math.ceil(local / group) + math.ceil(own / max(1, group // p.ep)) if p.zero else local + own
         pairs.append((b.optimizer, optimizer_by_hand(shard, c)))
