@@ -7,8 +7,10 @@ from distlab.core.facts import value
 from distlab.core.results import Result
 from distlab.memory.model_states import add_state_bytes, checkpoint_bytes_per_param
 from distlab.planner.config import Training, cluster
+from distlab.planner.cost_checks import check_step_causes
 from distlab.planner.planner_validation import claim_band, h100_optimism
 from distlab.planner.search import search
+from distlab.planner.worked_plan_7b import ddp_bucket_bytes_of_torch
 from distlab.practice import checkpoint_interval_checks
 
 # ---------------------------------------------------------------- practice (f): checkpoint interval of a 70B run
@@ -44,7 +46,9 @@ def practice_checkpoint(device: str) -> Result:
     m = model("70B")
     c = cluster("H100-SXM", nodes=128)
     t = Training(global_batch_tokens=PRETRAIN_BATCH_TOKENS, seq=m.seq)
-    best = search(m, c, t)[0]
+    ranked = search(m, c, t)
+    best = ranked[0]
+    check_step_causes(r, [(e, m, c, t, "70B") for e in ranked[:3]], ddp_bucket_bytes_of_torch())
     ratio = h100_optimism()
     tokens = optimal_tokens_for(m.params())
     steps = tokens / t.global_batch_tokens

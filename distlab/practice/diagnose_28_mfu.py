@@ -28,13 +28,21 @@ THROTTLED_CLOCK = 0.9  # what-if: one GPU held at 90 % of its clock (thermal or 
 BUSBW_ALARM = 0.8  # an nccl-tests busbw below this share of the link model is a finding
 
 
-def _planner_view(m, c, t):
-    """The planner's step for the team's plan and its best plan (the one place this module calls the planner)."""
+def _planner_view(r: Result, m, c, t):
+    """The planner's step for the team's plan and its best plan (the one place this module calls the planner), their
+    causes by hand (cost_checks)."""
+    from types import SimpleNamespace
+
     from distlab.planner.config import Plan, usable_bytes
     from distlab.planner.cost import memory_per_gpu, step
+    from distlab.planner.cost_checks import check_step_causes
     from distlab.planner.search import search
+    from distlab.planner.worked_plan_7b import ddp_bucket_bytes_of_torch
 
     e = step(m, c, t, Plan(**TEAM_PLAN))
+    ranked = search(m, c, t)
+    timed = [(SimpleNamespace(plan=Plan(**TEAM_PLAN), time=e), m, c, t, MODEL)]
+    check_step_causes(r, timed + [(x, m, c, t, MODEL) for x in ranked[:3]], ddp_bucket_bytes_of_torch())
     team = {
         "mfu": e.mfu,
         "step_seconds": e.seconds,
@@ -42,7 +50,7 @@ def _planner_view(m, c, t):
         "memory_bytes": memory_per_gpu(m, c, t, Plan(**TEAM_PLAN)).device_bytes,
         "usable_bytes": usable_bytes(c.gpu),
     }
-    best = search(m, c, t)[0]
+    best = ranked[0]
     team["best_memory_bytes"] = best.memory_bytes
     return team, best.time.mfu, best.plan.label(), Plan(**TEAM_PLAN).label()
 
@@ -63,7 +71,7 @@ def practice_mfu_budget(device: str) -> Result:
     c = cluster(GPU, nodes=NODES)
     # the team runs Megatron-Core with --tp-comm-overlap (opt-in there; the planner's default is off since issue 25)
     t = Training(global_batch_tokens=256 * m.seq, seq=m.seq, tp_overlap=True)
-    team, best_mfu, best_label, team_label = _planner_view(m, c, t)
+    team, best_mfu, best_label, team_label = _planner_view(r, m, c, t)
     r.data["team_plan"], r.data["best_plan"] = team_label, best_label
     _arithmetic(r, m, c)
     low, high = mfu_band(team["mfu"])

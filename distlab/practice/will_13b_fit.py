@@ -7,10 +7,11 @@ from distlab.core.results import Result
 from distlab.memory.model_states import add_state_bytes, bytes_per_param
 from distlab.planner.advice import add_advice, whiteboard
 from distlab.planner.config import usable_bytes
+from distlab.planner.cost_checks import check_step_causes
 from distlab.planner.planner_validation import claim_band
 from distlab.planner.rules import MIN_HEADROOM
 from distlab.planner.search import search
-from distlab.planner.worked_plan_7b import finetune, strategy_table
+from distlab.planner.worked_plan_7b import ddp_bucket_bytes_of_torch, finetune, strategy_table
 from distlab.practice import peft_bytes, will_13b_fit_checks
 
 ROUNDING = 0.05  # two significant figures are within 5 % of the number they round
@@ -159,6 +160,7 @@ def practice_13b(device: str) -> Result:
     ranked = search(m, c, t)
     add_advice(r, "rec", m, c, t, ranked)
     best = ranked[0]
+    check_step_causes(r, [(e, m, c, t, "13B") for e in ranked[:3]], ddp_bucket_bytes_of_torch())
     r.add("rec_tp", best.plan.tp, "", "the recommended plan's TP")
     r.add("rec_zero", best.plan.zero, "", "its ZeRO stage")
     r.add("rec_memory", best.memory_bytes, "B", "its memory per GPU")
