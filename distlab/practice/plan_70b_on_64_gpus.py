@@ -19,9 +19,11 @@ from distlab.memory.model_states import add_state_bytes, bytes_per_param
 from distlab.planner.advice import add_advice, canonical_megatron, whiteboard
 from distlab.planner.calibration import mfu_band, with_band
 from distlab.planner.config import Training, cluster, model, usable_bytes
+from distlab.planner.cost_checks import check_step_causes
 from distlab.planner.planner_validation import claim_band
 from distlab.planner.rules import MIN_HEADROOM
 from distlab.planner.search import PRETRAIN_BATCH_TOKENS, NothingFits, explain, search
+from distlab.planner.worked_plan_7b import ddp_bucket_bytes_of_torch
 from distlab.practice import plan_70b_checks
 
 FAMILIES = {
@@ -323,4 +325,8 @@ def practice_70b(device: str) -> Result:
     )
     claim_band(r)  # the MFU bands this page quotes
     plan_70b_checks.claims(r, plans, setups, usable=hbm)
+    # the families' and answers' plans on both networks, their step causes by hand (the answers' stacks change no
+    # cost term: framework only restricts which plans are searched)
+    timed = [(e, *setups[key.split(":")[0].split("_")[0]], "70B") for key, e in plans.items() if key[:3] in setups]
+    check_step_causes(r, timed, ddp_bucket_bytes_of_torch())
     return r
