@@ -266,6 +266,58 @@ def pipeline_ends_by_hand(m, c, t, plan, est) -> list[tuple[float, float]]:
     ]
 
 
+def dp_exposed_by_hand(model: str, local: int, own: int, c, t, p, forward: float, backward: float, bucket: int):
+    """The data-parallel collectives' exposed seconds per step, every ZeRO stage, from the definitions: the model
+    state's ranks are the shard group (dp x cp within one HSDP replica, tp apart), an MoE's experts' the group / ep
+    ranks holding the same experts (tp x ep apart), and a reduced shard is all-reduced across the replicas (tp x
+    group apart). Gradients and weights move in bf16 (mixed precision). A collective hidden behind compute still
+    takes NCCL's SMs. DDP (ZeRO-0): one all-reduce behind the backward, its last bucket exposed. ZeRO-1 (and ZeRO-3
+    under a pipeline, which keeps its stage gathered and adds one gather per step): the reduce-scatter behind the
+    last micro-batch's backward, its last bucket exposed, the all-gather behind the next forward. ZeRO-2 under a
+    pipeline: the reduce-scatter every micro-batch. ZeRO-2/3 without one: per layer and micro-batch (dense models;
+    None for an MoE's, not written out here). `local`, `own`: the largest stage's dense and expert parameters;
+    `forward`, `backward`: the first stage's passes of one micro-batch."""
+    from distlab.planner import comms
+
+    assert t.precision == "mixed" and t.grad_reduce_overlap, "bf16 gradients, reduced during the backward"
+    group = p.dp * p.cp // p.dp_replicate
+    g = comms.group(c, group, p.tp)
+    g_ex = comms.group(c, max(1, group // p.ep), p.tp * p.ep)
+    g_rep = comms.group(c, p.dp_replicate, p.tp * group)
+    if group * p.dp_replicate == 1:
+        return 0.0
+
+    def both(op: str, dense: float, experts: float = 0.0) -> float:
+        return comms.seconds(op, dense, g) + (comms.seconds(op, experts, g_ex) if experts else 0.0)
+
+    def reduce(dense: float, experts: float = 0.0) -> float:
+        across = comms.seconds("all-reduce", dense / group + experts / max(1, group // p.ep), g_rep)
+        return both("reduce-scatter", dense, experts) + across
+
+    def over(comm: float, under: float) -> float:
+        return _over(comm, under, c)
+
+    if p.zero == 0:
+        last = comms.seconds("all-reduce", min(bucket, 2 * local), g)
+        return over(both("all-reduce", 2 * local, 2 * own), backward) + last
+    rs, ag = reduce(2 * local, 2 * own), both("all-gather", 2 * local, 2 * own)
+    last = reduce(min(bucket, 2 * local))
+    if p.zero == 1 or (p.zero == 3 and p.pp > 1):
+        return over(rs, backward) + last + over(ag, forward) + (ag if p.zero == 3 else 0.0)
+    if p.pp > 1:  # ZeRO-2 under a pipeline
+        return p.microbatches * (over(rs, backward) + last) + over(ag, forward)
+    if own:
+        return None
+    layers = CONFIGS[model]["layers"]
+    per_layer = math.ceil(layer_params(model) / p.tp)
+    ends = local - layers * per_layer
+    ag_l, rs_l = both("all-gather", 2 * per_layer), reduce(2 * per_layer)
+    again = ag_l if p.zero == 3 else 0.0
+    per_micro = ag_l + comms.seconds("all-gather", 2 * ends, g) + reduce(2 * ends)
+    per_micro += layers * (over(ag_l, forward / layers) + over(again + rs_l, backward / layers))
+    return p.microbatches * per_micro
+
+
 def step_causes_by_hand(e, m, c, t, model: str, bucket: int) -> list[tuple[float, float]]:
     """(the cost model's, by hand) pairs for one plan of equal stages, `model` naming its CONFIGS entry: the CP and
     EP exposures, TP's, the last stage's forward, backward, compute and recomputation, the optimizer step or its
@@ -298,14 +350,10 @@ def step_causes_by_hand(e, m, c, t, model: str, bucket: int) -> list[tuple[float
     if p.offload == "optimizer":
         last = stage_time(m, c, t, p, stage_blocks(m, p), first=p.pp == 1, last=True)
         pairs.append((b.offload, offload_by_hand(local, c, p, last.backward, group, own)))
-    if p.pp == 1 and p.zero in (2, 3) and t.moe is None and p.dp_replicate == 1:
-        hand = sharded_exposed_by_hand(
-            local, layer_params(model), m.layers, c, p, e.time.forward_seconds, e.time.backward_seconds
-        )
-        pairs.append((b.exposed_dp, hand))
-    if p.zero == 1 and p.dp_replicate == 1:
-        first = e.time.stage_forward_seconds[0], e.time.stage_backward_seconds[0]
-        pairs.append((b.exposed_dp, zero1_exposed_by_hand(local, c, t, p, *first, bucket, group, own)))
+    first = e.time.stage_forward_seconds[0], e.time.stage_backward_seconds[0]
+    dp = dp_exposed_by_hand(model, local, own, c, t, p, *first, bucket)
+    if dp is not None:
+        pairs.append((b.exposed_dp, dp))
     return pairs
 
 
@@ -394,12 +442,30 @@ def check_cost_terms(r: Result, m, c, t, plans: dict, local_params: int, torch_b
     )
 
 
+def twins(plan) -> list:
+    """The layouts beside a shown plan whose paths through the cost model no shown plan may take, so that a mistake
+    there, which changes which plan wins, is still seen: the plan at every other ZeRO stage, with the optimizer
+    offload toggled, and a pipelined plan's stages turned into data parallelism."""
+    from dataclasses import replace
+
+    flat = [replace(plan, pp=1, dp=plan.dp * plan.pp, schedule="1f1b", virtual=1)] if plan.pp > 1 else []
+    out = []
+    for base in [plan, *flat]:
+        for zero in range(4):
+            for offload in ("none", "optimizer"):
+                try:
+                    q = replace(base, zero=zero, offload=offload)
+                except ValueError:  # a combination the planner refuses (offload without ZeRO, ...)
+                    continue
+                out += [q] if q != plan and q not in out else []
+    return out
+
+
 def check_step_causes(r: Result, timed: list[tuple], bucket: int) -> None:
     """One claim over the plans a page shows: `timed` holds (estimate, model, cluster, training, CONFIGS name) per
-    plan; their causes by hand (step_causes_by_hand), and those of each plan's twin with the optimizer offload
-    toggled (a mistake in the path no shown plan takes, the optimizer on the GPU or on the host, can change which
-    path wins). Pipelines of unequal stages are not written out here, and the claim says how many it leaves."""
-    from dataclasses import replace
+    plan; their causes by hand (step_causes_by_hand), and those of each plan's twins (every ZeRO stage, the
+    optimizer on the GPU or the host, no pipeline), each timed by the cost model on its own. Pipelines of unequal
+    stages are not written out here, and the claim says how many it leaves."""
     from types import SimpleNamespace
 
     from distlab.planner.cost import step
@@ -410,9 +476,8 @@ def check_step_causes(r: Result, timed: list[tuple], bucket: int) -> None:
             uneven += 1
             continue
         pairs += step_causes_by_hand(e, m, c, t, name, bucket)
-        if e.plan.zero and e.plan.offload in ("none", "optimizer"):  # (offload needs ZeRO)
-            twin = replace(e.plan, offload="none" if e.plan.offload == "optimizer" else "optimizer")
-            pairs += step_causes_by_hand(SimpleNamespace(plan=twin, time=step(m, c, t, twin)), m, c, t, name, bucket)
+        for q in twins(e.plan):
+            pairs += step_causes_by_hand(SimpleNamespace(plan=q, time=step(m, c, t, q)), m, c, t, name, bucket)
     r.claim(
         f"the {len(timed) - uneven} shown plans' step causes by hand ({len(pairs)} terms; uneven pipelines left: "
         f"{uneven}): worst gap",

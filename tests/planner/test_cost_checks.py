@@ -58,3 +58,17 @@ def test_the_largest_stage_is_the_last_for_llama_and_the_first_for_gpt():
     h, v, s = 12288, 50257, 2048
     gpt = (96 // 4) * (12 * h * h + 13 * h) + v * h + s * h
     assert cost_checks._largest_stage_params("175B", s, plan) == (-(-gpt // 4), 0)
+
+
+def test_a_pipelined_plans_twins_cover_every_zero_stage_offload_and_no_pipeline():
+    plan = Plan(tp=2, pp=4, dp=2, zero=1, micro_batch=1, microbatches=8, schedule="interleaved", virtual=2)
+    twins = cost_checks.twins(plan)
+    assert plan not in twins and len(twins) == len(set(twins))
+    flat = [q for q in twins if q.pp == 1]
+    assert {(q.zero, q.offload) for q in flat} == {(0, "none")} | {
+        (z, o) for z in (1, 2, 3) for o in ("none", "optimizer")
+    }
+    assert all(q.dp == 8 and q.schedule == "1f1b" for q in flat)
+    assert {(q.zero, q.offload) for q in twins if q.pp == 4} == {(0, "none"), (1, "optimizer")} | {
+        (z, o) for z in (2, 3) for o in ("none", "optimizer")
+    }
