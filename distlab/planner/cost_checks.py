@@ -1,9 +1,10 @@
-"""Chapter 14's cost terms that are not compute, each from its definition: the DDP bucket against PyTorch's own
-default, tensor parallelism's exposed collectives counted op by op (four per layer and pass with sequence
-parallelism, each of one micro-batch's activations), and CPU offload's transfers and host update from the PCIe
-link, the node's host DRAM and the bytes an AdamW update touches. The collective times come from the planner's
-NCCL model (planner.comms, claimed on chapters 9 and 12), the backward a transfer hides behind from the cost model;
-the counts, bytes and the way they combine are written out here, apart from distlab.planner.cost.
+"""A step's causes written out a second way, apart from distlab.planner.cost: the counts, bytes and the way they
+combine, each from its definition (TP's four collectives per layer and pass, ring attention's K/V swaps, the
+experts' all-to-alls, ZeRO's collectives by stage, the optimizer and its offload over the shard group, the DDP
+bucket against PyTorch's own default, the embedding's and head's bytes). The collective times come from the
+planner's NCCL model (planner.comms, claimed on chapters 9 and 12) and the kernels' from the kernel model (chapter
+14); `check_step_causes` checks every plan a page shows, its runners-up and its twins (chapters 7, 12, 14, the
+GB200 appendix, the practice pages), `check_cost_terms` chapter 14's strategies term by term.
 """
 
 from __future__ import annotations
@@ -168,50 +169,6 @@ def offload_by_hand(local_params: int, c, plan, backward: float, group: int = 0,
     pcie, host = c.pcie.bandwidth_bytes_per_s, c.host_bytes_per_s / c.gpus_per_node
     down = 2 * shard / pcie
     return plan.microbatches * max(0.0, down - backward) + shard * (2 + 12 + 12 + 2) / host + 2 * shard / pcie
-
-
-def zero1_exposed_by_hand(
-    params: int, c, t, plan, forward: float, backward: float, bucket: int, group: int = 0, experts: int = 0
-) -> float:
-    """ZeRO-1's exposed data-parallel seconds per step (mixed precision: bf16 gradients and weights on the wire):
-    the gradients' reduce-scatter hides behind the last micro-batch's backward and its last bucket cannot, the
-    updated weights' all-gather hides behind the next forward; what hides still takes the SMs NCCL's channels run
-    on (32 of the GPU's SMs). The group: the `group` ranks holding the same weights (default the plan's DP), tp
-    apart; an MoE's `experts` parameters of this GPU sync over the group / ep ranks holding the same experts, tp x ep
-    apart (Megatron-Core's expert data parallelism)."""
-    from distlab.planner import comms
-
-    group = group or plan.dp
-    g, g_ex = comms.group(c, group, plan.tp), comms.group(c, max(1, group // plan.ep), plan.tp * plan.ep)
-
-    def both(op: str) -> float:
-        return comms.seconds(op, 2 * params, g) + (comms.seconds(op, 2 * experts, g_ex) if experts else 0.0)
-
-    last = comms.seconds("reduce-scatter", min(bucket, 2 * params), g)
-    return _over(both("reduce-scatter"), backward, c) + last + _over(both("all-gather"), forward, c)
-
-
-def sharded_exposed_by_hand(params: int, layer: int, layers: int, c, plan, forward: float, backward: float) -> float:
-    """ZeRO-2 / ZeRO-3 (FSDP) without a pipeline, exposed seconds per step: every micro-batch gathers each layer's
-    bf16 weights before its forward (ZeRO-3 again before its backward) and reduce-scatters its bf16 gradients after
-    its backward, each hidden behind one layer's share of the pass (taking NCCL's SMs while it hides); the first
-    layer's gather, and the embedding's and head's gather and reduce-scatter (once per micro-batch, outside the
-    layers), have nothing to hide behind. The group: the dp x cp ranks that hold the same weights, tp apart."""
-    from distlab.planner import comms
-
-    assert plan.pp == 1 and plan.dp_replicate == 1 and plan.zero in (2, 3)
-    g = comms.group(c, plan.dp * plan.cp, plan.tp)
-
-    def over(comm: float, under: float) -> float:
-        return _over(comm, under, c)
-
-    per_layer = math.ceil(layer / plan.tp)
-    ends = params - layers * per_layer
-    ag, rs = comms.seconds("all-gather", 2 * per_layer, g), comms.seconds("reduce-scatter", 2 * per_layer, g)
-    second = ag if plan.zero == 3 else 0.0
-    per_micro = ag + comms.seconds("all-gather", 2 * ends, g) + comms.seconds("reduce-scatter", 2 * ends, g)
-    per_micro += layers * (over(ag, forward / layers) + over(second + rs, backward / layers))
-    return plan.microbatches * per_micro
 
 
 def embedding_by_hand(m, c, t, plan) -> tuple[float, float]:
@@ -396,8 +353,10 @@ def check_cost_terms(r: Result, m, c, t, plans: dict, local_params: int, torch_b
         *embedding,
         (
             stage.breakdown.exposed_dp,
-            zero1_exposed_by_hand(
+            dp_exposed_by_hand(
+                "7B",
                 blocks + edge_params("7B", 0, False, True, pp4[0].pp),
+                0,
                 c,
                 t,
                 pp4[0],
@@ -409,21 +368,23 @@ def check_cost_terms(r: Result, m, c, t, plans: dict, local_params: int, torch_b
         *(
             (
                 e.time.breakdown.exposed_dp,
-                sharded_exposed_by_hand(
+                dp_exposed_by_hand(
+                    "7B",
                     math.ceil(local_params / plan.tp),
-                    layer_params("7B"),
-                    m.layers,
+                    0,
                     c,
+                    t,
                     plan,
                     e.time.forward_seconds,
                     e.time.backward_seconds,
+                    torch_bucket_bytes,
                 ),
             )
             for plan, _, e in (plans[k] for k in ("ZeRO-2", "ZeRO-3 / FSDP", "TP 2 x ZeRO-3"))
         ),
         (
             z1[2].time.breakdown.exposed_dp,
-            zero1_exposed_by_hand(local_params, c, t, z1[0], micro.forward, micro.backward, torch_bucket_bytes),
+            dp_exposed_by_hand("7B", local_params, 0, c, t, z1[0], micro.forward, micro.backward, torch_bucket_bytes),
         ),
         (DDP_BUCKET_BYTES, torch_bucket_bytes),
         (tp8[2].time.breakdown.exposed_tp, tp_exposed_by_hand(m, c, t, tp8[0])),
