@@ -158,14 +158,28 @@ def optimizer_by_hand(shard: int, c) -> float:
     return shard * (2 + 12 + 12 + 2) / (c.gpu.hbm_bytes_per_s * MEMORY_EFFICIENCY)
 
 
-def offload_by_hand(local_params: int, c, plan, backward: float, group: int = 0, experts: int = 0) -> float:
-    """ZeRO-Offload's exposed seconds per step: the bf16 gradient shard down PCIe every micro-step (what the
-    micro-step's backward does not cover), the host's AdamW over the shard (read the bf16 gradient, fp32 master, m
-    and v; write them and the bf16 weights: 2 + 12 + 12 + 2 B per parameter, the node's GPUs sharing its DRAM), the
-    bf16 weights back up PCIe. The shard: `local_params` over the `group` ranks holding the same weights (default
-    the plan's DP), and an MoE's `experts` parameters of this GPU over the group / ep ranks holding them."""
-    group = group or plan.dp
-    shard = math.ceil(local_params / group) + math.ceil(experts / max(1, group // plan.ep))
+def _shard_group(p) -> int:
+    """The ranks one copy of the model state is sharded over: dp x cp (CP ranks hold the same weights), within one
+    HSDP replica."""
+    return p.dp * p.cp // p.dp_replicate
+
+
+def _expert_group(p) -> int:
+    """The ranks holding the same experts (Megatron-Core's expert data parallelism): the shard group / ep."""
+    return max(1, _shard_group(p) // p.ep)
+
+
+def update_shard(local: int, own: int, p) -> int:
+    """Parameters whose update one GPU runs under ZeRO: its dense `local` ones over the shard group, an MoE's `own`
+    experts over the expert group."""
+    return math.ceil(local / _shard_group(p)) + math.ceil(own / _expert_group(p))
+
+
+def offload_by_hand(shard: int, c, plan, backward: float) -> float:
+    """ZeRO-Offload's exposed seconds per step for a GPU updating `shard` parameters: the bf16 gradient shard down
+    PCIe every micro-step (what the micro-step's backward does not cover), the host's AdamW over the shard (read the
+    bf16 gradient, fp32 master, m and v; write them and the bf16 weights: 2 + 12 + 12 + 2 B per parameter, the
+    node's GPUs sharing its DRAM), the bf16 weights back up PCIe."""
     pcie, host = c.pcie.bandwidth_bytes_per_s, c.host_bytes_per_s / c.gpus_per_node
     down = 2 * shard / pcie
     return plan.microbatches * max(0.0, down - backward) + shard * (2 + 12 + 12 + 2) / host + 2 * shard / pcie
@@ -237,9 +251,9 @@ def dp_exposed_by_hand(model: str, local: int, own: int, c, t, p, forward: float
     from distlab.planner import comms
 
     assert t.precision == "mixed" and t.grad_reduce_overlap, "bf16 gradients, reduced during the backward"
-    group = p.dp * p.cp // p.dp_replicate
+    group = _shard_group(p)
     g = comms.group(c, group, p.tp)
-    g_ex = comms.group(c, max(1, group // p.ep), p.tp * p.ep)
+    g_ex = comms.group(c, _expert_group(p), p.tp * p.ep)
     g_rep = comms.group(c, p.dp_replicate, p.tp * group)
     if group * p.dp_replicate == 1:
         return 0.0
@@ -248,7 +262,7 @@ def dp_exposed_by_hand(model: str, local: int, own: int, c, t, p, forward: float
         return comms.seconds(op, dense, g) + (comms.seconds(op, experts, g_ex) if experts else 0.0)
 
     def reduce(dense: float, experts: float = 0.0) -> float:
-        across = comms.seconds("all-reduce", dense / group + experts / max(1, group // p.ep), g_rep)
+        across = comms.seconds("all-reduce", dense / group + experts / _expert_group(p), g_rep)
         return both("reduce-scatter", dense, experts) + across
 
     def over(comm: float, under: float) -> float:
@@ -277,16 +291,15 @@ def dp_exposed_by_hand(model: str, local: int, own: int, c, t, p, forward: float
 
 def step_causes_by_hand(e, m, c, t, model: str, bucket: int) -> list[tuple[float, float]]:
     """(the cost model's, by hand) pairs for one plan of equal stages, `model` naming its CONFIGS entry: the CP and
-    EP exposures, TP's, the last stage's forward, backward, compute and recomputation, the optimizer step or its
-    offload, and the data-parallel collectives of ZeRO-1 (any pipeline) and ZeRO-2/3 (without one, one replica); the
-    bubble only as none without a pipeline and a lower bound with one; the stragglers not at all. `bucket`: DDP's
-    bucket cap (PyTorch's default)."""
+    EP exposures, TP's, the last stage's forward, backward, compute and recomputation, the stage-to-stage send, the
+    optimizer step or its offload, and the data-parallel collectives (dp_exposed_by_hand); the bubble only as none
+    without a pipeline and a lower bound with one; the stragglers not at all. `bucket`: DDP's bucket cap (PyTorch's
+    default)."""
     from distlab.planner import comms
     from distlab.planner.cost import stage_time
 
     p, b = e.plan, e.time.breakdown
     local, own = _largest_stage_params(model, t.seq, p)
-    group = p.dp * p.cp // p.dp_replicate  # the ranks one shard spans (HSDP: inside one replica)
     pairs = [(b.exposed_cp_ep, cp_exposed_by_hand(m, c, t, p) + ep_exposed_by_hand(m, c, t, p))]
     pairs.append((b.exposed_tp, tp_exposed_by_hand(m, c, t, p)))
     forward, backward, compute, recompute = last_stage_by_hand(m, c, t, p)
@@ -302,11 +315,10 @@ def step_causes_by_hand(e, m, c, t, model: str, bucket: int) -> list[tuple[float
         act = p.micro_batch * t.seq // p.cp * m.hidden * 2 / (p.tp if t.sequence_parallel and p.tp > 1 else 1)
         pairs.append((e.time.p2p_seconds, comms.p2p_seconds(c, act, p.tp * p.cp * p.dp >= c.domain)))
     if p.offload == "none":
-        shard = math.ceil(local / group) + math.ceil(own / max(1, group // p.ep)) if p.zero else local + own
-        pairs.append((b.optimizer, optimizer_by_hand(shard, c)))
+        pairs.append((b.optimizer, optimizer_by_hand(update_shard(local, own, p) if p.zero else local + own, c)))
     if p.offload == "optimizer":
         last = stage_time(m, c, t, p, stage_blocks(m, p), first=p.pp == 1, last=True)
-        pairs.append((b.offload, offload_by_hand(local, c, p, last.backward, group, own)))
+        pairs.append((b.offload, offload_by_hand(update_shard(local, own, p), c, p, last.backward)))
     first = e.time.stage_forward_seconds[0], e.time.stage_backward_seconds[0]
     dp = dp_exposed_by_hand(model, local, own, c, t, p, *first, bucket)
     if dp is not None:
@@ -388,7 +400,7 @@ def check_cost_terms(r: Result, m, c, t, plans: dict, local_params: int, torch_b
         ),
         (DDP_BUCKET_BYTES, torch_bucket_bytes),
         (tp8[2].time.breakdown.exposed_tp, tp_exposed_by_hand(m, c, t, tp8[0])),
-        (off[2].time.breakdown.offload, offload_by_hand(local_params, c, p, backward)),
+        (off[2].time.breakdown.offload, offload_by_hand(update_shard(local_params, 0, p), c, p, backward)),
     ]
     r.claim(
         "chapter 14's cost terms by hand: ZeRO-1's exposed data-parallel time (alone and under PP 4), ZeRO-2's and "
