@@ -314,6 +314,7 @@ def step_causes_by_hand(e, m, c, t, model: str, bucket: int) -> list[tuple[float
         # domains when one stage fills a domain (Megatron puts PP outermost: stages tp x cp x dp GPUs apart)
         act = p.micro_batch * t.seq // p.cp * m.hidden * 2 / (p.tp if t.sequence_parallel and p.tp > 1 else 1)
         pairs.append((e.time.p2p_seconds, comms.p2p_seconds(c, act, p.tp * p.cp * p.dp >= c.domain)))
+        pairs.append(_search_bubble_pair(m, c, t, e, pipeline_send=e.time.p2p_seconds))
     if p.offload == "none":
         pairs.append((b.optimizer, optimizer_by_hand(update_shard(local, own, p) if p.zero else local + own, c)))
     if p.offload == "optimizer":
@@ -324,6 +325,20 @@ def step_causes_by_hand(e, m, c, t, model: str, bucket: int) -> list[tuple[float
     if dp is not None:
         pairs.append((b.exposed_dp, dp))
     return pairs
+
+
+def _search_bubble_pair(m, c, t, e, pipeline_send: float) -> tuple[float, float]:
+    """The search ranks candidates by a closed-form pipeline before it simulates the best few, so a slip there
+    changes which plan is shown while every shown plan stays right. By hand: the slowest stage idles (p - 1) / v
+    of its micro-batch's forward and backward (1F1B, interleaved: Narayanan et al. 2021, Section 2.2), ZB-H1 idles
+    (p - 1) forwards (Qi et al. 2023), and the activations cross 2 (p - 1) stage boundaries on the critical path."""
+    from distlab.planner.cost import step
+
+    p = e.plan
+    f, b = max(zip(e.time.stage_forward_seconds, e.time.stage_backward_seconds), key=sum)
+    idle = (p.pp - 1) * f if p.schedule == "zb-h1" else (p.pp - 1) / p.virtual * (f + b)
+    closed = step(m, c, t, p, exact_pipeline=False).breakdown.bubble
+    return closed, idle + 2 * (p.pp - 1) * pipeline_send
 
 
 def _largest_stage_params(model: str, seq: int, p) -> tuple[int, int]:

@@ -72,3 +72,24 @@ def test_a_pipelined_plans_twins_cover_every_zero_stage_offload_and_no_pipeline(
     assert {(q.zero, q.offload) for q in twins if q.pp == 4} == {(0, "none"), (1, "optimizer")} | {
         (z, o) for z in (2, 3) for o in ("none", "optimizer")
     }
+
+
+@pytest.mark.parametrize("schedule,virtual", [("1f1b", 1), ("interleaved", 2), ("zb-h1", 1)])
+def test_the_searchs_closed_form_pipeline_agrees_with_the_bubble_fraction(schedule, virtual):
+    """The ranking's closed form idles (p - 1)/(v m + p - 1) of the step's pipeline time without the sends (1F1B and
+    interleaved), ZB-H1 (p - 1) forwards; the hand pair of cost_checks agrees with it."""
+    from types import SimpleNamespace
+
+    from distlab.planner.cost import step
+
+    m, c, t = requests()["cp_cut"]  # a dense model on H100s
+    p = Plan(tp=4, pp=4, dp=2, zero=1, micro_batch=1, microbatches=8, schedule=schedule, virtual=virtual)
+    closed = step(m, c, t, p, exact_pipeline=False)
+    f, b = max(zip(closed.stage_forward_seconds, closed.stage_backward_seconds), key=sum)
+    busy, idle = 8 * (f + b), closed.breakdown.bubble - 2 * 3 * closed.p2p_seconds
+    if schedule == "zb-h1":
+        assert idle == pytest.approx(3 * f, rel=1e-12)
+    else:
+        assert idle / (busy + idle) == pytest.approx(3 / (virtual * 8 + 3), rel=1e-12)
+    pair = cost_checks._search_bubble_pair(m, c, t, SimpleNamespace(plan=p, time=closed), closed.p2p_seconds)
+    assert pair[0] == pytest.approx(pair[1], rel=1e-12)
