@@ -217,3 +217,28 @@ def test_young_written_as_sqrt_cm_fails_chapter_10(monkeypatch):
     )
     failed = [c.name for c in ci.checkpoint_interval("cpu").claims if not c.passed]
     assert any("Young" in name for name in failed)
+
+
+@pytest.mark.parametrize(("constant", "changed"), [("A", 482.00), ("B", 2085.44), ("beta", 0.3659), ("E", 1.8171)])
+def test_a_refit_constant_off_in_its_last_digit_fails_the_transcription_claim(constant, changed, monkeypatch):
+    """Besiroglu et al.'s constants are checked against the printed output of their own notebook (copied by machine
+    into source_excerpts.toml), so a one-unit typo in the last printed digit fails, which no derived number sees."""
+    import distlab.scaling_laws_checks as checks
+    from distlab.core.results import Result
+
+    real = checks.entries
+
+    def typo(name):
+        data = real(name)
+        if name == "scaling_laws":
+            data = {**data, "epoch-refit": {**data["epoch-refit"], constant: changed}}
+        return data
+
+    r = Result("refit", "cpu")
+    checks._epoch_refit(r)
+    assert r.claims and all(c.passed for c in r.claims)
+    monkeypatch.setattr(checks, "entries", typo)
+    r = Result("refit", "cpu")
+    checks._epoch_refit(r)
+    failed = [c.name for c in r.claims if not c.passed]
+    assert len(failed) == 1 and failed[0].startswith(f"Besiroglu et al.'s {constant}:")
