@@ -76,9 +76,12 @@ def _activations_and_flops(r: Result) -> None:
     (no s x s term), and Llama's own count with FlashAttention (chapter 3); then 6N + 12Lhs per token."""
     from distlab.gpu.flops import flops_per_token
     from distlab.memory.activations import activation_bytes_per_layer, model_activation_bytes_per_layer
-    from distlab.models.shapes import presets
+    from distlab.models.published import claim_checkpoint_count, claim_llama2_context
+    from distlab.models.shapes import presets, published_params
 
     m = presets()[SHEET_MODEL]
+    claim_checkpoint_count(r, SHEET_MODEL)  # a typo in the shape moves every row below: the shape's count must
+    claim_llama2_context(r, m)  # still be the checkpoint's, its sequence the paper's 4k
     s, b, h, a = m.seq, 1, m.hidden, m.heads
     gpt = activation_bytes_per_layer(s, b, h, a, recompute="none")
     gpt_flash = activation_bytes_per_layer(s, b, h, a, recompute="selective")
@@ -101,7 +104,15 @@ def _activations_and_flops(r: Result) -> None:
     per_token = flops_per_token(n, m.layers, h, s)
     r.add("flops_per_token_7b", per_token, "FLOP", "6N + 12Lhs per token, Llama 2 7B at 4096")
     r.add("attention_share_7b", 12 * m.layers * h * s / per_token, "fraction", "12Lhs's share of it")
-    r.claim("6N + 12Lhs, written out in float64", per_token, 6.0 * n + 12.0 * m.layers * h * s, rel_tol=1e-12)
+    attention = 12.0 * m.layers * h * s
+    checkpoint = float(published_params(SHEET_MODEL))
+    r.claim("6N + 12Lhs in float64, N the checkpoint's count", per_token, 6.0 * checkpoint + attention, rel_tol=1e-12)
+    r.claim(
+        "attention's share = 12Lhs / (6N + 12Lhs), N the checkpoint's count",
+        r.quantities["attention_share_7b"].value,
+        attention / (6.0 * checkpoint + attention),
+        rel_tol=1e-12,
+    )
 
 
 def _ring_factors(r: Result) -> None:
@@ -127,7 +138,9 @@ def _mfu_bands(r: Result) -> None:
     from distlab.gpu.flops import flops_per_token
     from distlab.hardware.gpus import gpu
     from distlab.planner.corpus import published_tokens_per_s_per_gpu, runs
+    from distlab.planner.corpus_checks import corpus_claim
 
+    corpus_claim(r)  # each printed MFU against its source's second printing, where one exists
     for chip in ("A100-SXM-80GB", "H100-SXM"):
         rows = [
             (run.row["mfu"], run)
