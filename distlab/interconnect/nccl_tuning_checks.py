@@ -18,7 +18,7 @@ import math
 from typing import Any
 
 from distlab.core.facts import entries, quoted
-from distlab.interconnect.nccl_source_checks import quoted_rates, readings_v2_20
+from distlab.interconnect.nccl_source_checks import quoted_rates, readings_v2_20, readings_v2_30
 from distlab.sharding.zero_checks import ndr_bytes_per_s
 
 ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER = "all-reduce", "all-gather", "reduce-scatter"
@@ -118,3 +118,29 @@ def hand_overs(cells: dict, collective: str, lo: float = 1.0, hi: float = 2.0**3
             if lo < s < hi and {fastest(s * (1 - 1e-9)), fastest(s * (1 + 1e-9))} == {i, j}:
                 out.append(s)
     return sorted(out)
+
+
+def ring_seconds_one_node(collective: str, message_bytes: float, n_ranks: int, bus: float, chip: str) -> float:
+    """A ring collective inside one node as NCCL 2.30.7's tuner prices it (tuning.cc at 73cf1122, lines 286-412 as
+    copied by machine), every constant read from that text: for each protocol, baseLatencies + nsteps x hwLatencies
+    over NVLink, plus the bytes over busBw x nRanks / nsteps, where busBw is the ring's Simple bandwidth `bus`
+    refined per protocol (LL: half of it, at most llMaxBws[chip][0]; LL128: 0.92 of it); the fastest protocol wins.
+    The per-channel LL128 cap is assumed not to bind (the planner's assumption too). `bus` in bytes/s, `chip` a row
+    of the per-chip tables ("ampere", "hopper")."""
+    c: dict[str, Any] = readings_v2_30(entries("source_excerpts")["nccl-tuning-v2-30"]["text"])
+    nsteps = 2 * (n_ranks - 1) if collective == ALL_REDUCE else n_ranks - 1
+    refined = {
+        LL: min(
+            c["nccl-factors-v2-30.ll_max_gbytes_per_s_" + chip][0] * 1e9,
+            bus * c["nccl-factors-v2-30.ring_ll_busbw_factor"],
+        ),
+        LL128: bus * c["nccl-factors-v2-30.ring_ll128_busbw_factor"],
+        SIMPLE: bus,
+    }
+    times = []
+    for p, bus_bw in refined.items():
+        latency_us = (
+            c[f"nccl-v2-30-latency-base.base_ring_{p}_us"] + nsteps * c[f"nccl-v2-30-latency-nvlink.ring_{p}_us"]
+        )
+        times.append(latency_us * 1e-6 + message_bytes / (bus_bw * n_ranks / nsteps))
+    return min(times)

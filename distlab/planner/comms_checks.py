@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from distlab.core.facts import value
 from distlab.core.results import Result
+from distlab.interconnect.nccl_tuning_checks import ring_seconds_one_node
 from distlab.planner.comms import alltoall_seconds, group, p2p_seconds, seconds
 from distlab.planner.config import cluster
 
@@ -36,6 +37,15 @@ def comms_by_hand(r: Result) -> None:
                 rel_tol=1e-12,
                 unit="B/s",
             )
+    node = group(c, 8, 1)  # one node's NVLink ring, NCCL 2.30.7's tuner by hand: LL, LL128, LL128 and Simple win
+    for op, size in (("all-reduce", 2**20), ("all-gather", 2**22), ("reduce-scatter", 2**24), ("all-reduce", 2**30)):
+        r.claim(
+            f"8 ranks on one node, {op} of {size:,} B: NCCL's ring, each protocol priced by hand (tuning.cc)",
+            seconds(op, size, node),
+            ring_seconds_one_node(op, size, 8, node.bus_bytes_per_s, "hopper"),
+            rel_tol=1e-12,
+            unit="s",
+        )
     pair = group(c, 2, 1)
     r.claim(
         "2 ranks, 1 GB all-reduce: at least the bytes a 2-rank ring moves, 2(N-1)/N x S = S, at its bandwidth",

@@ -33,3 +33,18 @@ def test_one_node_all_reduce_hands_over_once_from_ll_ring_to_nvls():
     w_ll, w_nvls = 87.7e9 * 8 / 14, 370e9 * 5 / 6
     expected = 8e-6 / (1 / w_ll - 1 / w_nvls)
     assert hand_overs(tune_model(8, 1), "all-reduce") == [pytest.approx(expected, rel=1e-9)]
+
+
+def test_one_node_ring_by_hand_at_both_ends():
+    """tuning.cc 2.30.7's ring on 8 NVLink ranks, worked with its printed constants: a 1 GiB all-reduce is Simple's
+    8.4 + 14 x 3.4 µs plus 2(n-1)/n x S at the bus bandwidth; 8 bytes is LL's 6.6 + 14 x 0.6 µs plus the bytes at
+    half the bus, capped at Hopper's one-node 141 GB/s (llMaxBws)."""
+    from distlab.interconnect.nccl_tuning_checks import ring_seconds_one_node
+
+    bus = 360e9
+    big = ring_seconds_one_node("all-reduce", 2**30, 8, bus, "hopper")
+    assert big == pytest.approx((8.4 + 14 * 3.4) * 1e-6 + 2 * 7 / 8 * 2**30 / bus, rel=1e-12)
+    small = ring_seconds_one_node("all-reduce", 8, 8, bus, "hopper")
+    assert small == pytest.approx((6.6 + 14 * 0.6) * 1e-6 + 2 * 7 / 8 * 8 / 141e9, rel=1e-12)
+    gather = ring_seconds_one_node("all-gather", 2**30, 8, bus, "hopper")  # 7 steps, (n-1)/n of the bytes
+    assert gather == pytest.approx((8.4 + 7 * 3.4) * 1e-6 + 7 / 8 * 2**30 / bus, rel=1e-12)
