@@ -32,7 +32,7 @@ from collections import Counter
 
 from distlab.core.experiments import experiment
 from distlab.core.results import Result
-from distlab.gpu import block_bytes
+from distlab.gpu import block_bytes, block_bytes_checks
 
 FREE = {  # ops that move no bytes: views, metadata, allocation without initialisation
     "view",
@@ -470,6 +470,7 @@ CPU_STAT_BYTES = 2  # PyTorch's CPU layer norm keeps its statistics in the input
 def kernel_bytes(device: str) -> Result:
     """CPU only: the count is of bytes, not time, and is the same on any device."""
     r = Result("kernel-bytes")
+    block_bytes_checks.fused_layer_by_hand(r)  # the fused column's stack: no real block counted, worked by hand
     rows = []
     for stack, shapes in SHAPES.items():
         for sh in shapes:

@@ -456,8 +456,10 @@ def check_step_causes(r: Result, timed: list[tuple], bucket: int) -> None:
     stages are not written out here, and the claim says how many it leaves."""
     from types import SimpleNamespace
 
+    from distlab.gpu.block_bytes_checks import fused_layer_by_hand
     from distlab.planner.cost import step
 
+    fused_layer_by_hand(r)  # the memory-bound kernels' bytes under every layer time below
     pairs, uneven = [], 0
     for e, m, c, t, name in timed:
         if m.layers % e.plan.pp:

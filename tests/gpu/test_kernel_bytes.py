@@ -118,3 +118,19 @@ def test_eager_stacks_refuse_blocks_they_were_not_counted_for():
         layer_bytes("llm-foundry", s)
     with pytest.raises(ValueError, match="kernels must be one of"):
         layer_bytes("tensorflow", s)
+
+
+def test_the_fused_layers_worked_by_hand_catch_a_forgotten_kernel(monkeypatch):
+    """The claims every planner page carries (block_bytes_checks): they hold as written, and a fused stack that
+    forgets one kernel (the q, k, v split's concatenation) fails them."""
+    from distlab.core.results import Result
+    from distlab.gpu.block_bytes_checks import fused_layer_by_hand
+
+    r = Result("fused", "cpu")
+    fused_layer_by_hand(r)
+    assert len(r.claims) == 6 and all(c.passed for c in r.claims)
+    real = block_bytes.fused_kernels
+    monkeypatch.setitem(block_bytes.KERNELS, "fused", lambda s: [k for k in real(s) if "split" not in k.name])
+    r = Result("fused", "cpu")
+    fused_layer_by_hand(r)
+    assert [c.passed for c in r.claims] == [True, False] * 3
