@@ -240,7 +240,7 @@ def memory_tracker(device: str) -> Result:
     r.table(
         "tracker",
         [
-            "step (FSDP2, 8 ranks, pure bf16)",
+            f"step (FSDP2, {WORLD} ranks, pure bf16)",
             "tracker peak GB",
             "planner peak GB (phase)",
             "weights + optimizer GB (tracker / planner)",
@@ -332,6 +332,8 @@ def _lora(r: Result) -> list[list[str]]:
     allocator peak against the tracker's, and the adapters' AdamW moments against its optimizer state."""
     rows = []
     r.add("lora_rank", LORA_RANK, "", "the adapters' rank in the LoRA runs")
+    r.add("world", WORLD, "ranks", "the FSDP2 ranks every run shards over (an input)")
+    r.add("layers", LAYERS, "layers", "the decoder layers each run keeps of its width (an input)")
     for name, seq in CONFIGS[:2]:
         m = replace(preset(name), layers=LAYERS)
         got = tracked_peak(m, seq, lora_rank=LORA_RANK)
