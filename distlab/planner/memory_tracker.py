@@ -224,6 +224,21 @@ def memory_tracker(device: str) -> Result:
             unit="B",
             formula="FSDPMemTracker OPT",
         )
+        r.claim(
+            f"{name} width: the layers gathered at the peak (FSDP2's unsharded parameters and all-gather buffers)",
+            _gathered_at_peak(plan),
+            got["unsharded_param"] + got["all_gather"],
+            rel_tol=STATE_REL_TOL,
+            unit="B",
+            formula="FSDPMemTracker UNSHARDED_PARAM + ALL_GATHER",
+        )
+        r.claim(
+            f"{name} width: the ratio shown x the tracker's peak = the planner's peak",
+            r.quantities[f"peak_ratio_{key}"].value * got["total"],
+            plan.allocator_peak_bytes,
+            rel_tol=1e-12,
+            unit="B",
+        )
         rows.append(
             [
                 f"{name} width, {LAYERS} layers, seq {seq}",
@@ -276,6 +291,13 @@ def _ddp(r: Result) -> None:
         r.add(f"ddp_tracker_peak_{key}", got["total"], "B", f"{name} width, DDP replica: the tracker's peak")
         r.add(f"ddp_planner_at_loss_{key}", at_loss, "B", "the planner's backward before any gradient exists")
         r.add(f"ddp_overcount_{key}", plan.allocator_peak_bytes / got["total"], "", "planner's peak / tracker's")
+        r.claim(
+            f"{name} width, DDP: the overcount shown x the tracker's peak = the planner's peak",
+            r.quantities[f"ddp_overcount_{key}"].value * got["total"],
+            plan.allocator_peak_bytes,
+            rel_tol=1e-12,
+            unit="B",
+        )
         r.claim(
             f"{name} width, DDP: the planner's state at the loss's backward is the tracker's peak within "
             f"{PEAK_REL_TOL:.0%}",
@@ -350,6 +372,13 @@ def _lora(r: Result) -> list[list[str]]:
         key = name.lower()
         r.add(f"lora_tracker_peak_{key}", got["total"], "B", f"{name} width, LoRA r = {LORA_RANK}: the tracker's peak")
         r.add(f"lora_peak_ratio_{key}", plan.allocator_peak_bytes / got["total"], "", "planner / tracker, LoRA")
+        r.claim(
+            f"{name} width, LoRA: the ratio shown x the tracker's peak = the planner's peak",
+            r.quantities[f"lora_peak_ratio_{key}"].value * got["total"],
+            plan.allocator_peak_bytes,
+            rel_tol=1e-12,
+            unit="B",
+        )
         ratio = plan.allocator_peak_bytes / got["total"]
         if abs(ratio - 1) <= PEAK_REL_TOL:
             r.claim(
