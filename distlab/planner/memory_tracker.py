@@ -16,6 +16,7 @@ seconds; every per-layer quantity is full size, and the planner is asked about t
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 from distlab.core.experiments import experiment
@@ -239,17 +240,7 @@ def memory_tracker(device: str) -> Result:
             rel_tol=1e-12,
             unit="B",
         )
-        rows.append(
-            [
-                f"{name} width, {LAYERS} layers, seq {seq}",
-                f"{got['total'] / 1e9:.2f}",
-                f"{plan.allocator_peak_bytes / 1e9:.2f} ({plan.peak_phase})",
-                f"{(got['sharded_param'] + got['opt']) / 1e9:.2f} / {(plan.weights + plan.optimizer) / 1e9:.2f}",
-                f"{(got['unsharded_param'] + got['all_gather']) / 1e9:.2f} / {_gathered_at_peak(plan) / 1e9:.2f}",
-                f"{(got['act'] + got['temp']) / 1e9:.2f} / "
-                f"{(plan.activations + plan.logits + plan.logits_backward) / 1e9:.2f}",
-            ]
-        )
+        rows.append(_row(r, f"{name} width, {LAYERS} layers, seq {seq}", got, plan))
     _ddp(r)
     rows += _lora(r)
     r.table(
@@ -267,6 +258,39 @@ def memory_tracker(device: str) -> Result:
         "FSDPMemTracker against the planner. Neither counts NCCL's buffers, the CUDA context or fragmentation.",
     )
     return r
+
+
+def _row(r: Result, label: str, got: dict[str, float], plan) -> list[str]:
+    """One row of the tracker table in GB (tracker / planner), read back: every number it prints within half a unit
+    of the bytes it stands for."""
+    values = [
+        got["total"],
+        plan.allocator_peak_bytes,
+        got["sharded_param"] + got["opt"],
+        plan.weights + plan.optimizer,
+        got["unsharded_param"] + got["all_gather"],
+        _gathered_at_peak(plan),
+        got["act"] + got["temp"],
+        plan.activations + plan.logits + plan.logits_backward,
+    ]
+    gb = [v / 1e9 for v in values]
+    row = [
+        label,
+        f"{gb[0]:.2f}",
+        f"{gb[1]:.2f} ({plan.peak_phase})",
+        f"{gb[2]:.2f} / {gb[3]:.2f}",
+        f"{gb[4]:.2f} / {gb[5]:.2f}",
+        f"{gb[6]:.2f} / {gb[7]:.2f}",
+    ]
+    printed = [float(x) for x in re.findall(r"-?\d+\.\d+", " ".join(row[1:]))]
+    r.claim(
+        f"{label}: every GB figure the tracker table prints = its bytes / 10^9, to the printed 0.01",
+        max(abs(p - v / 1e9) for p, v in zip(printed, values, strict=True)),
+        0.005,
+        relation="<=",
+        unit="GB",
+    )
+    return row
 
 
 def _gathered_at_peak(plan) -> float:
@@ -406,15 +430,5 @@ def _lora(r: Result) -> list[list[str]]:
             unit="B",
             formula="FSDPMemTracker OPT",
         )
-        rows.append(
-            [
-                f"{name} width, LoRA r = {LORA_RANK}",
-                f"{got['total'] / 1e9:.2f}",
-                f"{plan.allocator_peak_bytes / 1e9:.2f} ({plan.peak_phase})",
-                f"{(got['sharded_param'] + got['opt']) / 1e9:.2f} / {(plan.weights + plan.optimizer) / 1e9:.2f}",
-                f"{(got['unsharded_param'] + got['all_gather']) / 1e9:.2f} / {_gathered_at_peak(plan) / 1e9:.2f}",
-                f"{(got['act'] + got['temp']) / 1e9:.2f} / "
-                f"{(plan.activations + plan.logits + plan.logits_backward) / 1e9:.2f}",
-            ]
-        )
+        rows.append(_row(r, f"{name} width, LoRA r = {LORA_RANK}", got, plan))
     return rows
