@@ -282,9 +282,14 @@ def _row(r: Result, label: str, got: dict[str, float], plan) -> list[str]:
         f"{gb[4]:.2f} / {gb[5]:.2f}",
         f"{gb[6]:.2f} / {gb[7]:.2f}",
     ]
+    return _read_back(r, label, row, values)
+
+
+def _read_back(r: Result, label: str, row: list[str], values: list[float]) -> list[str]:
+    """Claim every number a row prints after its label within half a unit (0.01 GB) of the bytes it stands for."""
     printed = [float(x) for x in re.findall(r"-?\d+\.\d+", " ".join(row[1:]))]
     r.claim(
-        f"{label}: every GB figure the tracker table prints = its bytes / 10^9, to the printed 0.01",
+        f"{label}: every GB figure the row prints = its bytes / 10^9, to the printed 0.01",
         max(abs(p - v / 1e9) for p, v in zip(printed, values, strict=True)),
         0.005,
         relation="<=",
@@ -346,15 +351,9 @@ def _ddp(r: Result) -> None:
             relation=">=",
             unit="B",
         )
-        rows.append(
-            [
-                f"{name} width, {LAYERS} layers, seq {seq}",
-                f"{got['total'] / 1e9:.2f}",
-                f"{at_loss / 1e9:.2f}",
-                f"{plan.allocator_peak_bytes / 1e9:.2f}",
-                f"{(plan.gradients + plan.grad_buckets) / 1e9:.2f}",
-            ]
-        )
+        values = [got["total"], at_loss, plan.allocator_peak_bytes, plan.gradients + plan.grad_buckets]
+        row = [f"{name} width, {LAYERS} layers, seq {seq}"] + [f"{v / 1e9:.2f}" for v in values]
+        rows.append(_read_back(r, "DDP: " + row[0], row, values))
     r.table(
         "ddp",
         [
