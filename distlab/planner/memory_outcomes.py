@@ -210,7 +210,6 @@ def _nemotron(r: Result) -> None:
         virtual=run["virtual"],
     )
     capacity = device_capacity_bytes(c.gpu)
-    context = quoted("planner.memory-reserve.cuda_context_mib") * 2**20
     r.claim(
         "Nemotron-4 340B: ZeRO-1, as the benchmark's distributed_fused_adam shards the optimizer state only",
         p.zero,
@@ -225,17 +224,7 @@ def _nemotron(r: Result) -> None:
         )
         mem = memory_per_gpu(m, c, t, p)
         need = mem.reserved_bytes + mem.outside_allocator_bytes
-        # what nvidia-smi sees beyond the allocator's peak, by hand: the fragmentation allowance, the CUDA context
-        # and NCCL's buffers for the three communicators TP 8, PP 8 and DP 2 open
-        beside = FRAGMENTATION_FRACTION * capacity + context + 3 * nccl_by_hand()
-        r.claim(
-            f"Nemotron-4 340B, {state} state: need - the allocator's peak = fragmentation + CUDA context + 3 "
-            "communicators' NCCL buffers",
-            need - mem.allocator_peak_bytes,
-            beside,
-            rel_tol=1e-12,
-            unit="B",
-        )
+        _beside_allocator(r, f"Nemotron-4 340B, {state} state", need - mem.allocator_peak_bytes, capacity)
         r.add(f"nemotron_{state}_need_bytes", need, "B", f"Nemotron-4 340B on 128 H100s, {state} optimizer state")
         r.claim(
             f"Nemotron-4 340B's published layout with a {state} optimizer state "
@@ -247,6 +236,19 @@ def _nemotron(r: Result) -> None:
             formula="NVIDIA/dgxc-benchmarking nemotron4-340b-synth.yaml",
         )
     r.add("nemotron_capacity_bytes", capacity, "B", "an H100's capacity as reported")
+
+
+def _beside_allocator(r: Result, label: str, beside: float, capacity: float) -> None:
+    """What nvidia-smi sees beyond the allocator's peak, by hand, for a layout whose TP, PP and DP are all above 1:
+    the fragmentation allowance, the CUDA context and NCCL's buffers for those three communicators."""
+    context = quoted("planner.memory-reserve.cuda_context_mib") * 2**20
+    r.claim(
+        f"{label}: need - the allocator's peak = fragmentation + CUDA context + 3 communicators' NCCL buffers",
+        beside,
+        FRAGMENTATION_FRACTION * capacity + context + 3 * nccl_by_hand(),
+        rel_tol=1e-12,
+        unit="B",
+    )
 
 
 def _llama3(r: Result) -> None:
@@ -266,6 +268,14 @@ def _llama3(r: Result) -> None:
     mem = memory_per_gpu(m, c, t, p)
     capacity = device_capacity_bytes(c.gpu)
     need = mem.reserved_bytes + mem.outside_allocator_bytes
+    _beside_allocator(r, "Llama 3 405B", need - mem.allocator_peak_bytes, capacity)
+    table4 = re.search(r"'16,384 \| ([^']*)'", fact("memory_runs.llama3-405b-h100-16k.gpus").source.detail)
+    assert table4 is not None
+    r.claim(
+        "Llama 3 405B: micro-batches per step = Table 4's batch size / DP (one sequence each)",
+        microbatches,
+        int(table4.group(1).split(" | ")[5]),
+    )
     per_layer = activation_bytes(m, t, p)
     layers0 = stage_layers(m, p.pp)[0]
     r.claim(
@@ -285,6 +295,11 @@ def _llama3(r: Result) -> None:
     balanced = per_layer * max((layers0 - 1) * p.pp, layers0 * (p.pp - 1))
     silu = 2.0 * run["seq"] * m.ffn / p.tp  # the SiLU output a fused SwiGLU kernel recomputes instead of saving
     fused = (per_layer - silu) * max((layers0 - 1) * p.pp, layers0 * (p.pp - 1))
+    # by hand: 126 layers on 16 stages leave 8 on the first; balanced, stage 0 holds 7 layers x 16 micro-batches in
+    # flight and stage 1 8 x 15: 120 layer-micro-batches at most, not 128; the SiLU output is 8192 tokens x 53248 / 8
+    # (config.json's intermediate_size over TP 8) in bf16
+    r.claim("Llama 3 405B balanced: the fullest stage's layer-micro-batches", balanced / per_layer, 120.0)
+    r.claim("Llama 3 405B: the SiLU output a fused SwiGLU recomputes", silu, 2 * 8192 * 53248 / 8, unit="B")
     rows = []
     for label, acts in (
         ("as priced: 8 layers on the first stage, eager SwiGLU", mem.activations),
@@ -293,6 +308,13 @@ def _llama3(r: Result) -> None:
     ):
         total = need - mem.activations + acts
         rows.append([label, f"{acts / 1e9:.1f}", f"{total / 1e9:.1f}", f"{capacity / 1e9:.1f}"])
+        r.claim(
+            f"Llama 3 405B table, {label}: needs - activations = the first row's, as printed",
+            float(rows[-1][2]) - float(rows[-1][1]),
+            (need - mem.activations) / 1e9,
+            abs_tol=0.1,
+            unit="GB",
+        )
     r.claim(
         "Llama 3 405B: with the paper's stage balancing alone it still needs more than an H100 reports",
         need - mem.activations + balanced,
