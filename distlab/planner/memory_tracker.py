@@ -368,6 +368,13 @@ def _ddp(r: Result) -> None:
             unit="B",
         )
         values = [got["total"], at_loss, plan.allocator_peak_bytes, plan.gradients + plan.grad_buckets]
+        r.claim(
+            f"{name} width, DDP: gradients and DDP's bucket copy, 2 x 2 B (bf16) x params",
+            values[3],
+            2 * 2 * m.params(),
+            rel_tol=1e-12,
+            unit="B",
+        )
         row = [f"{name} width, {LAYERS} layers, seq {seq}"] + [f"{v / 1e9:.2f}" for v in values]
         rows.append(_read_back(r, "DDP: " + row[0], row, values))
     r.table(
