@@ -429,15 +429,23 @@ def _megatron_cross_entropy(logits, target):
 # ---------------------------------------------------------------- the experiment
 SHAPES = {  # awkward on purpose: widths not powers of two, GQA groups of 3, odd token counts
     "llm-foundry": [
-        dict(label="h=192, 3 heads, f=4h, 2 x 37 tokens", hidden=192, heads=3, kv_heads=3, ffn=768, batch=2, seq=37),
-        dict(label="h=320, 5 heads, f=1000, 1 x 97 tokens", hidden=320, heads=5, kv_heads=5, ffn=1000, batch=1, seq=97),
+        dict(hidden=192, heads=3, kv_heads=3, ffn=768, batch=2, seq=37),
+        dict(hidden=320, heads=5, kv_heads=5, ffn=1000, batch=1, seq=97),
     ],
     "torchtitan": [
-        dict(label="h=192, 6 heads / 2 KV, f=512, 2 x 37", hidden=192, heads=6, kv_heads=2, ffn=512, batch=2, seq=37),
-        dict(label="h=256, 4 heads / 4 KV, f=688, 1 x 97", hidden=256, heads=4, kv_heads=4, ffn=688, batch=1, seq=97),
+        dict(hidden=192, heads=6, kv_heads=2, ffn=512, batch=2, seq=37),
+        dict(hidden=256, heads=4, kv_heads=4, ffn=688, batch=1, seq=97),
     ],
 }
 BLOCK = {"llm-foundry": "mpt", "torchtitan": "llama"}
+
+
+def label(sh: dict) -> str:
+    """A shape as the table names it, from its own fields."""
+    kv = f" / {sh['kv_heads']} KV" if sh["kv_heads"] != sh["heads"] else ""
+    return f"h={sh['hidden']}, {sh['heads']} heads{kv}, f={sh['ffn']}, {sh['batch']} x {sh['seq']} tokens"
+
+
 LOSS_VOCAB, LOSS_ROWS = 4000, 37
 
 
@@ -456,6 +464,25 @@ def spec(stack: str, sh: dict, stat_bytes: int = block_bytes.CUDA_STAT_BYTES) ->
         rope=llama,
         bias=not llama,
         stat_bytes=stat_bytes,
+    )
+
+
+def _read_back(r: Result, row: list, formula: tuple, fused: tuple, h: int) -> None:
+    """A table row's byte columns (x h, 0.1) and ratio (0.01) against the closed forms (block_bytes), which the
+    counted bytes are claimed to equal: a slip in how a column is printed shows here."""
+    printed = [float(str(cell).removesuffix(" h")) for cell in (row[2], row[3], row[5], row[6])]
+    expected = [formula[0] / h, formula[1] / h, fused[0] / h, fused[1] / h]
+    r.claim(
+        f"{row[0]}, {row[1]}: the row's bytes per token (x h) as printed",
+        max(abs(a - e) for a, e in zip(printed, expected, strict=True)),
+        0.05,
+        relation="<=",
+    )
+    r.claim(
+        f"{row[0]}, {row[1]}: eager / fused as printed",
+        float(row[7]),
+        sum(formula) / sum(fused),
+        abs_tol=0.005,
     )
 
 
@@ -478,8 +505,8 @@ def kernel_bytes(device: str) -> Result:
             tokens = sh["batch"] * sh["seq"]
             stat = CPU_STAT_BYTES if stack == "llm-foundry" else block_bytes.CUDA_STAT_BYTES
             f, b = (x / tokens for x in block_bytes.layer_bytes(stack, spec(stack, sh, stat)))
-            r.claim(f"{stack}, {sh['label']}: counted forward bytes per token = the formula", counted["forward"], f)
-            r.claim(f"{stack}, {sh['label']}: counted backward bytes per token = the formula", counted["backward"], b)
+            r.claim(f"{stack}, {label(sh)}: counted forward bytes per token = the formula", counted["forward"], f)
+            r.claim(f"{stack}, {label(sh)}: counted backward bytes per token = the formula", counted["backward"], b)
             ff, fb = (x / tokens for x in block_bytes.layer_bytes("fused", spec(stack, sh)))
             h = sh["hidden"]
             if sh is shapes[0]:
@@ -492,7 +519,7 @@ def kernel_bytes(device: str) -> Result:
             rows.append(
                 [
                     stack,
-                    sh["label"],
+                    label(sh),
                     f"{counted['forward'] / h:.1f} h",
                     f"{counted['backward'] / h:.1f} h",
                     counted["forward_kernels"] + counted["backward_kernels"],
@@ -501,6 +528,24 @@ def kernel_bytes(device: str) -> Result:
                     f"{(counted['forward'] + counted['backward']) / (ff + fb):.2f}",
                 ]
             )
+            _read_back(r, rows[-1], (f, b), (ff, fb), h)
+    # MPT's layer by hand: forward 2 layer norms, 3 gathers (unpad q, k, v), zeros + index_put (pad), 2 residual
+    # adds, GeLU = 10; backward 2 layer-norm backwards, GeLU's, 2 residual joins, 4 bias sums, 3 x (zeros + scatter)
+    # for the gathers, 1 gather for the pad, 1 concatenation for the q, k, v split = 17
+    r.claim(
+        "LLM Foundry's MPT layer: memory-bound kernels counted = 10 forward + 17 backward, listed by hand",
+        r.quantities["llm_foundry_kernels"].value,
+        (2 + 3 + 2 + 2 + 1) + (2 + 1 + 2 + 4 + 3 * 2 + 1 + 1),
+    )
+    for key in ("llm_foundry", "torchtitan"):  # the quantities the page quotes against the table's first rows
+        first = next(row for row in rows if row[0].replace("-", "_") == key)
+        r.claim(f"{key}: the kernels quoted = the table's", r.quantities[f"{key}_kernels"].value, first[4])
+        r.claim(
+            f"{key}: the ratio quoted = the table's",
+            r.quantities[f"{key}_over_fused"].value,
+            float(first[7]),
+            abs_tol=0.005,
+        )
     r.table(
         "blocks",
         [

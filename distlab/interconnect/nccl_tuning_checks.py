@@ -18,7 +18,7 @@ import math
 from typing import Any
 
 from distlab.core.facts import entries, quoted
-from distlab.interconnect.nccl_source_checks import quoted_rates, readings_v2_20, readings_v2_30
+from distlab.interconnect.nccl_source_checks import quoted_rates, readings_v2_20, readings_v2_30, said
 from distlab.sharding.zero_checks import ndr_bytes_per_s
 
 ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER = "all-reduce", "all-gather", "reduce-scatter"
@@ -120,27 +120,32 @@ def hand_overs(cells: dict, collective: str, lo: float = 1.0, hi: float = 2.0**3
     return sorted(out)
 
 
-def ring_seconds_one_node(collective: str, message_bytes: float, n_ranks: int, bus: float, chip: str) -> float:
-    """A ring collective inside one node as NCCL 2.30.7's tuner prices it (tuning.cc at 73cf1122, lines 286-412 as
-    copied by machine), every constant read from that text: for each protocol, baseLatencies + nsteps x hwLatencies
-    over NVLink, plus the bytes over busBw x nRanks / nsteps, where busBw is the ring's Simple bandwidth `bus`
-    refined per protocol (LL: half of it, at most llMaxBws[chip][0]; LL128: 0.92 of it); the fastest protocol wins.
-    The per-channel LL128 cap is assumed not to bind (the planner's assumption too). `bus` in bytes/s, `chip` a row
-    of the per-chip tables ("ampere", "hopper")."""
-    c: dict[str, Any] = readings_v2_30(entries("source_excerpts")["nccl-tuning-v2-30"]["text"])
+def ring_seconds_by_hand(
+    collective: str, message_bytes: float, n_ranks: int, bus: float, chip: str, n_nodes: int = 1
+) -> float:
+    """A ring collective as NCCL 2.30.7's tuner prices it (tuning.cc at 73cf1122, lines 286-412 as copied by
+    machine), every constant read from that text: for each protocol, baseLatencies + (nsteps - nInterSteps) x
+    max(hwLatencies over NVLink, the network post overhead: Intel's, 3x for Simple) + nInterSteps x the network's
+    hwLatency, plus the bytes over busBw x nRanks / nsteps, where busBw is the ring's Simple bandwidth `bus` refined
+    per protocol (LL: half of it, at most llMaxBws[chip][nodes]; LL128: 0.92 of it); the fastest protocol wins.
+    Assumptions the planner makes too: the per-channel LL128 cap does not bind, several GPUs per node (ppn > 1), and
+    Simple's flush adds the network latency a second time (tuning.cc adds the graph's latencyInter again). `bus` in
+    bytes/s, `chip` a row of the per-chip tables ("ampere", "hopper")."""
+    text = entries("source_excerpts")["nccl-tuning-v2-30"]["text"]
+    c: dict[str, Any] = readings_v2_30(text)
     nsteps = 2 * (n_ranks - 1) if collective == ALL_REDUCE else n_ranks - 1
+    n_inter = 0 if n_nodes == 1 else (2 * (n_nodes - 1) if collective == ALL_REDUCE else n_nodes - 1)
+    overhead = said(text, r"VENDOR_INTEL\) return ([0-9.]+);") if n_nodes > 1 else 0.0
+    cap = c["nccl-factors-v2-30.ll_max_gbytes_per_s_" + chip][min(n_nodes, 3) - 1] * 1e9
     refined = {
-        LL: min(
-            c["nccl-factors-v2-30.ll_max_gbytes_per_s_" + chip][0] * 1e9,
-            bus * c["nccl-factors-v2-30.ring_ll_busbw_factor"],
-        ),
+        LL: min(cap, bus * c["nccl-factors-v2-30.ring_ll_busbw_factor"]),
         LL128: bus * c["nccl-factors-v2-30.ring_ll128_busbw_factor"],
         SIMPLE: bus,
     }
     times = []
     for p, bus_bw in refined.items():
-        latency_us = (
-            c[f"nccl-v2-30-latency-base.base_ring_{p}_us"] + nsteps * c[f"nccl-v2-30-latency-nvlink.ring_{p}_us"]
-        )
+        intra = max(c[f"nccl-v2-30-latency-nvlink.ring_{p}_us"], overhead * (3 if p == SIMPLE else 1))
+        inter = c[f"nccl-v2-30-latency-net.ring_{p}_us"] * (2 if p == SIMPLE else 1)
+        latency_us = c[f"nccl-v2-30-latency-base.base_ring_{p}_us"] + (nsteps - n_inter) * intra + n_inter * inter
         times.append(latency_us * 1e-6 + message_bytes / (bus_bw * n_ranks / nsteps))
     return min(times)

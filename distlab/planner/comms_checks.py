@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from distlab.core.facts import value
 from distlab.core.results import Result
-from distlab.interconnect.nccl_tuning_checks import ring_seconds_one_node
+from distlab.interconnect.nccl_tuning_checks import ring_seconds_by_hand
 from distlab.planner.comms import alltoall_seconds, group, p2p_seconds, seconds
 from distlab.planner.config import cluster
 
@@ -42,10 +42,20 @@ def comms_by_hand(r: Result) -> None:
         r.claim(
             f"8 ranks on one node, {op} of {size:,} B: NCCL's ring, each protocol priced by hand (tuning.cc)",
             seconds(op, size, node),
-            ring_seconds_one_node(op, size, 8, node.bus_bytes_per_s, "hopper"),
+            ring_seconds_by_hand(op, size, 8, node.bus_bytes_per_s, "hopper"),
             rel_tol=1e-12,
             unit="s",
         )
+    for ranks, inner in ((16, 1), (16, 4)):  # across nodes: 2 nodes of 8 ranks, 8 nodes of 2 (ppn > 1)
+        g = group(c, ranks, inner)
+        for op, size in (("all-reduce", 2**16), ("all-gather", 2**22), ("all-reduce", 2**30)):
+            r.claim(
+                f"{ranks} ranks on {g.nodes} nodes, {op} of {size:,} B: NCCL's ring priced by hand (tuning.cc)",
+                seconds(op, size, g),
+                ring_seconds_by_hand(op, size, ranks, g.bus_bytes_per_s, "hopper", g.nodes),
+                rel_tol=1e-12,
+                unit="s",
+            )
     pair = group(c, 2, 1)
     r.claim(
         "2 ranks, 1 GB all-reduce: at least the bytes a 2-rank ring moves, 2(N-1)/N x S = S, at its bandwidth",

@@ -20,7 +20,7 @@ from distlab.core.results import Result
 from distlab.hardware import collectives
 from distlab.hardware.links import link
 from distlab.interconnect import nccl_source_checks, nccl_tests_checks
-from distlab.interconnect.nccl_tuning_checks import ring_seconds_one_node
+from distlab.interconnect.nccl_tuning_checks import ring_seconds_by_hand
 
 H100 = "dgxc-h100-8gpu-all-reduce"  # nccl-tests, 8 x H100 in one DGX: the NVLink 4 fit
 H200 = "mleng-h200-8gpu-all-reduce-torch"  # torch.distributed, 8 x H200: the held-out check
@@ -48,7 +48,7 @@ def _busbw_by_hand(name: str, size: float, bus: float) -> float:
     """nccl-tests' bus bandwidth, 2(n-1)/n x S / t, with t from tuning.cc's ring priced by hand (one node)."""
     n = entries("nccl_tests")[name]["ranks"]
     chip = "ampere" if name == A100 else "hopper"
-    return 2 * (n - 1) / n * size / ring_seconds_one_node("all-reduce", size, n, bus, chip) / 1e9
+    return 2 * (n - 1) / n * size / ring_seconds_by_hand("all-reduce", size, n, bus, chip) / 1e9
 
 
 def _size(s: float) -> str:
@@ -99,11 +99,26 @@ def nccl_fit(device: str) -> Result:
         "the constant alpha-beta model at 370 GB/s, 1 MiB, 8 GPUs (what the planner used before)",
     )
 
+    alpha = link("NVLink4-H100").alpha_s  # by hand: 14 steps of alpha, then 1.75 x 1 MiB at 370 GB/s
+    r.claim(
+        "the constant model's bus bandwidth at 1 MiB, by hand: 1.75 x 1 MiB / (14 alpha + 1.75 x 1 MiB / 370 GB/s)",
+        r.quantities["constant_busbw_1mib"].value,
+        1.75 * 1048576 / (14 * alpha + 1.75 * 1048576 / constant) / 1e9,
+        rel_tol=1e-12,
+        unit="GB/s",
+    )
     r.add("fit_from_mib", collectives.FIT_FROM_BYTES / 2**20, "MiB", "the fit uses each curve's sizes from this up")
     r.add("h100_from_kib", FROM_BYTES_H100 / 2**10, "KiB", "the H100 claim's smallest size")
     r.add("h200_from_mib", FROM_BYTES_H200 / 2**20, "MiB", "the H200 claim's smallest size")
     r.add("a100_from_mib", FROM_BYTES_A100 / 2**20, "MiB", "the A100 curve's smallest size the model matches")
     r.add("tolerance", TOLERANCE, "fraction", "the claims' bar")
+    for name, used, scale in (
+        ("fit_from_mib", collectives.FIT_FROM_BYTES, 1048576),
+        ("h100_from_kib", FROM_BYTES_H100, 1024),
+        ("h200_from_mib", FROM_BYTES_H200, 1048576),
+        ("a100_from_mib", FROM_BYTES_A100, 1048576),
+    ):  # the bounds the page prints are the ones the fit and the claims used
+        r.claim(f"{name}: the bound printed = the bound used", r.quantities[name].value * scale, used, unit="B")
     pub = {name: _published(name) for name in (H100, H200, A100)}
     shown = [(r.quantities[f"h100_busbw_{label}"].value, _busbw_by_hand(H100, size, nv4)) for label, size in SIZES]
     rows = []
@@ -165,11 +180,26 @@ def nccl_fit(device: str) -> Result:
     )
     top = max(pub[H100])
     r.claim(
-        "the fitted NVLink 4 bus bandwidth = the curve's own bandwidth at its largest message",
-        nv4 / 1e9,
+        "the fitted NVLink 4 bus bandwidth shown = the curve's own bandwidth at its largest message",
+        r.quantities["nvlink4_bus"].value,
         pub[H100][top],
         rel_tol=0.1,
         unit="GB/s",
+    )
+    r.claim(
+        "the fitted NVLink 3 bus bandwidth shown = the A100 curve's at its largest message, within 15 %",
+        r.quantities["nvlink3_bus"].value,
+        pub[A100][max(pub[A100])],
+        rel_tol=TOLERANCE,
+        unit="GB/s",
+    )
+    units = {"B": 1, "KiB": 1024, "MiB": 1048576, "GiB": 1073741824}
+    labels = [(row[0], float(row[0].split()[0]) * units[row[0].split()[1]]) for row in rows]
+    r.claim(
+        "the table's size labels read back as 1 KiB x 4^k, k = 0 to 12 (the sizes its rows were computed at): wrong",
+        sum(1 for k, (_, b) in enumerate(labels) if b != 1024.0 * 4**k) + abs(len(labels) - 13),
+        0,
+        formula=", ".join(text for text, _ in labels),
     )
     return r
 

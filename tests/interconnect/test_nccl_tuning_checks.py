@@ -39,12 +39,12 @@ def test_one_node_ring_by_hand_at_both_ends():
     """tuning.cc 2.30.7's ring on 8 NVLink ranks, worked with its printed constants: a 1 GiB all-reduce is Simple's
     8.4 + 14 x 3.4 µs plus 2(n-1)/n x S at the bus bandwidth; 8 bytes is LL's 6.6 + 14 x 0.6 µs plus the bytes at
     half the bus, capped at Hopper's one-node 141 GB/s (llMaxBws)."""
-    from distlab.interconnect.nccl_tuning_checks import ring_seconds_one_node
+    from distlab.interconnect.nccl_tuning_checks import ring_seconds_by_hand
 
     bus = 360e9
-    big = ring_seconds_one_node("all-reduce", 2**30, 8, bus, "hopper")
+    big = ring_seconds_by_hand("all-reduce", 2**30, 8, bus, "hopper")
     assert big == pytest.approx((8.4 + 14 * 3.4) * 1e-6 + 2 * 7 / 8 * 2**30 / bus, rel=1e-12)
-    small = ring_seconds_one_node("all-reduce", 8, 8, bus, "hopper")
+    small = ring_seconds_by_hand("all-reduce", 8, 8, bus, "hopper")
     assert small == pytest.approx((6.6 + 14 * 0.6) * 1e-6 + 2 * 7 / 8 * 8 / 141e9, rel=1e-12)
-    gather = ring_seconds_one_node("all-gather", 2**30, 8, bus, "hopper")  # 7 steps, (n-1)/n of the bytes
+    gather = ring_seconds_by_hand("all-gather", 2**30, 8, bus, "hopper")  # 7 steps, (n-1)/n of the bytes
     assert gather == pytest.approx((8.4 + 7 * 3.4) * 1e-6 + 7 / 8 * 2**30 / bus, rel=1e-12)
