@@ -300,6 +300,7 @@ def _llama3(r: Result) -> None:
     # (config.json's intermediate_size over TP 8) in bf16
     r.claim("Llama 3 405B balanced: the fullest stage's layer-micro-batches", balanced / per_layer, 120.0)
     r.claim("Llama 3 405B: the SiLU output a fused SwiGLU recomputes", silu, 2 * 8192 * 53248 / 8, unit="B")
+    r.claim("Llama 3 405B fused: the fullest stage's layer-micro-batches", fused / (per_layer - silu), 120.0)
     rows = []
     for label, acts in (
         ("as priced: 8 layers on the first stage, eager SwiGLU", mem.activations),

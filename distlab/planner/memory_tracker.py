@@ -240,7 +240,7 @@ def memory_tracker(device: str) -> Result:
             rel_tol=1e-12,
             unit="B",
         )
-        rows.append(_row(r, f"{name} width, {LAYERS} layers, seq {seq}", got, plan))
+        rows.append(_row(r, f"{name} width, {LAYERS} layers, seq {seq}", got, plan, _loss_bytes(m, seq)))
     _ddp(r)
     rows += _lora(r)
     r.table(
@@ -260,7 +260,17 @@ def memory_tracker(device: str) -> Result:
     return r
 
 
-def _row(r: Result, label: str, got: dict[str, float], plan, state_tol: float = STATE_REL_TOL) -> list[str]:
+def _loss_bytes(m: ModelShape, seq: int) -> float:
+    """torchtitan's eager cross-entropy on fp32 logits at the loss's backward: its bytes per logit (memory_buffers.toml,
+    from the ops its source lists) x the sequence's logits."""
+    from distlab.core.facts import value
+
+    return float(value("memory_buffers.loss-eager.backward_bytes_per_logit")) * seq * m.vocab
+
+
+def _row(
+    r: Result, label: str, got: dict[str, float], plan, loss: float, state_tol: float = STATE_REL_TOL
+) -> list[str]:
     """One row of the tracker table in GB (tracker / planner), read back: every number it prints within half a unit
     of the bytes it stands for."""
     values = [
@@ -287,6 +297,13 @@ def _row(r: Result, label: str, got: dict[str, float], plan, state_tol: float = 
         values[3],
         values[2],
         rel_tol=state_tol,
+        unit="B",
+    )
+    r.claim(
+        f"{label}: the planner's activations, logits and temporaries = its activations + the loss's logits",
+        values[7],
+        plan.activations + loss,
+        rel_tol=1e-12,
         unit="B",
     )
     gb = [v / 1e9 for v in values]
@@ -452,5 +469,7 @@ def _lora(r: Result) -> list[list[str]]:
             unit="B",
             formula="FSDPMemTracker OPT",
         )
-        rows.append(_row(r, f"{name} width, LoRA r = {LORA_RANK}", got, plan, state_tol=0.05))  # adapters padded
+        rows.append(
+            _row(r, f"{name} width, LoRA r = {LORA_RANK}", got, plan, _loss_bytes(m, seq), state_tol=0.05)
+        )  # adapters padded
     return rows
