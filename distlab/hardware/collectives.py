@@ -186,7 +186,8 @@ def protocol_latency_s(op: str, ranks: int, nodes: int, protocol: str, intra: st
     """NCCL's predicted latency of one ring collective (tuning.cc at 2.30.7): base + (steps - inter steps) x
     max(intra hwLat, network post overhead) + inter steps x net hwLat, where the ring all-reduce takes 2(n-1)
     steps of which 2(nodes-1) cross nodes, all-gather and reduce-scatter n-1 and nodes-1. Simple pays the post
-    overhead three times and the network latency twice (its flush), as the tuner does."""
+    overhead three times and the network latency twice (its flush), as the tuner does; with one rank per node the
+    tuner takes the tree's network latency."""
     from distlab.core.facts import value
 
     if protocol not in PROTOCOLS:
@@ -200,7 +201,9 @@ def protocol_latency_s(op: str, ranks: int, nodes: int, protocol: str, intra: st
     if nodes > 1:
         overhead = value("interconnect.nccl-net-overhead.net_overhead_intel_us") * (3 if protocol == "simple" else 1)
         hw_intra = max(hw_intra, overhead)
-    hw_net = value(f"interconnect.nccl-v2-30-latency-net.ring_{protocol}_us") * (2 if protocol == "simple" else 1)
+    # one rank per node: tuning.cc takes the tree's network latency ("With ppn=1 latencies are fully exposed")
+    row = "tree" if ranks == nodes else "ring"
+    hw_net = value(f"interconnect.nccl-v2-30-latency-net.{row}_{protocol}_us") * (2 if protocol == "simple" else 1)
     return (base + (steps - inter) * hw_intra + inter * hw_net) * 1e-6
 
 

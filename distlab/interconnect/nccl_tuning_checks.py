@@ -128,7 +128,8 @@ def ring_seconds_by_hand(
     max(hwLatencies over NVLink, the network post overhead: Intel's, 3x for Simple) + nInterSteps x the network's
     hwLatency, plus the bytes over busBw x nRanks / nsteps, where busBw is the ring's Simple bandwidth `bus` refined
     per protocol (LL: half of it, at most llMaxBws[chip][nodes]; LL128: 0.92 of it); the fastest protocol wins.
-    Assumptions the planner makes too: the per-channel LL128 cap does not bind, several GPUs per node (ppn > 1), and
+    With one rank per node the tree's network latency (lines 386-388). Assumptions the planner makes too: the
+    per-channel LL128 cap does not bind, and
     Simple's flush adds the network latency a second time (tuning.cc adds the graph's latencyInter again). `bus` in
     bytes/s, `chip` a row of the per-chip tables ("ampere", "hopper")."""
     text = entries("source_excerpts")["nccl-tuning-v2-30"]["text"]
@@ -145,7 +146,8 @@ def ring_seconds_by_hand(
     times = []
     for p, bus_bw in refined.items():
         intra = max(c[f"nccl-v2-30-latency-nvlink.ring_{p}_us"], overhead * (3 if p == SIMPLE else 1))
-        inter = c[f"nccl-v2-30-latency-net.ring_{p}_us"] * (2 if p == SIMPLE else 1)
+        net = "tree" if n_ranks == n_nodes else "ring"  # ppn == 1: "latencies are fully exposed"
+        inter = c[f"nccl-v2-30-latency-net.{net}_{p}_us"] * (2 if p == SIMPLE else 1)
         latency_us = c[f"nccl-v2-30-latency-base.base_ring_{p}_us"] + (nsteps - n_inter) * intra + n_inter * inter
         times.append(latency_us * 1e-6 + message_bytes / (bus_bw * n_ranks / nsteps))
     return min(times)

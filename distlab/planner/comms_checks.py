@@ -46,7 +46,7 @@ def comms_by_hand(r: Result) -> None:
             rel_tol=1e-12,
             unit="s",
         )
-    for ranks, inner in ((16, 1), (16, 4)):  # across nodes: 2 nodes of 8 ranks, 8 nodes of 2 (ppn > 1)
+    for ranks, inner in ((16, 1), (16, 4), (8, 8)):  # across nodes: 2 nodes of 8 ranks, 8 of 2, 8 of 1
         g = group(c, ranks, inner)
         for op, size in (("all-reduce", 2**16), ("all-gather", 2**22), ("all-reduce", 2**30)):
             r.claim(

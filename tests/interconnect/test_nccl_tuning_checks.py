@@ -48,3 +48,15 @@ def test_one_node_ring_by_hand_at_both_ends():
     assert small == pytest.approx((6.6 + 14 * 0.6) * 1e-6 + 2 * 7 / 8 * 8 / 141e9, rel=1e-12)
     gather = ring_seconds_by_hand("all-gather", 2**30, 8, bus, "hopper")  # 7 steps, (n-1)/n of the bytes
     assert gather == pytest.approx((8.4 + 7 * 3.4) * 1e-6 + 7 / 8 * 2**30 / bus, rel=1e-12)
+
+
+def test_one_rank_per_node_takes_the_trees_network_latency():
+    """8 ranks on 8 nodes: every one of the 14 ring steps crosses the network, and with ppn = 1 tuning.cc prices it at
+    the tree's network hwLat (LL 5.0 µs, not the ring's 2.7), over Intel's 1.0 µs post overhead: at 8 bytes LL wins
+    with 6.6 + 14 x 5.0 µs. The planner's model agrees."""
+    from distlab.hardware.collectives import nccl_seconds
+    from distlab.interconnect.nccl_tuning_checks import ring_seconds_by_hand
+
+    t = ring_seconds_by_hand("all-reduce", 8, 8, 50e9, "hopper", 8)
+    assert t == pytest.approx((6.6 + 14 * 5.0) * 1e-6 + 2 * 7 / 8 * 8 / 25e9, rel=1e-12)
+    assert nccl_seconds("all-reduce", 8, 8, bus_bytes_per_s=50e9, nodes=8) == pytest.approx(t, rel=1e-12)
