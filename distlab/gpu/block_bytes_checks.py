@@ -1,5 +1,5 @@
 """The fused layer's byte count (block_bytes.fused_kernels, the stack the planner prices Megatron, Transformer Engine
-and torch.compile runs with) worked by hand on three small layers, as claims for every page that shows the
+and torch.compile runs with) worked by hand on four small layers, as claims for every page that shows the
 planner's times (issue 26: the guard audit found a doubled norm statistic or a dropped dropout mask moving the
 validation rows with no claim failing; the eager stacks are checked by counting real blocks, the fused one only here).
 
@@ -39,6 +39,16 @@ def _gpt_layer_tp2_sp_dropout() -> tuple[LayerSpec, tuple[int, int]]:
     return spec, (forward, backward + 4 * T * qkv)
 
 
+def _gpt_layer_standard_attention() -> tuple[LayerSpec, tuple[int, int]]:
+    """The GPT layer with standard attention (Megatron before FlashAttention): CoreAttention's output is permuted and
+    made contiguous, one more read and write of q's width (2 + 2) forward; the scores are priced elsewhere."""
+    T, h, f = 5, 6, 10
+    spec = LayerSpec(tokens=T, seq=T, hidden=h, ffn=f, heads=3, kv_heads=3, attention="standard")
+    forward = 2 * (4 * T * h + 8 * T) + 2 * 6 * T * h + 4 * T * f + 4 * T * h
+    backward = 2 * (6 * T * h + 8 * T) + 2 * 6 * T * h + 6 * T * f + 2 * T * (3 * h + f + 2 * h) + 4 * T * 3 * h
+    return spec, (forward, backward)
+
+
 def _llama_layer() -> tuple[LayerSpec, tuple[int, int]]:
     """Llama (RMSNorm, no biases, SwiGLU, rotary), grouped-query attention: 5 tokens, h = 8, 4 heads of 2 sharing
     2 K/V heads (K and V 4 wide each), f = 12."""
@@ -56,6 +66,7 @@ def fused_layer_by_hand(r: Result) -> None:
     for name, case in (
         ("GPT layer", _gpt_layer),
         ("GPT layer, TP 2 rank, sequence parallel, dropout", _gpt_layer_tp2_sp_dropout),
+        ("GPT layer, standard attention", _gpt_layer_standard_attention),
         ("Llama layer, GQA, rotary", _llama_layer),
     ):
         spec, by_hand = case()
