@@ -416,6 +416,11 @@ def memory_corpus(device: str) -> Result:
     r.add("throughput_runs", len(runs()), "runs", "runs of the throughput corpus (published_runs.toml)")
     r.add("throughput_runs_fit", len(runs()) - len(refused), "runs", "of them, those the memory model lets fit")
     r.claim(
+        "the runs that fit + the runs refused = the throughput corpus",
+        r.quantities["throughput_runs_fit"].value + len(refused),
+        len(runs()),
+    )
+    r.claim(
         "every throughput-corpus run fits with its published recompute but torchtitan's Float8 + compile 8B row "
         "(its selective policy is not printed)",
         len(refused),
@@ -480,6 +485,14 @@ def _read_back(r: Result, shown: dict) -> None:
         formula="missing: " + (", ".join(sorted(misses ^ set(KNOWN_MISSES))) or "none"),
     )
     q = {k: v.value for k, v in r.quantities.items()}
+    verdicts = [(row[-1], float(row[9])) for row in cells.values()]
+    for name, count in (
+        ("priced", len(verdicts)),
+        ("within", sum(1 for v, _ in verdicts if v != "miss")),
+        ("over", sum(1 for v, e in verdicts if v == "miss" and e > 0)),
+        ("under", sum(1 for v, e in verdicts if v == "miss" and e < 0)),
+    ):
+        r.claim(f"the {name} rows counted = the table's rows of that verdict", q[name], count)
     gib = 2.0**30
     pairs = [
         (
