@@ -233,13 +233,7 @@ def memory_tracker(device: str) -> Result:
             unit="B",
             formula="FSDPMemTracker UNSHARDED_PARAM + ALL_GATHER",
         )
-        r.claim(
-            f"{name} width: the ratio shown x the tracker's peak = the planner's peak",
-            r.quantities[f"peak_ratio_{key}"].value * got["total"],
-            plan.allocator_peak_bytes,
-            rel_tol=1e-12,
-            unit="B",
-        )
+        _ratio_read_back(r, f"{name} width", r.quantities[f"peak_ratio_{key}"].value, got, plan)
         rows.append(_row(r, f"{name} width, {LAYERS} layers, seq {seq}", got, plan, _loss_bytes(m, seq)))
     _ddp(r)
     rows += _lora(r)
@@ -258,6 +252,17 @@ def memory_tracker(device: str) -> Result:
         "FSDPMemTracker against the planner. Neither counts NCCL's buffers, the CUDA context or fragmentation.",
     )
     return r
+
+
+def _ratio_read_back(r: Result, label: str, shown: float, got: dict[str, float], plan) -> None:
+    """A planner / tracker ratio the page quotes, read back: times the tracker's peak it gives the planner's."""
+    r.claim(
+        f"{label}: the ratio shown x the tracker's peak = the planner's peak",
+        shown * got["total"],
+        plan.allocator_peak_bytes,
+        rel_tol=1e-12,
+        unit="B",
+    )
 
 
 def _loss_bytes(m: ModelShape, seq: int) -> float:
@@ -353,13 +358,7 @@ def _ddp(r: Result) -> None:
         r.add(f"ddp_tracker_peak_{key}", got["total"], "B", f"{name} width, DDP replica: the tracker's peak")
         r.add(f"ddp_planner_at_loss_{key}", at_loss, "B", "the planner's backward before any gradient exists")
         r.add(f"ddp_overcount_{key}", plan.allocator_peak_bytes / got["total"], "", "planner's peak / tracker's")
-        r.claim(
-            f"{name} width, DDP: the overcount shown x the tracker's peak = the planner's peak",
-            r.quantities[f"ddp_overcount_{key}"].value * got["total"],
-            plan.allocator_peak_bytes,
-            rel_tol=1e-12,
-            unit="B",
-        )
+        _ratio_read_back(r, f"{name} width, DDP", r.quantities[f"ddp_overcount_{key}"].value, got, plan)
         r.claim(
             f"{name} width, DDP: the planner's state at the loss's backward is the tracker's peak within "
             f"{PEAK_REL_TOL:.0%}",
@@ -435,13 +434,7 @@ def _lora(r: Result) -> list[list[str]]:
         key = name.lower()
         r.add(f"lora_tracker_peak_{key}", got["total"], "B", f"{name} width, LoRA r = {LORA_RANK}: the tracker's peak")
         r.add(f"lora_peak_ratio_{key}", plan.allocator_peak_bytes / got["total"], "", "planner / tracker, LoRA")
-        r.claim(
-            f"{name} width, LoRA: the ratio shown x the tracker's peak = the planner's peak",
-            r.quantities[f"lora_peak_ratio_{key}"].value * got["total"],
-            plan.allocator_peak_bytes,
-            rel_tol=1e-12,
-            unit="B",
-        )
+        _ratio_read_back(r, f"{name} width, LoRA", r.quantities[f"lora_peak_ratio_{key}"].value, got, plan)
         ratio = plan.allocator_peak_bytes / got["total"]
         if abs(ratio - 1) <= PEAK_REL_TOL:
             r.claim(
