@@ -467,9 +467,11 @@ def spec(stack: str, sh: dict, stat_bytes: int = block_bytes.CUDA_STAT_BYTES) ->
     )
 
 
-def _read_back(r: Result, row: list, formula: tuple, fused: tuple, h: int) -> None:
+def _read_back(r: Result, row: list, formula: tuple, layer: block_bytes.LayerSpec, h: int) -> None:
     """A table row's byte columns (x h, 0.1) and ratio (0.01) against the closed forms (block_bytes), which the
-    counted bytes are claimed to equal: a slip in how a column is printed shows here."""
+    counted bytes are claimed to equal, the fused ones priced again per token: a slip in how a column is printed
+    shows here."""
+    fused = [x / layer.tokens for x in block_bytes.layer_bytes("fused", layer)]
     printed = [float(str(cell).removesuffix(" h")) for cell in (row[2], row[3], row[5], row[6])]
     expected = [formula[0] / h, formula[1] / h, fused[0] / h, fused[1] / h]
     r.claim(
@@ -528,7 +530,7 @@ def kernel_bytes(device: str) -> Result:
                     f"{(counted['forward'] + counted['backward']) / (ff + fb):.2f}",
                 ]
             )
-            _read_back(r, rows[-1], (f, b), (ff, fb), h)
+            _read_back(r, rows[-1], (f, b), spec(stack, sh), h)
     # MPT's layer by hand: forward 2 layer norms, 3 gathers (unpad q, k, v), zeros + index_put (pad), 2 residual
     # adds, GeLU = 10; backward 2 layer-norm backwards, GeLU's, 2 residual joins, 4 bias sums, 3 x (zeros + scatter)
     # for the gathers, 1 gather for the pad, 1 concatenation for the q, k, v split = 17

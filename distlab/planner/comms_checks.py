@@ -58,6 +58,13 @@ def comms_by_hand(r: Result) -> None:
             )
     pair = group(c, 2, 1)
     r.claim(
+        "2 ranks on one node, all-reduce of 65,536 B: NCCL's ring priced by hand (tuning.cc), its latency dominant",
+        seconds("all-reduce", 2**16, pair),
+        ring_seconds_by_hand("all-reduce", 2**16, 2, pair.bus_bytes_per_s, "hopper"),
+        rel_tol=1e-12,
+        unit="s",
+    )
+    r.claim(
         "2 ranks, 1 GB all-reduce: at least the bytes a 2-rank ring moves, 2(N-1)/N x S = S, at its bandwidth",
         seconds("all-reduce", 1e9, pair),
         1e9 / pair.bus_bytes_per_s,
