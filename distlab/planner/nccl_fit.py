@@ -103,7 +103,10 @@ def nccl_fit(device: str) -> Result:
     r.claim(
         "the constant model's bus bandwidth at 1 MiB, by hand: 1.75 x 1 MiB / (14 alpha + 1.75 x 1 MiB / 370 GB/s)",
         r.quantities["constant_busbw_1mib"].value,
-        1.75 * 1048576 / (14 * alpha + 1.75 * 1048576 / constant) / 1e9,
+        1.75
+        * 1048576
+        / (14 * alpha + 1.75 * 1048576 / (value("interconnect.nccl-nvlink4.effective_gbytes_per_s") * 1e9))
+        / 1e9,
         rel_tol=1e-12,
         unit="GB/s",
     )
