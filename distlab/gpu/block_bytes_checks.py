@@ -62,13 +62,16 @@ def _llama_layer() -> tuple[LayerSpec, tuple[int, int]]:
 
 
 def fused_layer_by_hand(r: Result) -> None:
-    """Claim the fused stack's (forward, backward) bytes on the three layers worked by hand."""
-    for name, case in (
-        ("GPT layer", _gpt_layer),
-        ("GPT layer, TP 2 rank, sequence parallel, dropout", _gpt_layer_tp2_sp_dropout),
-        ("GPT layer, standard attention", _gpt_layer_standard_attention),
-        ("Llama layer, GQA, rotary", _llama_layer),
-    ):
+    """One claim: the fused stack's (forward, backward) bytes on the four layers worked by hand, the worst gap."""
+    cases = (_gpt_layer, _gpt_layer_tp2_sp_dropout, _gpt_layer_standard_attention, _llama_layer)
+    gaps = []
+    for case in cases:
         spec, by_hand = case()
-        for phase, counted, hand in zip(("forward", "backward"), layer_bytes("fused", spec), by_hand):
-            r.claim(f"fused {name}: {phase} memory-bound bytes = the kernels worked by hand", counted, hand, unit="B")
+        gaps += [abs(a - b) for a, b in zip(layer_bytes("fused", spec), by_hand, strict=True)]
+    r.claim(
+        "fused layer bytes, 4 layers by hand: worst gap",
+        max(gaps),
+        0.0,
+        abs_tol=0.5,
+        unit="B",
+    )
