@@ -1,5 +1,5 @@
 """The fused layer's byte count (block_bytes.fused_kernels, the stack the planner prices Megatron, Transformer Engine
-and torch.compile runs with) worked by hand on four small layers, as claims for every page that shows the
+and torch.compile runs with) worked by hand on four small layers, one claim on every page that shows the
 planner's times (issue 26: the guard audit found a doubled norm statistic or a dropped dropout mask moving the
 validation rows with no claim failing; the eager stacks are checked by counting real blocks, the fused one only here).
 
