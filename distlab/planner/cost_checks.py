@@ -430,14 +430,21 @@ def check_cost_terms(r: Result, m, c, t, plans: dict, local_params: int, torch_b
     )
 
 
-def twins(plan) -> list:
+def twins(plan, layers: int = 0) -> list:
     """The layouts beside a shown plan whose paths through the cost model no shown plan may take, so that a mistake
     there, which changes which plan wins, is still seen: the plan at every other ZeRO stage, with the optimizer
-    offload toggled, and a pipelined plan's stages turned into data parallelism."""
+    offload toggled, a pipelined plan's stages turned into data parallelism, and (given an even `layers`) a plan
+    without a pipeline split into 2 stages of half its replicas (the search's closed-form pipeline, which ranks
+    the candidates, is then checked even where every shown plan is flat)."""
     from dataclasses import replace
 
     flat = [replace(plan, pp=1, dp=plan.dp * plan.pp, schedule="1f1b", virtual=1)] if plan.pp > 1 else []
     out = []
+    if plan.pp == 1 and plan.dp % 2 == 0 and layers and layers % 2 == 0:
+        try:
+            out.append(replace(plan, pp=2, dp=plan.dp // 2, microbatches=plan.microbatches * 2))
+        except ValueError:  # a layout the planner refuses
+            pass
     for base in [plan, *flat]:
         for zero in range(4):
             for offload in ("none", "optimizer"):
@@ -466,7 +473,7 @@ def check_step_causes(r: Result, timed: list[tuple], bucket: int) -> None:
             uneven += 1
             continue
         pairs += step_causes_by_hand(e, m, c, t, name, bucket)
-        for q in twins(e.plan):
+        for q in twins(e.plan, m.layers):
             pairs += step_causes_by_hand(SimpleNamespace(plan=q, time=step(m, c, t, q)), m, c, t, name, bucket)
     r.claim(
         f"the {len(timed) - uneven} shown plans' step causes by hand ({len(pairs)} terms; uneven pipelines left: "

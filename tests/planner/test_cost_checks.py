@@ -93,3 +93,11 @@ def test_the_searchs_closed_form_pipeline_agrees_with_the_bubble_fraction(schedu
         assert idle / (busy + idle) == pytest.approx(3 / (virtual * 8 + 3), rel=1e-12)
     pair = cost_checks._search_bubble_pair(m, c, t, SimpleNamespace(plan=p, time=closed), closed.p2p_seconds)
     assert pair[0] == pytest.approx(pair[1], rel=1e-12)
+
+
+def test_a_flat_plans_twins_include_a_two_stage_pipeline():
+    """Where every shown plan is flat, a mistake in the search's closed-form pipeline only removes pipelined
+    candidates from the ranking; the two-stage twin (half the replicas, twice the micro-batches) keeps it checked."""
+    plan = Plan(tp=8, dp=8, zero=1, micro_batch=1, microbatches=4)
+    assert Plan(tp=8, pp=2, dp=4, zero=1, micro_batch=1, microbatches=8) in cost_checks.twins(plan, layers=80)
+    assert all(q.pp == 1 for q in cost_checks.twins(plan, layers=81))  # odd layers: no even split, no twin
