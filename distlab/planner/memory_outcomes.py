@@ -86,9 +86,8 @@ def by_hand(m: ModelShape, params: float, gpus: int, s: int, b: int, recompute: 
         held + gathered + grads + per_layer + working,  # backward's end: the first layer's activations left
         weights + opt + grads + temps,  # the optimizer step
     )
-    nccl = nccl_by_hand()  # one communicator (data parallel)
     capacity = quoted("planner.capacity-A100-SXM-80GB.reported_mib", A100_MIB) * 2**20
-    outside = FRAGMENTATION_FRACTION * capacity + quoted("planner.memory-reserve.cuda_context_mib") * 2**20 + nccl
+    outside = _outside_by_hand(capacity, communicators=1)  # data parallel only
     return {"activations": acts, "need": max(phases) + outside, "capacity": capacity}
 
 
@@ -238,14 +237,19 @@ def _nemotron(r: Result) -> None:
     r.add("nemotron_capacity_bytes", capacity, "B", "an H100's capacity as reported")
 
 
-def _beside_allocator(r: Result, label: str, beside: float, capacity: float) -> None:
-    """What nvidia-smi sees beyond the allocator's peak, by hand, for a layout whose TP, PP and DP are all above 1:
-    the fragmentation allowance, the CUDA context and NCCL's buffers for those three communicators."""
+def _outside_by_hand(capacity: float, communicators: int) -> float:
+    """What nvidia-smi sees beyond the allocator's peak, by hand: the fragmentation allowance, the CUDA context and
+    NCCL's buffers for each communicator."""
     context = quoted("planner.memory-reserve.cuda_context_mib") * 2**20
+    return FRAGMENTATION_FRACTION * capacity + context + communicators * nccl_by_hand()
+
+
+def _beside_allocator(r: Result, label: str, beside: float, capacity: float) -> None:
+    """Claim it for a layout whose TP, PP and DP are all above 1: three communicators."""
     r.claim(
         f"{label}: need - the allocator's peak = fragmentation + CUDA context + 3 communicators' NCCL buffers",
         beside,
-        FRAGMENTATION_FRACTION * capacity + context + 3 * nccl_by_hand(),
+        _outside_by_hand(capacity, communicators=3),
         rel_tol=1e-12,
         unit="B",
     )
