@@ -61,13 +61,18 @@ def _llama_layer() -> tuple[LayerSpec, tuple[int, int]]:
     return spec, (forward, backward)
 
 
+def fused_layer_pairs() -> list[tuple[int, int]]:
+    """(fused stack, by hand) forward and backward bytes of the four layers."""
+    pairs = []
+    for case in (_gpt_layer, _gpt_layer_tp2_sp_dropout, _gpt_layer_standard_attention, _llama_layer):
+        spec, by_hand = case()
+        pairs += zip(layer_bytes("fused", spec), by_hand, strict=True)
+    return pairs
+
+
 def fused_layer_by_hand(r: Result) -> None:
     """One claim: the fused stack's (forward, backward) bytes on the four layers worked by hand, the worst gap."""
-    cases = (_gpt_layer, _gpt_layer_tp2_sp_dropout, _gpt_layer_standard_attention, _llama_layer)
-    gaps = []
-    for case in cases:
-        spec, by_hand = case()
-        gaps += [abs(a - b) for a, b in zip(layer_bytes("fused", spec), by_hand, strict=True)]
+    gaps = [abs(a - b) for a, b in fused_layer_pairs()]
     r.claim(
         "fused layer bytes, 4 layers by hand: worst gap",
         max(gaps),

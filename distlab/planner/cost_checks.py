@@ -2,10 +2,10 @@
 combine, each from its definition (TP's four collectives per layer and pass, ring attention's K/V swaps, the
 experts' all-to-alls, ZeRO's collectives by stage, the optimizer and its offload over the shard group, the DDP
 bucket against PyTorch's own default, the embedding's and head's bytes). The collective times come from the
-planner's NCCL model (planner.comms, claimed on chapters 9 and 12) and the kernels' from the kernel model (chapter
-14); `check_step_causes` checks every plan a page shows, its runners-up and its twins (chapters 7, 12, 14, the
-GB200 appendix, the practice pages), `check_cost_terms` chapter 14's strategies term by term.
-"""
+planner's NCCL model (planner.comms, claimed on chapters 9 and 12) and the kernels' from the kernel model (worked
+by hand in kernels_checks, one claim beside these); `check_step_causes` checks every plan a page shows, its
+runners-up and its twins (chapters 7, 12, 14, the GB200 appendix, the practice pages), `check_cost_terms` chapter
+14's strategies term by term."""
 
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ def tp_exposed_by_hand(m, c, t, plan) -> float:
 
 def _layer_kernels(m, c, t, plan):
     """One layer's kernels on one GPU for one micro-batch (this rank's seq / cp tokens attending to the whole
-    sequence): the kernel model's times (kernels.py, guarded on chapter 14's page)."""
+    sequence): the kernel model's times (kernels.py, worked by hand in kernels_checks on the same pages)."""
     from distlab.planner.kernels import layer_shape, layer_times
 
     tokens = plan.micro_batch * t.seq // plan.cp
@@ -463,10 +463,10 @@ def check_step_causes(r: Result, timed: list[tuple], bucket: int) -> None:
     stages are not written out here, and the claim says how many it leaves."""
     from types import SimpleNamespace
 
-    from distlab.gpu.block_bytes_checks import fused_layer_by_hand
     from distlab.planner.cost import step
+    from distlab.planner.kernels_checks import kernel_model_by_hand
 
-    fused_layer_by_hand(r)  # the memory-bound kernels' bytes under every layer time below
+    kernel_model_by_hand(r)  # the kernel model under every layer time below, and the fused layer's bytes
     pairs, uneven = [], 0
     for e, m, c, t, name in timed:
         if m.layers % e.plan.pp:

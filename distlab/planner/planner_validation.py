@@ -179,11 +179,11 @@ def planner_validation(device: str) -> Result:
     _figure(r, corpus, errors)
     _h100(r)
     add_state_bytes(r)  # the 16 and 18 bytes per parameter the page quotes, claimed
-    from distlab.gpu.block_bytes_checks import fused_layer_by_hand
     from distlab.planner.comms_checks import comms_by_hand
+    from distlab.planner.kernels_checks import kernel_model_by_hand
 
     comms_by_hand(r)  # the communication model under this page's numbers, by hand (issue 26)
-    fused_layer_by_hand(r)  # and the fused layer's memory-bound bytes
+    kernel_model_by_hand(r)  # and the kernel model, the fused layer's bytes under it
     return r
 
 

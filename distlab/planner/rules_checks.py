@@ -17,18 +17,16 @@ import re
 
 from distlab.core.facts import quoted, value
 from distlab.core.results import Result, worst_relative_gap
-from distlab.hardware.gpus import gpu
 from distlab.interconnect.placement_checks import H100_NODE, LINK_QUOTES
 from distlab.models.shapes import preset
 from distlab.planner.config import FRAGMENTATION_FRACTION, Plan
 from distlab.planner.cost_checks import check_step_causes
-from distlab.planner.kernels import matmul_fraction
+from distlab.planner.kernels_checks import MAMF_A100, MSMF_H200
 from distlab.planner.memory_quotes import quoted as memory_quoted
 from distlab.planner.planner_checks import read_label, share_of_step
 from distlab.planner.rules import MIN_HEADROOM
 from distlab.planner.worked_plan_checks import CONFIGS, budget, model_params, plan_memory
 
-MSMF_H200_BF16 = r"H200 bf16: GPU0 alone MSMF ([0-9.]+) TFLOPS"
 SEQ_70B = 4096  # Llama 2's training context (its paper's Table 1)
 LLAMA2_BATCH_TOKENS = 4 * 2**20  # Llama 2's paper, Table 1: "4M" tokens per step, Meta's usual 2^22
 
@@ -36,7 +34,7 @@ LLAMA2_BATCH_TOKENS = 4 * 2**20  # Llama 2's paper, Table 1: "4M" tokens per ste
 def sustained_flops_by_source() -> float:
     """The H100 SXM's sustained bf16 matmul rate: the H200's measured MSMF, in its source's sentence (the same GH100
     at the same 700 W)."""
-    return quoted("planner.msmf-hopper.bf16_msmf_tflops", MSMF_H200_BF16) * 1e12
+    return quoted("planner.msmf-hopper.bf16_msmf_tflops", MSMF_H200) * 1e12
 
 
 def port_bytes_per_s(link: str) -> float:
@@ -83,14 +81,13 @@ def check_closed_forms(r: Result, nvlink_bus: float) -> None:
         rel_tol=1e-9,
         unit="tokens",
     )
-    # the A100 has no published sustained rate: its burst MAMF share stands in (distlab.planner.kernels), taken as
-    # the planner takes it; the link is the standard's and the hiding point is counted as times
-    a100 = gpu("A100-SXM-80GB")
+    # the A100 has no published sustained rate: its burst MAMF stands in (distlab.planner.kernels), as its source
+    # prints it; the link is the standard's and the hiding point is counted as times
     r.claim(
         "ZeRO-3 hides from this many tokens per replica (A100, 100 GbE): traffic time = compute time, solved",
         q["zero3_hidden_tokens_ethernet"],
         zero3_hiding_tokens_by_times(
-            a100.peak_flops("bf16") * matmul_fraction(a100), port_bytes_per_s("Ethernet-100G")
+            quoted("gpus.A100-SXM-80GB.bf16_mamf_tflops", MAMF_A100) * 1e12, port_bytes_per_s("Ethernet-100G")
         ),
         rel_tol=1e-9,
         unit="tokens",
