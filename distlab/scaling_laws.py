@@ -543,6 +543,9 @@ def _approach3_printed(r: Result, chin: Law) -> None:
         formula="α, β ± 0.005, A, B ± 0.05: the smallest corner",
     )
     r.claim("... and the largest corner", paper, hi, relation="<=", unit="params")
+    from distlab.scaling_laws_checks import rounding_box_by_hand
+
+    rounding_box_by_hand(r)
     r.claim(
         "the printed (rounded) constants put Gopher's optimum below the paper's 40B",
         n_rounded,

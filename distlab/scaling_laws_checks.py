@@ -142,6 +142,35 @@ def _epoch_refit(r: Result) -> None:
         )
 
 
+def rounding_box_by_hand(r: Result) -> None:
+    """Appendix 11's Gopher-budget numbers a second way. N_opt = (αA/(βB))^(1/(α+β)) (C/6)^(β/(α+β)) grows with A
+    and falls with B, and at this budget (C/6 ~ 1e23) grows with β and falls with α: the smallest optimum of the
+    constants that round to the printed ones is at α + 0.005, β - 0.005, A - 0.05, B + 0.05, the largest at the
+    opposite corner. The constants as the replication quotes them (a second transcription), the budget as Figure 2's
+    caption prints it; the ratio shown against the two counts shown."""
+    facts, q = entries("scaling_laws"), {k: v.value for k, v in r.quantities.items()}
+    c, per_six = facts["chinchilla-as-quoted"], facts["gopher-budget"]["flops"] / 6
+
+    def corner(s: int) -> float:
+        a, b = c["alpha"] + 0.005 * s, c["beta"] - 0.005 * s
+        return (a * (c["A"] - 0.05 * s) / (b * (c["B"] + 0.05 * s))) ** (1 / (a + b)) * per_six ** (b / (a + b))
+
+    for name, s in (("low", 1), ("high", -1)):
+        shown = q[f"gopher_box_{name}"]  # in billions, as the page says it
+        r.claim(f"the rounding box's {name} corner, written out (billions)", shown, corner(s) / 1e9, rel_tol=1e-9)
+    r.claim(
+        "optimum over the paper's 40B = the two counts shown, divided",
+        q["gopher_a3_rounded_over_paper"],
+        q["gopher_a3_rounded_params"] / q["gopher_a3_paper_params"],
+        rel_tol=1e-9,
+    )
+    r.claim(
+        "Figure 4's Gopher budget = Figure 2's caption's",
+        facts["gopher-budget-approach3"]["flops"],
+        facts["gopher-budget"]["flops"],
+    )
+
+
 def claim_transcriptions(r: Result) -> None:
     _table3(r)
     _epoch_refit(r)

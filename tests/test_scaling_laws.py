@@ -242,3 +242,35 @@ def test_a_refit_constant_off_in_its_last_digit_fails_the_transcription_claim(co
     checks._epoch_refit(r)
     failed = [c.name for c in r.claims if not c.passed]
     assert len(failed) == 1 and failed[0].startswith(f"Besiroglu et al.'s {constant}:")
+
+
+def test_appendix_11s_gopher_box_and_budget_are_checked_a_second_way(monkeypatch):
+    """The rounding box's corners written out, the ratio against its two counts and Figure 4's budget against Figure
+    2's (the guard audit found each moving appendix 11 unchecked): all hold as built, and a box twice as wide in A
+    and B, or a 5.76e23 typed 6.336e23 in the Approach 3 row, fails its own claim."""
+    import distlab.scaling_laws as sl
+    import distlab.scaling_laws_checks as checks
+    from distlab.core.experiments import run
+
+    def failed() -> list[str]:
+        r, _ = run("scaling-laws", use_cache=False)
+        return [c.name for c in r.failed_claims]
+
+    assert failed() == []
+    monkeypatch.setitem(sl.ROUNDING, "A", 0.1)
+    monkeypatch.setitem(sl.ROUNDING, "B", 0.1)
+    assert [n for n in failed() if "rounding box" in n] == [
+        "the rounding box's low corner, written out (billions)",
+        "the rounding box's high corner, written out (billions)",
+    ]
+    monkeypatch.undo()
+    real = checks.entries
+
+    def typo(name):
+        data = real(name)
+        if name == "scaling_laws":
+            data = {**data, "gopher-budget-approach3": {**data["gopher-budget-approach3"], "flops": 6.336e23}}
+        return data
+
+    monkeypatch.setattr(checks, "entries", typo)
+    assert failed() == ["Figure 4's Gopher budget = Figure 2's caption's"]
