@@ -170,14 +170,17 @@ LL_FACTOR_ENTRY = "interconnect.nccl-factors-v2-30.ring_ll_busbw_factor"
 
 @functools.cache
 def _ll_cap_bytes_per_s(arch: str, nodes: int) -> float:
-    """NCCL's cap on LL bandwidth (llMaxBws), indexed by 1 node, 2 nodes, more: Hopper from 2.30, Ampere from 2.20."""
+    """NCCL's cap on LL bandwidth, llMaxBws[index1][index2] (tuning.cc at 2.30.7): index2 is 1 node, 2, more; index1
+    the GPU's generation on one node and the hosts' CPU vendor on several ("for multi-node, we look at CPU type"):
+    row 1 for AMD hosts, row 0 otherwise. The planner's hosts are Intel's (DGX H100's Xeons, whose post overhead it
+    charges) or Grace (GB200's Arm): row 0. Ampere keeps 2.20's table: its own row on one node, the AMD row (DGX
+    A100's EPYC hosts) on several."""
     from distlab.core.facts import value
 
-    table = (
-        value("interconnect.nccl-factors-v2-30.ll_max_gbytes_per_s_hopper")
-        if arch != "ampere"
-        else value("interconnect.nccl-factors-v2-20.ll_max_gbytes_per_s_ampere")
-    )
+    if arch == "ampere":
+        table = value("interconnect.nccl-factors-v2-20.ll_max_gbytes_per_s_ampere")
+    else:
+        table = value(f"interconnect.nccl-factors-v2-30.ll_max_gbytes_per_s_{arch if nodes == 1 else 'volta'}")
     return table[min(nodes, 3) - 1] * 1e9
 
 

@@ -15,10 +15,11 @@ it when nNodes > 1, nccl-nvls-v2-20's detail).
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 from distlab.core.facts import entries, quoted
-from distlab.interconnect.nccl_source_checks import quoted_rates, readings_v2_20, readings_v2_30, said
+from distlab.interconnect.nccl_source_checks import CHIPS, quoted_rates, readings_v2_20, readings_v2_30, said
 from distlab.sharding.zero_checks import ndr_bytes_per_s
 
 ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER = "all-reduce", "all-gather", "reduce-scatter"
@@ -127,17 +128,21 @@ def ring_seconds_by_hand(
     machine), every constant read from that text: for each protocol, baseLatencies + (nsteps - nInterSteps) x
     max(hwLatencies over NVLink, the network post overhead: Intel's, 3x for Simple) + nInterSteps x the network's
     hwLatency, plus the bytes over busBw x nRanks / nsteps, where busBw is the ring's Simple bandwidth `bus` refined
-    per protocol (LL: half of it, at most llMaxBws[chip][nodes]; LL128: 0.92 of it); the fastest protocol wins.
-    With one rank per node the tree's network latency (lines 386-388). Assumptions the planner makes too: the
-    per-channel LL128 cap does not bind, and
-    Simple's flush adds the network latency a second time (tuning.cc adds the graph's latencyInter again). `bus` in
-    bytes/s, `chip` a row of the per-chip tables ("ampere", "hopper")."""
+    per protocol (LL: half of it, at most llMaxBws[index1][nodes], index1 the chip on one node and the hosts' CPU
+    vendor on several, lines 263-272: Intel hosts; LL128: 0.92 of it); the fastest protocol wins. With one rank per
+    node the tree's network latency (lines 386-388). Assumptions the planner makes too: the per-channel LL128 cap does
+    not bind, and Simple's flush adds the network latency a second time (tuning.cc adds the graph's latencyInter
+    again). `bus` in bytes/s, `chip` a row of the per-chip tables ("hopper", "blackwell")."""
     text = entries("source_excerpts")["nccl-tuning-v2-30"]["text"]
     c: dict[str, Any] = readings_v2_30(text)
     nsteps = 2 * (n_ranks - 1) if collective == ALL_REDUCE else n_ranks - 1
     n_inter = 0 if n_nodes == 1 else (2 * (n_nodes - 1) if collective == ALL_REDUCE else n_nodes - 1)
     overhead = said(text, r"VENDOR_INTEL\) return ([0-9.]+);") if n_nodes > 1 else 0.0
-    cap = c["nccl-factors-v2-30.ll_max_gbytes_per_s_" + chip][min(n_nodes, 3) - 1] * 1e9
+    # llMaxBws[index1][index2]: the chip's row on one node, on several the hosts' (row 1 AMD, row 0 otherwise: Intel)
+    if not re.search(r"index1 = nNodes == 1 \? compCapIndex :\s*\(comm->cpuVendor == NCCL_TOPO_CPU_VENDOR_AMD", text):
+        raise ValueError("tuning.cc no longer picks the LL cap's row by chip on one node and by CPU vendor on several")
+    row = chip if n_nodes == 1 else CHIPS[0]
+    cap = c["nccl-factors-v2-30.ll_max_gbytes_per_s_" + row][min(n_nodes, 3) - 1] * 1e9
     refined = {
         LL: min(cap, bus * c["nccl-factors-v2-30.ring_ll_busbw_factor"]),
         LL128: bus * c["nccl-factors-v2-30.ring_ll128_busbw_factor"],

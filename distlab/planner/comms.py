@@ -43,9 +43,14 @@ class Group:
     arch: str
 
 
+BLACKWELL = ("B200", "GB200")  # compute capability 10.0 (gpus.toml; the GB200 taken as the B200)
+
+
 def arch(c: Cluster) -> str:
-    """NCCL's LL caps differ by architecture: Ampere (A100) or Hopper and later."""
-    return "ampere" if c.gpu.name.startswith("A100") else "hopper"
+    """NCCL's per-generation tables (its compCapIndex): Ampere (A100), Hopper (H100, H200), Blackwell (B200, GB200:
+    on one node twice Hopper's LL cap)."""
+    name = c.gpu.name
+    return "ampere" if name.startswith("A100") else "blackwell" if name.startswith(BLACKWELL) else "hopper"
 
 
 @functools.cache

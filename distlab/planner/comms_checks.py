@@ -9,7 +9,7 @@ what a send costs on 8 nodes of 8 H100s with one 400 Gb/s NDR NIC per GPU, from 
 from __future__ import annotations
 
 from distlab.core.facts import value
-from distlab.core.results import Result
+from distlab.core.results import Result, worst_relative_gap
 from distlab.interconnect.nccl_tuning_checks import ring_seconds_by_hand
 from distlab.planner.comms import alltoall_seconds, group, p2p_seconds, seconds
 from distlab.planner.config import cluster
@@ -93,4 +93,47 @@ def comms_by_hand(r: Result) -> None:
         rel_tol=0.1,
         unit="s",
         formula="the planner sends at the bus bandwidth fitted to nccl-tests (a few % above the line rate)",
+    )
+
+
+# GB200 NVL72 racks (4 racks, one NDR NIC per GPU): (trays used per rack, ranks, GPUs apart) -> (per domain, domains)
+NVL72_LAYOUTS = (
+    (16, 16, 1, 16, 1),  # TP 16 inside a 64-GPU domain
+    (16, 16, 8, 8, 2),  # 16 ranks 8 apart span 128 GPUs: two domains of 8
+    (16, 4, 64, 1, 4),  # one rank a domain
+    (18, 8, 8, 1, 2),  # 8 ranks 8 apart span 64 GPUs, which do not tile 72: a group straddles, gcd(64, 72) = 8 GPUs
+)
+NVL72_COLLECTIVES = (  # (layout index, collective, bytes)
+    (0, "all-reduce", 2**20),
+    (0, "all-gather", 2**24),
+    (1, "all-reduce", 2**16),
+    (1, "all-reduce", 2**30),
+    (2, "all-gather", 2**22),
+    (3, "all-reduce", 2**20),
+)
+
+
+def nvl72_comms_by_hand(r: Result, racks) -> None:
+    """The planner's groups on GB200 NVL72 racks (the NVLink domain, not the 4-GPU tray, is the unit a ring stays
+    inside) and NCCL's ring on them, Blackwell's row of tuning.cc on one domain and the Intel/Arm hosts' row on several,
+    worked by hand: one claim, the worst relative gap over each group's ranks per domain, domains and ring bandwidth
+    (NVLink 5 per direction inside a domain, the NICs of the GPUs one domain holds across) and six collectives.
+    `racks(trays)`: 4 racks of that many trays (parallel_rules.nvl72)."""
+    nvlink = value("interconnect.NVLink5-B200.bidirectional_gbytes_per_s") * 1e9 / 2
+    nic = value("interconnect.InfiniBand-NDR.gbits_per_s_per_direction") * 1e9 / 8
+    pairs, groups = [], []
+    for trays, ranks, inner, per_domain, domains in NVL72_LAYOUTS:
+        g = group(racks(trays), ranks, inner)
+        groups.append(g)
+        bus = nvlink if domains == 1 else min(nvlink, per_domain * nic)
+        pairs += [(g.per_node, per_domain), (g.nodes, domains), (g.bus_bytes_per_s, bus)]
+    for i, op, size in NVL72_COLLECTIVES:
+        g = groups[i]
+        hand = ring_seconds_by_hand(op, size, g.ranks, g.bus_bytes_per_s, "blackwell", g.nodes)
+        pairs.append((seconds(op, size, g), hand))
+    r.claim(
+        "GB200 racks: 4 groups and 6 collectives by hand (NCCL's tuner): worst gap",
+        worst_relative_gap(pairs),
+        0.0,
+        abs_tol=1e-12,
     )

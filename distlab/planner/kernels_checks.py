@@ -33,6 +33,7 @@ from distlab.models.shapes import preset
 MSMF_H200 = r"H200 bf16: GPU0 alone MSMF ([0-9.]+) TFLOPS"
 MAMF_H200 = r"MAMF ([0-9.]+);"
 MAMF_A100 = r"A100 SXM ([0-9.]+) of"
+MAMF_H100 = r"H100 SXM ([0-9.]+) of"
 HBM_SHARE = 0.8  # the planner's stated assumption for element-wise kernels (a copy reaches about 0.9)
 MEGATRON_LOSS = (38, 14)  # bytes per logit, forward and backward (the module docstring counts them)
 
@@ -245,7 +246,23 @@ def kernel_model_pairs() -> list[tuple[float, float]]:
         pairs += zip([t for _, t in lt.gemms], each, strict=True)
         assert [name for name, _ in lt.gemms] == ["qkv", "proj", "mlp_up", "mlp_down"]
     pairs += zip(head_times(preset("70B"), gpu("H100-SXM"), 4096, 8, "bf16"), _llama70_head(), strict=True)
-    return pairs
+    return pairs + _borrowed_rates()
+
+
+def _borrowed_rates() -> list[tuple[float, float]]:
+    """A chip with no measurement of its own (a GB200) borrows the H100's: its burst MAMF share (792.1 of 989 TFLOP/s)
+    of its own peak, and FlashAttention-2's H100 figure (294 TFLOP/s at 4,096, head dim 128) scaled by the two
+    peaks, with no power-limit correction (the figures' chip is not the one running)."""
+    from distlab.planner.kernels import flash_flops_per_s, gemm_seconds
+
+    chip, h100 = gpu("GB200"), gpu("H100-SXM")
+    scale = chip.peak_flops("bf16") / h100.peak_flops("bf16")
+    mamf = quoted("gpus.H100-SXM.bf16_mamf_tflops", MAMF_H100) * 1e12 * scale
+    big = (8192, 8192, 8192, 32 * 64, 14)  # 2,048 tiles on 148 SMs: 14 waves
+    return [
+        (flash_flops_per_s(chip, 4096, 128), _flash_figure("h100", 3) * 1e12 * scale),
+        (gemm_seconds(chip, 8192, 8192, 8192), _gemms(mamf * _share(), 148, (big,))),
+    ]
 
 
 def kernel_model_by_hand(r: Result) -> None:

@@ -32,6 +32,7 @@ def nvl72_plan(device: str) -> Result:
     from distlab.models.shapes import preset
     from distlab.planner import comms
     from distlab.planner.calibration import with_band
+    from distlab.planner.comms_checks import nvl72_comms_by_hand
     from distlab.planner.config import Training, usable_bytes
     from distlab.planner.cost_checks import check_step_causes
     from distlab.planner.parallel_rules import nvl72
@@ -107,6 +108,8 @@ def nvl72_plan(device: str) -> Result:
             unit="fraction",
         )
     check_step_causes(r, timed, ddp_bucket_bytes_of_torch())  # each plan's and runner-up's causes, and their twins
+    # the groups and NCCL's ring those causes are priced with, by hand
+    nvl72_comms_by_hand(r, lambda trays: nvl72(racks=RACKS, trays=trays))
     nvlink = nvl72(racks=RACKS, trays=trays - 2).gpu.link_bytes_per_s  # the datasheet: NVLink 5, per direction
     r.claim(
         "TP 16 in 64-GPU domains runs on NVLink (its ring gets NVLink 5 at the datasheet rate per direction)",

@@ -53,10 +53,54 @@ def test_one_node_ring_by_hand_at_both_ends():
 def test_one_rank_per_node_takes_the_trees_network_latency():
     """8 ranks on 8 nodes: every one of the 14 ring steps crosses the network, and with ppn = 1 tuning.cc prices it at
     the tree's network hwLat (LL 5.0 µs, not the ring's 2.7), over Intel's 1.0 µs post overhead: at 8 bytes LL wins
-    with 6.6 + 14 x 5.0 µs. The planner's model agrees."""
+    with 6.6 + 14 x 5.0 µs, its bandwidth half the bus (25 GB/s) capped at Intel hosts' 20.4 GB/s beyond 2 nodes.
+    The planner's model agrees."""
     from distlab.hardware.collectives import nccl_seconds
     from distlab.interconnect.nccl_tuning_checks import ring_seconds_by_hand
 
     t = ring_seconds_by_hand("all-reduce", 8, 8, 50e9, "hopper", 8)
-    assert t == pytest.approx((6.6 + 14 * 5.0) * 1e-6 + 2 * 7 / 8 * 8 / 25e9, rel=1e-12)
+    assert t == pytest.approx((6.6 + 14 * 5.0) * 1e-6 + 2 * 7 / 8 * 8 / 20.4e9, rel=1e-12)
     assert nccl_seconds("all-reduce", 8, 8, bus_bytes_per_s=50e9, nodes=8) == pytest.approx(t, rel=1e-12)
+
+
+def test_the_planners_ll_cap_takes_the_row_tuning_cc_takes():
+    """llMaxBws[index1][index2] (tuning.cc 2.30.7, lines 263-272): on one node the chip's row (Hopper 141, Blackwell
+    2 x 141 GB/s), on several the hosts' CPU row: Intel (row 0) 39.0 on 2 nodes and 20.4 beyond. The planner took
+    Hopper's row on several nodes (45, 35) and Hopper's for a GB200 (141): both caught here. Ampere keeps 2.20's
+    table (DGX A100's AMD hosts on several nodes: row 1)."""
+    from distlab.hardware.collectives import _ll_cap_bytes_per_s
+
+    got = {(a, n): _ll_cap_bytes_per_s(a, n) / 1e9 for a in ("hopper", "blackwell", "ampere") for n in (1, 2, 8)}
+    assert got == pytest.approx(
+        {
+            ("hopper", 1): 141.0,
+            ("hopper", 2): 39.0,
+            ("hopper", 8): 20.4,
+            ("blackwell", 1): 282.0,
+            ("blackwell", 2): 39.0,
+            ("blackwell", 8): 20.4,
+            ("ampere", 1): 87.7,
+            ("ampere", 2): 22.5,
+            ("ampere", 8): 19.0,
+        }
+    )
+
+
+def test_gb200_groups_and_rings_by_hand_catch_a_gb200_priced_as_hopper(monkeypatch):
+    """nvl72-plan's claim (comms_checks.nvl72_comms_by_hand) holds, and fails when the planner prices a GB200 rack's
+    NCCL with Hopper's tables (a 1 MiB all-reduce inside a domain is LL-capped at 141 instead of 282 GB/s)."""
+    from distlab.core.results import Result
+    from distlab.planner import comms
+    from distlab.planner.comms_checks import nvl72_comms_by_hand
+    from distlab.planner.parallel_rules import nvl72
+
+    def racks(trays):
+        return nvl72(racks=4, trays=trays)
+
+    r = Result("nvl72", "cpu")
+    nvl72_comms_by_hand(r, racks)
+    assert r.claims[0].passed and r.claims[0].measured < 1e-12
+    monkeypatch.setattr(comms, "arch", lambda c: "hopper")
+    r = Result("nvl72", "cpu")
+    nvl72_comms_by_hand(r, racks)
+    assert not r.claims[0].passed and r.claims[0].measured > 0.01
