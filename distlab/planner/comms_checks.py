@@ -102,6 +102,7 @@ NVL72_LAYOUTS = (
     (16, 16, 8, 8, 2),  # 16 ranks 8 apart span 128 GPUs: two domains of 8
     (16, 4, 64, 1, 4),  # one rank a domain
     (18, 8, 8, 1, 2),  # 8 ranks 8 apart span 64 GPUs, which do not tile 72: a group straddles, gcd(64, 72) = 8 GPUs
+    (18, 2, 1, 2, 1),  # TP 2: a pair of neighbours
 )
 NVL72_COLLECTIVES = (  # (layout index, collective, bytes)
     (0, "all-reduce", 2**20),
@@ -110,6 +111,8 @@ NVL72_COLLECTIVES = (  # (layout index, collective, bytes)
     (1, "all-reduce", 2**30),
     (2, "all-gather", 2**22),
     (3, "all-reduce", 2**20),
+    (4, "all-gather", 2**24),
+    (4, "reduce-scatter", 2**24),
 )
 
 
@@ -117,7 +120,7 @@ def nvl72_comms_by_hand(r: Result, racks) -> None:
     """The planner's groups on GB200 NVL72 racks (the NVLink domain, not the 4-GPU tray, is the unit a ring stays
     inside) and NCCL's ring on them, Blackwell's row of tuning.cc on one domain and the Intel/Arm hosts' row on several,
     worked by hand: one claim, the worst relative gap over each group's ranks per domain, domains and ring bandwidth
-    (NVLink 5 per direction inside a domain, the NICs of the GPUs one domain holds across) and six collectives.
+    (NVLink 5 per direction inside a domain, the NICs of the GPUs one domain holds across) and eight collectives.
     `racks(trays)`: 4 racks of that many trays (parallel_rules.nvl72)."""
     nvlink = value("interconnect.NVLink5-B200.bidirectional_gbytes_per_s") * 1e9 / 2
     nic = value("interconnect.InfiniBand-NDR.gbits_per_s_per_direction") * 1e9 / 8
@@ -132,7 +135,7 @@ def nvl72_comms_by_hand(r: Result, racks) -> None:
         hand = ring_seconds_by_hand(op, size, g.ranks, g.bus_bytes_per_s, "blackwell", g.nodes)
         pairs.append((seconds(op, size, g), hand))
     r.claim(
-        "GB200 racks: 4 groups and 6 collectives by hand (NCCL's tuner): worst gap",
+        "GB200 racks: 5 groups and 8 collectives by hand (NCCL's tuner): worst gap",
         worst_relative_gap(pairs),
         0.0,
         abs_tol=1e-12,
