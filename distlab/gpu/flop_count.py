@@ -21,7 +21,7 @@ import re
 from collections import Counter
 
 from distlab.core.experiments import experiment
-from distlab.core.results import Quantity, Result
+from distlab.core.results import Quantity, Result, worst_relative_gap
 from distlab.gpu.flops import (
     attention_flops_per_token,
     flops_per_token,
@@ -283,6 +283,22 @@ def _flop_count(device: str) -> Result:
         caption=f"Forward + backward of a real GPT (distlab.models.gpt) on {batch} sequences, counted by "
         "torch.utils.flop_counter.",
     )
+    # the no-matmul column by hand: position embeddings s h; per block the biases (QKV 3h, projection h, MLP f + h)
+    # and two LayerNorms (4h), 13h with f = 4h; the final LayerNorm (2h); the token embedding when the head does
+    # not share it
+    by_hand = [
+        kw["seq"] * kw["hidden"]
+        + kw["layers"] * (9 * kw["hidden"] + 4 * kw["hidden"])
+        + 2 * kw["hidden"]
+        + (0 if kw.get("tie_embeddings", True) else kw["vocab"] * kw["hidden"])
+        for kw in SHAPES.values()
+    ]
+    r.claim(
+        "the parameters with no matmul, each shape's row by hand: worst gap",
+        worst_relative_gap([(row[3], want) for row, want in zip(rows, by_hand, strict=True)]),
+        0.0,
+        abs_tol=1e-12,
+    )
 
     cfg = GPTConfig(**SHAPES["tied, s=128"])
     tokens = batch * cfg.seq
@@ -315,6 +331,13 @@ def _flop_count(device: str) -> Result:
         formula="1 + L(2(4h² + hf) + 4sh) / (6N + 12Lsh), f = 4h",
     )
     r.claim("... which stays below the textbook 4/3", ratio_7b, 4 / 3, relation="<=")
+    n, lhs = 12 * 32 * 4096**2 + 32000 * 4096, 32 * 4096 * 4096  # the 7B GPT's N (12Lh^2 + Vh) and L h s
+    r.claim(
+        "the textbook ratio shown = a whole forward (2N + 4Lhs) again over 6N + 12Lhs, at the 7B GPT's shape",
+        r.quantities["recompute_ratio_textbook"].value,
+        (8 * n + 16 * lhs) / (6 * n + 12 * lhs),
+        rel_tol=1e-12,
+    )
 
     counted, elements, tokens = counts["tied, s=512"]
     rows = [[g, f"{e / tokens:,.0f}", f"{1000 * e / counted:.2f}"] for g, e in elements.most_common()]
