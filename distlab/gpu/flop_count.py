@@ -293,6 +293,17 @@ def _flop_count(device: str) -> Result:
         + (0 if kw.get("tie_embeddings", True) else kw["vocab"] * kw["hidden"])
         for kw in SHAPES.values()
     ]
+    ratios = [
+        (float(cell), want)
+        for row in rows
+        for cell, want in ((row[6], row[5].value / row[4].value), (row[7], 6 * row[2] / row[4].value))
+    ]
+    r.claim(
+        "the table's two ratio columns against its FLOP and N cells, divided: worst gap (3 decimals)",
+        max(abs(got - want) for got, want in ratios),
+        0.0,
+        abs_tol=0.0005 + 1e-12,
+    )
     r.claim(
         "the parameters with no matmul, each shape's row by hand: worst gap",
         worst_relative_gap([(row[3], want) for row, want in zip(rows, by_hand, strict=True)]),
@@ -400,6 +411,26 @@ def _presets(r: Result) -> None:
         )
         if name == "7B":
             r.add("7b_attention_share", attention_share, "fraction", "7B at s=4096: attention share of FLOPs/token")
+    # read back: N against the checkpoints' own counts (to the printed 0.01 B), the attention share against
+    # 12 L h s over the printed estimate (to the printed 0.1 %)
+    from distlab.models.shapes import published_params
+
+    gaps = [
+        abs(float(row[1].removesuffix(" B")) - published_params(name) / 1e9) - 0.005
+        for row, name in zip(rows, presets(), strict=True)
+        if published_params(name)
+    ]
+    gaps += [
+        abs(float(row[5].removesuffix(" %")) - 100 * 12 * m.layers * m.hidden * m.seq / row[3].value) - 0.05
+        for row, m in zip(rows, presets().values(), strict=True)
+    ]
+    r.claim(
+        "the shapes' N (checkpoints' counts) and attention share (12Lhs over the estimate), read back: worst excess",
+        max(gaps),
+        0.0,
+        relation="<=",
+        abs_tol=1e-9,
+    )
     r.table(
         "presets",
         ["model", "N", "s", "6N + 12Lhs per token", "over the matmul count", "attention term share"],
