@@ -415,15 +415,13 @@ def _presets(r: Result) -> None:
     # 12 L h s over the printed estimate (to the printed 0.1 %)
     from distlab.models.shapes import published_params
 
-    gaps = [
-        abs(float(row[1].removesuffix(" B")) - published_params(name) / 1e9) - 0.005
-        for row, name in zip(rows, presets(), strict=True)
-        if published_params(name)
-    ]
-    gaps += [
-        abs(float(row[5].removesuffix(" %")) - 100 * 12 * m.layers * m.hidden * m.seq / row[3].value) - 0.05
-        for row, m in zip(rows, presets().values(), strict=True)
-    ]
+    gaps = []
+    for row, (name, m) in zip(rows, presets().items(), strict=True):
+        gaps.append(
+            abs(float(row[5].removesuffix(" %")) - 100 * 12 * m.layers * m.hidden * m.seq / row[3].value) - 0.05
+        )
+        if published := published_params(name):
+            gaps.append(abs(float(row[1].removesuffix(" B")) - published / 1e9) - 0.005)
     r.claim(
         "the shapes' N (checkpoints' counts) and attention share (12Lhs over the estimate), read back: worst excess",
         max(gaps),

@@ -35,25 +35,24 @@ MAMF_H200 = r"MAMF ([0-9.]+);"
 MAMF_A100 = r"A100 SXM ([0-9.]+) of"
 MAMF_H100 = r"H100 SXM ([0-9.]+) of"
 HBM_SHARE = 0.8  # the planner's stated assumption for element-wise kernels (a copy reaches about 0.9)
-MEGATRON_LOSS = (38, 14)  # bytes per logit, forward and backward (the module docstring counts them)
+# Megatron's fp32 loss, bytes per logit: the cast 2 + 4, max 4, subtract 4 + 4, exp 4 + 4, sum 4, divide 4 + 4 forward;
+# scale 4 + 4 and the cast back 4 + 2 backward
+MEGATRON_LOSS = (2 + 4 + 4 + 8 + 8 + 4 + 8, 8 + 6)
 
 
 @dataclass(frozen=True)
 class Case:
     """One layer on one GPU for one micro-batch: its shape as the kernel model takes it and its times by hand."""
 
-    name: str
     model: str
     chip: str
     shape: dict
     """distlab.planner.kernels.LayerShape's fields."""
-    forward_gemms: tuple
-    """(m, n, k, tiles, waves) of the QKV, projection, MLP-up and MLP-down GEMMs: each is timed on its own too (the
-    TP overlap model hides one collective behind each)."""
+    each_forward_gemm: tuple[float, ...]
+    """Seconds of the QKV, projection, MLP-up and MLP-down GEMMs, each on its own (the TP overlap model hides one
+    collective behind each)."""
     by_hand: tuple[float, float, float, float, float, float]
     """(GEMMs forward, GEMMs backward, attention forward, attention backward, memory forward, memory backward) s."""
-    rate: float
-    sms: int
 
 
 def _share() -> float:
@@ -61,12 +60,23 @@ def _share() -> float:
     return value("planner.training-share.tensor_core_share")
 
 
+def sustained_flops_by_source() -> float:
+    """The H100 SXM's sustained bf16 matmul rate: the H200's measured MSMF, in its source's sentence (the same GH100
+    at the same 700 W)."""
+    return quoted("planner.msmf-hopper.bf16_msmf_tflops", MSMF_H200) * 1e12
+
+
+def a100_flops_by_source() -> float:
+    """The A100's bf16 matmul rate: its burst MAMF as the source prints it (no sustained figure is published)."""
+    return quoted("gpus.A100-SXM-80GB.bf16_mamf_tflops", MAMF_A100) * 1e12
+
+
 def _h100_rate() -> float:
-    return quoted("planner.msmf-hopper.bf16_msmf_tflops", MSMF_H200) * 1e12 * _share()
+    return sustained_flops_by_source() * _share()
 
 
 def _a100_rate() -> float:
-    return quoted("gpus.A100-SXM-80GB.bf16_mamf_tflops", MAMF_A100) * 1e12 * _share()
+    return a100_flops_by_source() * _share()
 
 
 def _gemms(rate: float, sms: int, rows) -> float:
@@ -81,9 +91,7 @@ def _flash_figure(chip: str, seq_index: int) -> float:
 
 def _msmf_over_mamf() -> float:
     """Hopper's sustained over burst matmul rate, from the same sentence: FlashAttention's figures are bursts."""
-    return quoted("planner.msmf-hopper.bf16_msmf_tflops", MSMF_H200) / quoted(
-        "planner.msmf-hopper.bf16_mamf_tflops", MAMF_H200
-    )
+    return sustained_flops_by_source() / (quoted("planner.msmf-hopper.bf16_mamf_tflops", MAMF_H200) * 1e12)
 
 
 def _memory(chip: str, spec: LayerSpec, extra: tuple[float, float] = (0.0, 0.0)) -> tuple[float, float]:
@@ -114,10 +122,10 @@ LLAMA70_TP8 = dict(
 )
 
 
-def _case(name: str, model: str, chip: str, shape: dict, rate: float, sms: int, gemms, attention, memory) -> Case:
+def _case(model: str, chip: str, shape: dict, rate: float, sms: int, gemms, attention, memory) -> Case:
     """A case from its GEMMs' (forward, backward) rows, attention's and the memory-bound kernels' seconds."""
-    times = (_gemms(rate, sms, gemms[0]), _gemms(rate, sms, gemms[1]), *attention, *memory)
-    return Case(name, model, chip, shape, gemms[0], times, rate, sms)
+    each = tuple(_gemms(rate, sms, (row,)) for row in gemms[0])
+    return Case(model, chip, shape, each, (sum(each), _gemms(rate, sms, gemms[1]), *attention, *memory))
 
 
 def _flash(core_flops: float, rate: float) -> tuple[float, float]:
@@ -136,7 +144,6 @@ def _llama70_tp8(keys: int, dtype: str) -> Case:
     casts = 4 * (8192 + 1024 + 8192 + 3584) * 4096 if fp8 else 0
     shape = dict(LLAMA70_TP8, kv_tokens=keys, matmul_dtype=dtype)
     return _case(
-        f"70B, TP 8, {keys} keys, {dtype}, H100",
         "70B",
         "H100-SXM",
         shape,
@@ -173,9 +180,7 @@ def _llama7_a100() -> Case:
     )  # fmt: skip
     attention = _flash(4 * 2 * 1536 * 1536 * 128 * 32 / 2, flash)
     memory = _memory("A100-SXM-80GB", spec)
-    return _case(
-        "7B, 2 x 1,536, A100", "7B", "A100-SXM-80GB", shape, _a100_rate(), 108, (forward, backward), attention, memory
-    )
+    return _case("7B", "A100-SXM-80GB", shape, _a100_rate(), 108, (forward, backward), attention, memory)
 
 
 def _gpt3_standard() -> Case:
@@ -204,7 +209,6 @@ def _gpt3_standard() -> Case:
     )  # fmt: skip
     memory = _memory("A100-SXM-80GB", spec, ((4 + 5) * scores, (6 + 5) * scores))
     return _case(
-        "175B, TP 8, standard, A100",
         "175B",
         "A100-SXM-80GB",
         shape,
@@ -242,8 +246,7 @@ def kernel_model_pairs() -> list[tuple[float, float]]:
         pairs += zip((*model, lt.memory_backward), case.by_hand, strict=True)
         hand = case.by_hand
         pairs += [(lt.forward, hand[0] + hand[2] + hand[4]), (lt.backward, hand[1] + hand[3] + hand[5])]
-        each = [_gemms(case.rate, case.sms, (row,)) for row in case.forward_gemms]
-        pairs += zip([t for _, t in lt.gemms], each, strict=True)
+        pairs += zip([t for _, t in lt.gemms], case.each_forward_gemm, strict=True)
         assert [name for name, _ in lt.gemms] == ["qkv", "proj", "mlp_up", "mlp_down"]
     pairs += zip(head_times(preset("70B"), gpu("H100-SXM"), 4096, 8, "bf16"), _llama70_head(), strict=True)
     return pairs + _borrowed_rates()

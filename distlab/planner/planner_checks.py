@@ -551,10 +551,10 @@ def check_nvl72_rows(r: Result, rows: list[tuple[Plan, int, int]], chip: str) ->
     Brown et al.'s Table 2.1) and its headroom against the usable memory by hand, its MFU and band against
     6N + 12Lhs over its printed step at the datasheet's peak, and the GPT layer's memory-bound bytes Megatron's fused
     kernels move (block_bytes) against the count by hand, at each TP degree the table shows; Megatron's loss against
-    its kernels' bytes per logit by hand (the cast 2 + 4, max 4, subtract 8, exp 8, sum 4, divide 8 forward; scale 8
-    and the cast back 6 backward). `rows`: (plan, sequence, GPUs) per row."""
+    its kernels' bytes per logit by hand (kernels_checks.MEGATRON_LOSS). `rows`: (plan, sequence, GPUs) per row."""
     from distlab.core.facts import quoted
     from distlab.gpu.block_bytes import LayerSpec, layer_bytes, loss_bytes_per_logit
+    from distlab.planner.kernels_checks import MEGATRON_LOSS
     from distlab.planner.memory_quotes import quoted as memory_quoted
 
     c = CONFIGS["175B"]
@@ -584,7 +584,7 @@ def check_nvl72_rows(r: Result, rows: list[tuple[Plan, int, int]], chip: str) ->
             sequence_parallel=True,
         )
         pairs += zip(layer_bytes("fused", spec), fused_gpt_layer_bytes(tokens, c["hidden"], c["ffn"], plan.tp))
-    pairs += zip(loss_bytes_per_logit("megatron-fp32"), (2 + 4 + 4 + 8 + 8 + 4 + 8, 8 + 6))
+    pairs += zip(loss_bytes_per_logit("megatron-fp32"), MEGATRON_LOSS)
     r.claim(
         "the NVL72 plans' labels, memory, headroom, MFU (band) and the fused GPT layer's and Megatron loss's bytes "
         "by hand "

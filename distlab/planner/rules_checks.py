@@ -21,7 +21,7 @@ from distlab.interconnect.placement_checks import H100_NODE, LINK_QUOTES
 from distlab.models.shapes import preset
 from distlab.planner.config import FRAGMENTATION_FRACTION, Plan
 from distlab.planner.cost_checks import check_step_causes
-from distlab.planner.kernels_checks import MAMF_A100, MSMF_H200
+from distlab.planner.kernels_checks import a100_flops_by_source, sustained_flops_by_source
 from distlab.planner.memory_quotes import quoted as memory_quoted
 from distlab.planner.planner_checks import read_label, share_of_step
 from distlab.planner.rules import MIN_HEADROOM
@@ -29,12 +29,6 @@ from distlab.planner.worked_plan_checks import CONFIGS, budget, model_params, pl
 
 SEQ_70B = 4096  # Llama 2's training context (its paper's Table 1)
 LLAMA2_BATCH_TOKENS = 4 * 2**20  # Llama 2's paper, Table 1: "4M" tokens per step, Meta's usual 2^22
-
-
-def sustained_flops_by_source() -> float:
-    """The H100 SXM's sustained bf16 matmul rate: the H200's measured MSMF, in its source's sentence (the same GH100
-    at the same 700 W)."""
-    return quoted("planner.msmf-hopper.bf16_msmf_tflops", MSMF_H200) * 1e12
 
 
 def port_bytes_per_s(link: str) -> float:
@@ -86,9 +80,7 @@ def check_closed_forms(r: Result, nvlink_bus: float) -> None:
     r.claim(
         "ZeRO-3 hides from this many tokens per replica (A100, 100 GbE): traffic time = compute time, solved",
         q["zero3_hidden_tokens_ethernet"],
-        zero3_hiding_tokens_by_times(
-            quoted("gpus.A100-SXM-80GB.bf16_mamf_tflops", MAMF_A100) * 1e12, port_bytes_per_s("Ethernet-100G")
-        ),
+        zero3_hiding_tokens_by_times(a100_flops_by_source(), port_bytes_per_s("Ethernet-100G")),
         rel_tol=1e-9,
         unit="tokens",
     )
